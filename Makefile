@@ -1,0 +1,30 @@
+# Two entry points a fresh machine needs: `make demo` and `make test`.
+# The CPU build of torch 2.13.0 lies on this machine kind's disk and installs in seconds;
+# a bare `torch` requirement would pull a multi-GB CUDA build. Override with TORCH_SPEC=...
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: demo test lint setup clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/gobrrr doctor
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/mypy src
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

@@ -1,0 +1,28 @@
+"""gobrrr: why is my PyTorch workload slow? Compute, memory or overhead, measured here.
+
+`import gobrrr` stays light: torch and the rest load on first use of an attribute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "count", "calibrate", "diagnose", "optimize"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `gobrrr --help` and `import gobrrr` must not pay for importing torch.
+    if name == "count":
+        from gobrrr.counting import count
+
+        return count
+    if name == "calibrate":
+        from gobrrr.hardware import calibrate
+
+        return calibrate
+    if name in ("diagnose", "optimize"):
+        from gobrrr import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'gobrrr' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from gobrrr.cli import main
+
+main()

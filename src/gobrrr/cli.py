@@ -1,0 +1,114 @@
+"""Command line: argument parsing only; the work is in the API modules.
+
+Data (tables, JSON) goes to stdout, progress and notes to stderr. Bad input: one line on
+stderr and exit code 2. A workload that raises: the user's own traceback and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+from gobrrr import __version__
+from gobrrr.errors import UserError, WorkloadError, user_traceback
+
+__all__ = ["main", "cli"]
+
+DEVICE = click.Choice(["auto", "cpu", "cuda"])
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    click.echo(f"gobrrr: error: {message}", err=True)
+    sys.exit(code)
+
+
+def resolve_device(device: str) -> str:
+    """'auto' is CUDA when present; an explicit 'cuda' without CUDA is a user error."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available here (torch "
+                        f"{torch.__version__}, cuda={torch.version.cuda})")
+    return device
+
+
+def progress_printer(quiet: bool) -> Callable[[str], None]:
+    """Progress lines on stderr, so stdout stays data (e.g. --json)."""
+    if quiet:
+        return lambda _msg: None
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    return lambda msg: console.print(f"[dim]gobrrr: {msg}[/dim]", highlight=False)
+
+
+def run_guarded(action: Callable[[], Any]) -> Any:
+    """Run a command body, mapping our error types to one style of message and exit."""
+    try:
+        return action()
+    except UserError as exc:
+        _fail(str(exc), exc.exit_code)
+    except WorkloadError as exc:
+        click.echo(user_traceback(exc.original), err=True)
+        _fail(str(exc), exc.exit_code)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gobrrr")
+def cli() -> None:
+    """Why is this PyTorch workload slow? Compute, memory bandwidth or overhead,
+    measured on this machine, with the essay's experiments as evidence."""
+
+
+@cli.command()
+@click.option("--device", type=DEVICE, default="auto", show_default=True)
+@click.option("--force", is_flag=True, help="Re-measure even if a cached result exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def calibrate(device: str, force: bool, as_json: bool, quiet: bool) -> None:
+    """Measure this machine's ceilings (matmul FLOP/s per dtype, bandwidth, per-op cost)."""
+
+    def body() -> None:
+        from gobrrr.hardware import calibrate as _calibrate
+        from gobrrr.render import print_ceilings
+
+        dev = resolve_device(device)
+        progress = progress_printer(quiet)
+        ceilings = _calibrate(dev, force=force, progress=progress)
+        for note in ceilings.notes:
+            progress(note)
+        if as_json:
+            emit_json(ceilings.to_dict())
+        else:
+            print_ceilings(ceilings)
+
+    run_guarded(body)
+
+
+# Commands that live in their own modules (one job each); each module has
+# `register(group)` and imports nothing heavy at module level.
+_COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def _register_optional_commands() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        importlib.import_module(f"gobrrr.{name}").register(cli)
+
+
+_register_optional_commands()
+
+
+def main() -> None:
+    cli(prog_name="gobrrr")

@@ -1,0 +1,439 @@
+"""Count every aten op's FLOPs and minimum bytes, with its dtype and nn.Module path.
+
+One pass of the workload under a `TorchDispatchMode` (the shape of
+`torch.utils.flop_counter`): each op is seen after autograd has decomposed the Python
+call, so forward, backward and optimizer steps are all counted.
+
+FLOPs: matmuls, convolutions and attention reuse `torch.utils.flop_counter`'s registered
+formulas (2 FLOPs per multiply-add). The other formulas are ours, each with its reason
+below. An op with no formula is recorded with `has_formula=False` and listed in
+`CountResult.uncounted_ops`: never silently zero.
+
+Bytes: the *minimum* traffic of the op run alone: every distinct input tensor read once
+and every output written once, at its dtype's itemsize. Views move nothing (0 bytes). An
+in-place op reads its operands and writes its mutated argument once (`x.mul_(2)` moves
+2N bytes: one read and one write of x). A broadcast (stride-0) input counts its distinct
+elements only. Caches make real traffic lower for small tensors and unfused chains make
+it higher for large ones; this is the roofline's bytes, not a hardware counter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+__all__ = [
+    "OpRecord",
+    "OpTotals",
+    "CountResult",
+    "count",
+    "dtype_name",
+    "MATMUL_CLASSES",
+]
+
+aten = torch.ops.aten
+
+MATMUL_CLASSES = ("matmul", "conv", "attention")
+
+_DTYPE_NAMES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float64: "fp64",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.int16: "int16",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+@dataclass
+class OpRecord:
+    """One aten op call."""
+
+    index: int  # call order within the counted run
+    op: str  # e.g. "aten::mm"
+    module: str  # innermost nn.Module path ("Global" outside any), or "optimizer.Adam"
+    phase: str  # "forward" | "backward" | "optimizer"
+    op_class: str  # matmul conv attention norm softmax pointwise reduction copy view other
+    dtype: str
+    flops: int
+    bytes: int
+    tensor_core_unit: str | None  # peak to read for matmul-class ops: bf16 fp16 tf32 fp32
+    has_formula: bool
+    out_shape: tuple[int, ...] = ()
+
+
+@dataclass
+class OpTotals:
+    calls: int = 0
+    flops: int = 0
+    bytes: int = 0
+
+    def add(self, r: OpRecord) -> None:
+        self.calls += 1
+        self.flops += r.flops
+        self.bytes += r.bytes
+
+
+@dataclass
+class CountResult:
+    records: list[OpRecord] = field(default_factory=list)
+
+    @property
+    def total_flops(self) -> int:
+        return sum(r.flops for r in self.records)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(r.bytes for r in self.records)
+
+    @property
+    def uncounted_ops(self) -> list[str]:
+        """Ops that ran with no FLOP formula (their bytes are still counted)."""
+        return sorted({r.op for r in self.records if not r.has_formula})
+
+    def by_op(self) -> dict[str, OpTotals]:
+        return self._group(lambda r: r.op)
+
+    def by_module(self) -> dict[str, OpTotals]:
+        return self._group(lambda r: r.module)
+
+    def by_class(self) -> dict[str, OpTotals]:
+        return self._group(lambda r: r.op_class)
+
+    def _group(self, key: Callable[[OpRecord], str]) -> dict[str, OpTotals]:
+        out: dict[str, OpTotals] = {}
+        for r in self.records:
+            out.setdefault(key(r), OpTotals()).add(r)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total_flops": self.total_flops,
+            "total_bytes": self.total_bytes,
+            "uncounted_ops": self.uncounted_ops,
+            "by_op": {k: vars(v) for k, v in self.by_op().items()},
+            "by_module": {k: vars(v) for k, v in self.by_module().items()},
+        }
+
+
+# ---------------------------------------------------------------- FLOP formulas
+
+
+def _numel(t: Any) -> int:
+    return t.numel() if isinstance(t, torch.Tensor) else 0
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+
+
+# Pointwise ops are 1 FLOP per output element, except these, whose count follows from
+# their definition: addcmul/addcdiv = one multiply (or divide) + one add; lerp =
+# start + weight * (end - start), three operations.
+_POINTWISE_FLOPS_PER_ELEMENT = {"addcmul": 2, "addcdiv": 2, "lerp": 3}
+
+# Softmax along a dim: max, subtract, exp, sum, divide = 5 operations per element.
+# Backward (grad - sum(grad*y)) * y: multiply, sum, subtract, multiply = 4 per element.
+_SOFTMAX = {"_softmax": 5, "_log_softmax": 5, "_softmax_backward_data": 4,
+            "_log_softmax_backward_data": 4}
+
+# Normalizations: fvcore's convention (fvcore/nn/jit_handles.py, norm_flop_counter):
+# 5 FLOPs per input element with an affine transform, 4 without. RMS norm has no mean
+# subtraction: square, sum, scale, weight = 4 (3 without weight).
+# NB: backward is counted as 2x the forward formula, an approximation (the backward of a
+# normalization recomputes the statistics and forms two reductions over the gradient).
+_NORMS = {  # op: (index of its weight argument, FLOPs/element with weight, without)
+    "native_layer_norm": (2, 5, 4), "native_group_norm": (1, 5, 4),
+    "native_batch_norm": (1, 5, 4), "_native_batch_norm_legit": (1, 5, 4),
+    "_native_batch_norm_legit_no_training": (1, 5, 4), "cudnn_batch_norm": (1, 5, 4),
+    "miopen_batch_norm": (1, 5, 4), "_fused_rms_norm": (2, 4, 3),
+    "native_layer_norm_backward": (5, 10, 8), "native_group_norm_backward": (4, 10, 8),
+    "native_batch_norm_backward": (2, 10, 8), "cudnn_batch_norm_backward": (2, 10, 8),
+    "_fused_rms_norm_backward": (4, 8, 6),
+}
+
+# Reductions: one combine per input element (sum, max, ...). var/std: subtract the mean,
+# square, accumulate = 3 per element.
+_REDUCTIONS = {
+    "sum": 1, "mean": 1, "amax": 1, "amin": 1, "max": 1, "min": 1, "prod": 1,
+    "argmax": 1, "argmin": 1, "any": 1, "all": 1, "cumsum": 1, "logsumexp": 3,
+    "norm": 2, "linalg_vector_norm": 2, "var": 3, "std": 3, "var_mean": 3, "std_mean": 3,
+    "nll_loss_forward": 1, "nll_loss2d_forward": 1, "mse_loss": 3,
+}
+
+# Ops that move data and do no arithmetic.
+_COPIES = {
+    "copy_", "_to_copy", "clone", "contiguous", "cat", "stack", "index_select", "gather",
+    "embedding", "index", "fill_", "zero_", "zeros", "ones", "full", "zeros_like",
+    "ones_like", "full_like", "scatter", "constant_pad_nd", "_foreach_copy_", "repeat",
+    "split_with_sizes_copy", "slice_scatter", "select_scatter", "new_zeros", "new_ones",
+    "_local_scalar_dense", "masked_fill", "masked_fill_", "where", "randn", "rand",
+    "randn_like", "rand_like", "normal_", "uniform_", "bernoulli_", "native_dropout",
+    "lift_fresh", "_unsafe_index", "expand_copy", "permute_copy", "transpose_copy",
+    "index_put_", "index_put", "tril", "triu", "flip", "roll", "arange",
+}
+# Allocation without writes: no bytes.
+_ALLOCS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+           "resize_", "set_"}
+# Gathers read only the rows they return: indices + rows read + rows written.
+_GATHERS = {"embedding", "index_select", "_unsafe_index", "index"}
+
+# Fused optimizer kernels. NB: approximate: Adam's update per parameter element is about
+# 14 operations (two moving averages 3+4, bias corrections 2, sqrt, eps add, divide,
+# scaled update 2); SGD with momentum about 4.
+_FUSED_OPTIMIZERS = {"_fused_adam_": 14, "_fused_adamw_": 15, "_fused_sgd_": 4}
+
+
+def _matmul_class(packet_name: str) -> str:
+    if "conv" in packet_name:
+        return "conv"
+    if "attention" in packet_name or "flash" in packet_name:
+        return "attention"
+    return "matmul"
+
+
+def _has_tag(func: Any, name: str) -> bool:
+    tag = getattr(torch.Tag, name, None)
+    return tag is not None and tag in getattr(func, "tags", ())
+
+
+def _classify_and_flops(
+    func: Any, name: str, args: tuple, kwargs: dict, out: Any
+) -> tuple[str, int, bool]:
+    """(op_class, flops, has_formula)."""
+    from torch.utils.flop_counter import flop_registry
+
+    packet = func.overloadpacket
+    if packet in flop_registry:
+        return _matmul_class(name), int(flop_registry[packet](*args, **kwargs, out_val=out)), True
+    if func.is_view or name in ("detach", "alias", "_unsafe_view", "lift_fresh"):
+        return "view", 0, True
+    if name in _ALLOCS:
+        return "copy", 0, True
+    if name in _COPIES:
+        return "copy", 0, True
+    if name in _SOFTMAX:
+        return "softmax", _SOFTMAX[name] * _numel(args[0]), True
+    if name in _NORMS:
+        w_idx, with_affine, without = _NORMS[name]
+        # args[0] is the input (or, in backward, the gradient of the same shape).
+        weight = args[w_idx] if len(args) > w_idx else None
+        per = with_affine if isinstance(weight, torch.Tensor) else without
+        return "norm", per * _numel(args[0]), True
+    if name in _FUSED_OPTIMIZERS:
+        params = args[0] if args else []
+        return "optimizer", _FUSED_OPTIMIZERS[name] * sum(_numel(p) for p in params), True
+    if name.startswith("_foreach_"):
+        base = name[len("_foreach_"):].rstrip("_")
+        per = _POINTWISE_FLOPS_PER_ELEMENT.get(base, 1)
+        first = args[0] if args else []
+        n = sum(_numel(t) for t in first) if isinstance(first, (list, tuple)) else 0
+        return "pointwise", per * n, True
+    base = name.rstrip("_")
+    if _has_tag(func, "pointwise") or base in _POINTWISE_FLOPS_PER_ELEMENT:
+        outs = _tensors(out) or _tensors(args[:1])
+        per = _POINTWISE_FLOPS_PER_ELEMENT.get(base, 1)
+        return "pointwise", per * sum(t.numel() for t in outs), True
+    if base in _REDUCTIONS:
+        return "reduction", _REDUCTIONS[base] * _numel(args[0]), True
+    if _has_tag(func, "reduction"):
+        return "reduction", _numel(args[0]), True
+    return "other", 0, False
+
+
+# ---------------------------------------------------------------- byte counting
+
+
+def _distinct_bytes(t: torch.Tensor) -> int:
+    """Bytes of a tensor's distinct elements: a stride-0 (broadcast) dim repeats data."""
+    if t.numel() == 0:
+        return 0
+    n = 1
+    for size, stride in zip(t.shape, t.stride()):
+        if stride != 0:
+            n *= size
+    return n * t.element_size()
+
+
+def _storage_key(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        ptr = id(t)
+    return ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride())
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return id(t)
+
+
+def _bytes(func: Any, name: str, op_class: str, args: tuple, kwargs: dict, out: Any) -> int:
+    if op_class == "view" or name in _ALLOCS:
+        return 0
+    schema_args = func._schema.arguments
+    read: dict[Any, torch.Tensor] = {}
+    written: dict[Any, torch.Tensor] = {}
+    bound = list(args) + [kwargs.get(a.name) for a in schema_args[len(args):]]
+    for arg_schema, value in zip(schema_args, bound):
+        tensors = _tensors(value)
+        alias = arg_schema.alias_info
+        is_write = alias is not None and alias.is_write
+        for t in tensors:
+            key = _storage_key(t)
+            if is_write:
+                written[key] = t
+            # `out=` arguments are keyword-only and only written, never read.
+            if not (is_write and arg_schema.kwarg_only):
+                read[key] = t
+    for t in _tensors(out):
+        key = _storage_key(t)
+        if key not in written and key not in read:
+            written[key] = t
+    if name in _GATHERS:
+        # Only the gathered rows are read from the table: indices + output-sized read.
+        idx_bytes = sum(_distinct_bytes(t) for t in read.values()
+                        if not t.is_floating_point())
+        out_bytes = sum(_distinct_bytes(t) for t in written.values())
+        return idx_bytes + 2 * out_bytes
+    return sum(_distinct_bytes(t) for t in read.values()) + sum(
+        _distinct_bytes(t) for t in written.values()
+    )
+
+
+def _out_dtype(args: tuple, out: Any) -> str:
+    ts = _tensors(out) or _tensors(args)
+    floats = [t for t in ts if t.is_floating_point()]
+    return dtype_name((floats or ts)[0].dtype) if ts else "none"
+
+
+def _tensor_core_unit(op_class: str, dtype: str, device_type: str) -> str | None:
+    if op_class not in MATMUL_CLASSES:
+        return None
+    if dtype in ("bf16", "fp16"):
+        return dtype
+    if dtype == "fp32" and device_type == "cuda":
+        # TF32 is used when the user's flags allow it: matmuls by
+        # torch.backends.cuda.matmul.allow_tf32, convs by cudnn.allow_tf32 (default on).
+        if op_class == "conv":
+            return "tf32" if torch.backends.cudnn.allow_tf32 else "fp32"
+        return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+    return dtype
+
+
+# ---------------------------------------------------------------- the dispatch mode
+
+# Profiler range markers (e.g. Optimizer.step's record_function): bookkeeping, not work.
+_MARKERS = {"_record_function_enter", "_record_function_enter_new", "_record_function_exit"}
+
+
+class _Scope:
+    """Labels ops run inside an optimizer's step() (global optimizer hooks)."""
+
+    def __init__(self) -> None:
+        self.optimizer: str | None = None
+
+
+@contextmanager
+def _optimizer_scope(scope: _Scope) -> Iterator[None]:
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    def pre(opt: Any, *_: Any) -> None:
+        scope.optimizer = f"optimizer.{type(opt).__name__}"
+
+    def post(opt: Any, *_: Any) -> None:
+        scope.optimizer = None
+
+    h1 = register_optimizer_step_pre_hook(pre)
+    h2 = register_optimizer_step_post_hook(post)
+    try:
+        yield
+    finally:
+        h1.remove()
+        h2.remove()
+
+
+class _CountingMode(TorchDispatchMode):
+    def __init__(self, result: CountResult, tracker: Any, scope: _Scope) -> None:
+        super().__init__()
+        self.result = result
+        self.tracker = tracker
+        self.scope = scope
+
+    def _module(self) -> str:
+        parents = self.tracker.parents if self.tracker is not None else {"Global"}
+        # ModuleTracker keeps a set of dotted paths; the innermost is the deepest one.
+        return max(parents, key=lambda p: (p.count("."), len(p)))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name in _MARKERS:
+            return out
+        op_class, flops, has_formula = _classify_and_flops(func, name, args, kwargs, out)
+        nbytes = _bytes(func, name, op_class, args, kwargs, out)
+        dtype = _out_dtype(args, out)
+        tensors = _tensors(out) or _tensors(args)
+        device_type = tensors[0].device.type if tensors else "cpu"
+        if self.scope.optimizer is not None:
+            module, phase = self.scope.optimizer, "optimizer"
+        else:
+            module = self._module()
+            phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+        if op_class == "optimizer" or (phase == "optimizer" and op_class == "pointwise"):
+            op_class = "optimizer" if op_class == "optimizer" else "pointwise"
+        first_out = _tensors(out)
+        self.result.records.append(
+            OpRecord(
+                index=len(self.result.records),
+                op=f"aten::{name}",
+                module=module,
+                phase=phase,
+                op_class=op_class,
+                dtype=dtype,
+                flops=flops if math.isfinite(flops) else 0,
+                bytes=nbytes,
+                tensor_core_unit=_tensor_core_unit(op_class, dtype, device_type),
+                has_formula=has_formula,
+                out_shape=tuple(first_out[0].shape) if first_out else (),
+            )
+        )
+        return out
+
+
+def count(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> CountResult:
+    """Run `fn(*args, **kwargs)` once and count every aten op it runs.
+
+    Module paths come from `torch.utils.module_tracker.ModuleTracker` (named from the
+    root module's class, e.g. "MLP.0"); ops inside an optimizer's `step()` are labelled
+    "optimizer.<Class>".
+    """
+    from torch.utils.module_tracker import ModuleTracker
+
+    result = CountResult()
+    scope = _Scope()
+    tracker = ModuleTracker()
+    with tracker, _optimizer_scope(scope), _CountingMode(result, tracker, scope):
+        fn(*args, **kwargs)
+    return result

@@ -1,0 +1,311 @@
+"""This machine's ceilings, measured, never assumed (nanoGPT's hard-coded 312e12 is the
+anti-pattern): dense matmul FLOP/s per dtype, memory bandwidth, eager per-op cost and
+Python's scalar op rate. Cached per machine fingerprint.
+
+Every measurement runs on random data: matmuls run measurably faster on zeros or other
+predictable data (295 vs 257 TFLOP/s on an A100, ESSAY.md follow-ups).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gobrrr import datasheet
+from gobrrr.timing import measure
+
+__all__ = [
+    "Ceilings",
+    "calibrate",
+    "fingerprint",
+    "cache_dir",
+    "tf32_matmul",
+    "SCHEMA_VERSION",
+]
+
+SCHEMA_VERSION = 1
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Ceilings:
+    device: str  # "cpu" or "cuda"
+    fingerprint: dict[str, str]
+    peak_flops_per_s: dict[str, float]  # dense matmul, by dtype name: bf16 fp16 tf32 fp32
+    bandwidth_bytes_per_s: float  # large device copy, bytes read + written
+    op_overhead_s: float  # eager cost of one tiny op (dispatch + launch)
+    python_ops_per_s: float  # Python float additions per second
+    measured_at: str
+    calibrate_s: float
+    details: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    source: str = "measured"  # "measured" | "cache"
+    schema_version: int = SCHEMA_VERSION
+
+    def vector_flops_per_s(self) -> float:
+        """Ceiling for non-matmul math (pointwise, reductions): the fp32 rate without
+        tensor cores. NB: the fp32 matmul rate counts an FMA as 2 FLOPs; pointwise ops
+        that do not fuse multiply-adds reach about half of it (ESSAY.md claim 1), so this
+        roof is optimistic for them by up to 2x."""
+        return self.peak_flops_per_s["fp32"]
+
+    def ridge_flops_per_byte(self, dtype: str) -> float:
+        return self.peak_flops_per_s[dtype] / self.bandwidth_bytes_per_s
+
+    def datasheet_entry(self) -> datasheet.DatasheetEntry | None:
+        if self.device != "cuda":
+            return None
+        return datasheet.lookup(self.fingerprint.get("name", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        entry = self.datasheet_entry()
+        if entry is not None:
+            d["datasheet"] = {
+                "name": entry.name,
+                "peak_flops_per_s": entry.peak_flops_per_s,
+                "bandwidth_bytes_per_s": entry.bandwidth_bytes_per_s,
+                "source": entry.source,
+            }
+        else:
+            d["datasheet"] = None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Ceilings:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# ---------------------------------------------------------------- fingerprint and cache
+
+
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def fingerprint(device: str) -> dict[str, str]:
+    """What makes measurements comparable: device, driver/runtime, torch version."""
+    import torch
+
+    fp = {"device": device, "torch": torch.__version__, "python": platform.python_version()}
+    if device == "cuda":
+        idx = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(idx)
+        fp["name"] = torch.cuda.get_device_name(idx)
+        fp["capability"] = f"{props.major}.{props.minor}"
+        fp["cuda_runtime"] = str(torch.version.cuda)
+        get_driver = getattr(torch._C, "_cuda_getDriverVersion", None)
+        if get_driver is not None:
+            with contextlib.suppress(Exception):
+                fp["cuda_driver"] = str(get_driver())
+    else:
+        fp["name"] = _cpu_name()
+        fp["machine"] = platform.machine()
+        fp["threads"] = str(torch.get_num_threads())
+    return fp
+
+
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME/gobrrr, else ~/.cache/gobrrr."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gobrrr"
+
+
+def _cache_path(fp: dict[str, str]) -> Path:
+    key = hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / f"ceilings-{fp['device']}-{key}.json"
+
+
+def _load_cache(path: Path, notes: list[str]) -> Ceilings | None:
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if data.get("schema_version") != SCHEMA_VERSION:
+            notes.append(f"cache {path} is from another gobrrr version; re-measuring")
+            return None
+        ceil = Ceilings.from_dict(data)
+        float(ceil.peak_flops_per_s["fp32"]) + float(ceil.bandwidth_bytes_per_s)
+        ceil.source = "cache"
+        ceil.notes = [f"from cache {path} (measured {ceil.measured_at}); --force re-measures"]
+        return ceil
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        notes.append(f"cache {path} unreadable ({type(exc).__name__}); re-measuring")
+        return None
+
+
+def _save_cache(path: Path, ceil: Ceilings, notes: list[str]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        data = ceil.to_dict()
+        data.pop("datasheet", None)
+        data["notes"] = []
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(path)
+    except OSError as exc:
+        notes.append(f"could not write cache {path} ({exc.strerror or exc}); results not cached")
+
+
+# ---------------------------------------------------------------- measurements
+
+
+@contextlib.contextmanager
+def tf32_matmul(enabled: bool) -> Iterator[None]:
+    """Set TF32 for CUDA matmuls and convs inside the block, restoring the user's flags."""
+    import torch
+
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def _matmul_flops_per_s(device: str, dtype_name: str, n: int, budget_s: float) -> float:
+    import torch
+
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype_name, torch.float32)
+    gen = torch.Generator(device=device).manual_seed(0)  # our own generator: user RNG untouched
+    a = torch.randn(n, n, device=device, dtype=torch_dtype, generator=gen)
+    b = torch.randn(n, n, device=device, dtype=torch_dtype, generator=gen)
+    out = torch.empty(n, n, device=device, dtype=torch_dtype)
+    with tf32_matmul(dtype_name == "tf32") if device == "cuda" else contextlib.nullcontext():
+        t = measure(lambda: torch.mm(a, b, out=out), device=device, budget_s=budget_s,
+                    warmup_s=min(0.2, budget_s / 4), max_rel_iqr=0.03)
+    # 2*n^3: one multiply and one add per term of each of the n^2 dot products.
+    return 2 * n**3 / t.median_s
+
+
+def _copy_bandwidth(device: str, nbytes: int, budget_s: float) -> float:
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(1)
+    src = torch.randn(nbytes // 4, device=device, generator=gen)
+    dst = torch.empty_like(src)
+    t = measure(lambda: dst.copy_(src), device=device, budget_s=budget_s,
+                warmup_s=min(0.2, budget_s / 4), max_rel_iqr=0.03)
+    # A copy reads every byte once and writes it once.
+    return 2 * nbytes / t.median_s
+
+
+def _op_overhead_s(device: str, budget_s: float) -> float:
+    import torch
+
+    s = torch.randn(1, device=device)
+    n_ops = 100
+
+    def loop() -> None:
+        for _ in range(n_ops):
+            s.add_(1.0)
+
+    t = measure(loop, device=device, budget_s=budget_s, max_rel_iqr=0.05)
+    return t.median_s / n_ops
+
+
+def _python_ops_per_s(budget_s: float) -> float:
+    n = 100_000
+
+    def loop() -> float:
+        x = 0.0
+        for _ in range(n):
+            x = x + 1.0
+        return x
+
+    t = measure(loop, device="cpu", budget_s=budget_s)
+    return n / t.median_s
+
+
+def _cpu_bf16_runs() -> bool:
+    import torch
+
+    try:
+        a = torch.randn(8, 8, dtype=torch.bfloat16)
+        torch.mm(a, a)
+        return True
+    except RuntimeError:
+        return False
+
+
+def _measure(device: str, progress: Progress) -> Ceilings:
+    import torch
+
+    t_start = time.perf_counter()
+    details: dict[str, Any] = {}
+    peaks: dict[str, float] = {}
+    if device == "cuda":
+        # 8192^3: large enough to fill every SM for many waves on an H100/H200.
+        n = 8192
+        for name in ("bf16", "fp16", "tf32", "fp32"):
+            progress(f"matmul {name} {n}x{n}x{n}")
+            peaks[name] = _matmul_flops_per_s(device, name, n, budget_s=1.5)
+        details["matmul_n"] = n
+        copy_bytes = 2**30  # 1 GiB: far beyond L2, so DRAM bandwidth is what is timed
+    else:
+        # 1024^3 fp32 on a 2-core machine is ~20-50 ms per call: measurable in a budget.
+        n = 1024
+        progress(f"matmul fp32 {n}x{n}x{n}")
+        peaks["fp32"] = _matmul_flops_per_s(device, "fp32", n, budget_s=3.0)
+        if _cpu_bf16_runs():
+            progress(f"matmul bf16 {n}x{n}x{n}")
+            peaks["bf16"] = _matmul_flops_per_s(device, "bf16", n, budget_s=3.0)
+        details["matmul_n"] = n
+        copy_bytes = 2**28  # 256 MiB: far beyond any CPU's last-level cache
+    progress(f"copy bandwidth, {copy_bytes / 2**20:.0f} MiB")
+    bw = _copy_bandwidth(device, copy_bytes, budget_s=2.0)
+    details["copy_bytes"] = copy_bytes
+    progress("eager per-op cost (add_ on 1 element)")
+    op_s = _op_overhead_s(device, budget_s=1.0)
+    progress("Python scalar additions")
+    py = _python_ops_per_s(budget_s=1.0)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return Ceilings(
+        device=device,
+        fingerprint=fingerprint(device),
+        peak_flops_per_s=peaks,
+        bandwidth_bytes_per_s=bw,
+        op_overhead_s=op_s,
+        python_ops_per_s=py,
+        measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        calibrate_s=time.perf_counter() - t_start,
+        details=details,
+    )
+
+
+def calibrate(
+    device: str = "cpu", *, force: bool = False, progress: Progress | None = None
+) -> Ceilings:
+    """This machine's ceilings for `device` ("cpu" or "cuda"), from the cache when present.
+
+    A corrupt cache is re-measured with a note; an unwritable cache dir only loses the cache.
+    """
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'cuda'")
+    notes: list[str] = []
+    fp = fingerprint(device)
+    path = _cache_path(fp)
+    if not force:
+        cached = _load_cache(path, notes)
+        if cached is not None:
+            return cached
+    ceil = _measure(device, progress or (lambda _msg: None))
+    _save_cache(path, ceil, notes)
+    ceil.notes = notes + ceil.notes
+    return ceil

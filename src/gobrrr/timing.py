@@ -1,0 +1,173 @@
+"""Honest timers: what a user waits per call, on CPU and CUDA.
+
+Shape after triton's `do_bench`: a time budget rather than an iteration count, warm-up
+that absorbs first-call costs (lazy init, cuDNN/cuBLAS heuristics, torch.compile,
+autotuning), then repeated samples until their spread is small or the budget is spent.
+
+Why a sample is a loop of calls: a call of a few microseconds cannot be timed alone with a
+host clock (a `cuda.synchronize` costs about as much as the call), so each sample times
+`calls_per_sample` back-to-back calls between two synchronizations and divides. That is
+also what a training loop sees: calls back to back, the CPU free to run ahead of the GPU.
+
+Nothing here ever runs under the profiler: profiling inflates the CPU time that
+*is* the overhead gobrrr measures (see trace.py for the separate profiled run).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Timing", "measure", "summarize", "device_sync", "l2_flusher"]
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Statistics of per-call times, in seconds."""
+
+    median_s: float
+    iqr_s: float
+    min_s: float
+    max_s: float
+    n_samples: int
+    calls_per_sample: int
+    warmup_calls: int
+    noisy: bool  # the spread never fell under the threshold within the budget
+    rel_iqr: float  # iqr / median
+    samples_s: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["samples_s"] = list(self.samples_s)
+        return d
+
+
+def summarize(samples_s: Sequence[float]) -> tuple[float, float, float, float]:
+    """(median, iqr, min, max) of the samples; quartiles by the inclusive method, so a
+    sample of identical values has an IQR of exactly 0."""
+    if not samples_s:
+        raise ValueError("no samples")
+    med = statistics.median(samples_s)
+    if len(samples_s) >= 2:
+        q1, _, q3 = statistics.quantiles(samples_s, n=4, method="inclusive")
+    else:
+        q1 = q3 = samples_s[0]
+    return med, q3 - q1, min(samples_s), max(samples_s)
+
+
+def device_sync(device: str) -> Callable[[], None]:
+    """The synchronization that makes a host clock honest on `device`."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def l2_flusher(device: str, nbytes: int = 256 * 2**20) -> Callable[[], None] | None:
+    """A function that evicts the GPU's L2 cache by writing a buffer larger than it
+    (256 MiB > the 50-60 MB L2 of an H100/H200), for kernel-level timing of cold data."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    buf = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
+    return lambda: buf.zero_()
+
+
+def measure(
+    fn: Callable[[], Any],
+    *,
+    device: str = "cpu",
+    budget_s: float = 1.0,
+    warmup_calls: int = 2,
+    warmup_s: float = 0.05,
+    min_samples: int = 5,
+    max_samples: int = 100,
+    max_rel_iqr: float = 0.05,
+    min_sample_s: float = 1e-3,
+    max_calls_per_sample: int = 10_000,
+    setup: Callable[[], Any] | None = None,
+    l2_flush: bool = False,
+    clock: Clock = time.perf_counter,
+    sync: Callable[[], None] | None = None,
+) -> Timing:
+    """Time `fn()` per call.
+
+    setup: run before every call, untimed (clone inputs a workload mutates, reset `.grad`);
+        with a setup each sample is a single call.
+    l2_flush: evict the GPU L2 before each sample (kernel-level timing); single calls.
+    clock, sync: injectable so tests can drive the timer with a stub clock.
+    """
+    if sync is None:
+        sync = device_sync(device)
+    flush = l2_flusher(device) if l2_flush else None
+
+    # Warm-up: at least `warmup_calls` calls and `warmup_s` seconds, but never past the
+    # budget once the minimum calls are in. The fastest warm call estimates the call time.
+    start = clock()
+    n_warm = 0
+    est_s = math.inf
+    while True:
+        if setup is not None:
+            setup()
+        sync()
+        t0 = clock()
+        fn()
+        sync()
+        dt = clock() - t0
+        n_warm += 1
+        if n_warm > 1 or warmup_calls <= 1:  # the first call carries one-time costs
+            est_s = min(est_s, dt)
+        elapsed = clock() - start
+        if n_warm >= warmup_calls and (elapsed >= warmup_s or elapsed >= budget_s):
+            break
+    if not math.isfinite(est_s):
+        est_s = dt
+
+    if setup is not None or flush is not None:
+        calls_per_sample = 1
+    else:
+        want = min_sample_s / est_s if est_s > 0 else max_calls_per_sample
+        calls_per_sample = int(min(max(1, math.ceil(want)), max_calls_per_sample))
+
+    samples: list[float] = []
+    start = clock()
+    rel = math.inf
+    while True:
+        if flush is not None:
+            flush()
+        if setup is not None:
+            setup()
+        sync()
+        t0 = clock()
+        for _ in range(calls_per_sample):
+            fn()
+        sync()
+        samples.append((clock() - t0) / calls_per_sample)
+        med, iqr, _, _ = summarize(samples)
+        rel = iqr / med if med > 0 else 0.0
+        if len(samples) >= max_samples:
+            break
+        if len(samples) >= min_samples and (rel <= max_rel_iqr or clock() - start >= budget_s):
+            break
+
+    med, iqr, lo, hi = summarize(samples)
+    return Timing(
+        median_s=med,
+        iqr_s=iqr,
+        min_s=lo,
+        max_s=hi,
+        n_samples=len(samples),
+        calls_per_sample=calls_per_sample,
+        warmup_calls=n_warm,
+        noisy=rel > max_rel_iqr,
+        rel_iqr=rel,
+        samples_s=tuple(samples),
+    )

@@ -1,0 +1,118 @@
+"""Ceilings: cache behaviour (exact, with a fake measurement) and one real CPU run."""
+
+import json
+import os
+
+import pytest
+
+from gobrrr import datasheet, hardware
+from gobrrr.hardware import Ceilings
+
+
+def fake_ceilings(device="cpu"):
+    return Ceilings(
+        device=device, fingerprint=hardware.fingerprint(device),
+        peak_flops_per_s={"fp32": 1e11}, bandwidth_bytes_per_s=2e10, op_overhead_s=3e-6,
+        python_ops_per_s=3e7, measured_at="2026-01-01T00:00:00+00:00", calibrate_s=0.1,
+    )
+
+
+@pytest.fixture
+def counted_measure(monkeypatch):
+    calls = []
+
+    def fake(device, progress):
+        calls.append(device)
+        return fake_ceilings(device)
+
+    monkeypatch.setattr(hardware, "_measure", fake)
+    return calls
+
+
+def test_second_call_reads_the_cache(counted_measure):
+    first = hardware.calibrate("cpu")
+    second = hardware.calibrate("cpu")
+    assert counted_measure == ["cpu"]
+    assert first.source == "measured" and second.source == "cache"
+    assert second.peak_flops_per_s == {"fp32": 1e11}
+    hardware.calibrate("cpu", force=True)
+    assert counted_measure == ["cpu", "cpu"]
+
+
+def test_cache_lives_under_xdg_cache_home(counted_measure, tmp_path):
+    hardware.calibrate("cpu")
+    files = list((tmp_path / "cache" / "gobrrr").glob("ceilings-cpu-*.json"))
+    assert len(files) == 1
+    assert json.loads(files[0].read_text())["peak_flops_per_s"] == {"fp32": 1e11}
+
+
+def test_corrupt_cache_is_remeasured_with_a_note(counted_measure, tmp_path):
+    hardware.calibrate("cpu")
+    (path,) = (tmp_path / "cache" / "gobrrr").glob("*.json")
+    path.write_text("{not json")
+    again = hardware.calibrate("cpu")
+    assert counted_measure == ["cpu", "cpu"]
+    assert any("unreadable" in n for n in again.notes)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_unwritable_cache_only_loses_the_cache(counted_measure, tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(ro))
+    c = hardware.calibrate("cpu")
+    assert c.peak_flops_per_s == {"fp32": 1e11}
+    assert any("not cached" in n for n in c.notes)
+
+
+def test_cache_dir_that_is_a_file_only_loses_the_cache(counted_measure, tmp_path, monkeypatch):
+    # Works as root too: a regular file where the cache directory should be.
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    c = hardware.calibrate("cpu")
+    assert c.bandwidth_bytes_per_s == 2e10
+    assert any("not cached" in n for n in c.notes)
+
+
+def test_unknown_device_rejected():
+    with pytest.raises(ValueError):
+        hardware.calibrate("tpu")
+
+
+def test_datasheet_lookup():
+    assert datasheet.lookup("NVIDIA H200").name == "H200 SXM"
+    assert datasheet.lookup("NVIDIA H100 PCIe").name == "H100 PCIe"
+    assert datasheet.lookup("NVIDIA H100 80GB HBM3").name == "H100 SXM"
+    assert datasheet.lookup("NVIDIA A100-SXM4-80GB").name == "A100 80GB"
+    assert datasheet.lookup("NVIDIA A100-SXM4-40GB").name == "A100 40GB"
+    assert datasheet.lookup("NVIDIA A10").name == "A10"
+    assert datasheet.lookup("NVIDIA L4").name == "L4"
+    assert datasheet.lookup("Tesla V100-SXM2-16GB").name == "V100"
+    assert datasheet.lookup("Tesla T4").name == "T4"
+    assert datasheet.lookup("NVIDIA GeForce RTX 4090").name == "RTX 4090"
+    assert datasheet.lookup("NVIDIA GeForce RTX 3090").name == "RTX 3090"
+    assert datasheet.lookup("Some Future GPU") is None
+    for e in datasheet.DATASHEET:
+        assert e.source and e.bandwidth_bytes_per_s > 0 and "fp32" in e.peak_flops_per_s
+
+
+def test_real_cpu_calibration_is_sane():
+    # Real measurement on this CPU. Ranges are loose on purpose: any CPU this runs on does
+    # between 1 GFLOP/s and 100 TFLOP/s of fp32 matmul and copies 0.5 GB/s to 2 TB/s.
+    c = hardware.calibrate("cpu")
+    assert 1e9 < c.peak_flops_per_s["fp32"] < 1e14
+    assert 5e8 < c.bandwidth_bytes_per_s < 2e12
+    assert 1e-8 < c.op_overhead_s < 1e-3
+    assert 1e5 < c.python_ops_per_s < 1e10
+    assert c.calibrate_s < 60
+
+
+@pytest.mark.cuda
+def test_real_cuda_calibration_is_sane():
+    c = hardware.calibrate("cuda", force=True)
+    assert set(c.peak_flops_per_s) == {"bf16", "fp16", "tf32", "fp32"}
+    # tensor cores: bf16 beats plain fp32 by several x on every GPU since Ampere
+    assert c.peak_flops_per_s["bf16"] > 3 * c.peak_flops_per_s["fp32"]
+    assert c.calibrate_s < 20
