@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Run on the GPU machine (device tool): CUDA tests and measurements, results under $OUT.
+# Usage: bash benchmarks/gpu_check.sh [STAGE...]   stages: tests calibrate (default: all)
+set -uo pipefail
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+OUT=${OUT:-out}; mkdir -p "$OUT"
+stages=${*:-tests calibrate}
+python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0), 'python', sys.version.split()[0])"
+for s in $stages; do
+  echo "=== stage $s ($(date -u +%FT%TZ))"
+  case $s in
+    tests) python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.txt" | tail -25 ;;
+    calibrate) /usr/bin/time -f "calibrate wall %e s" python3 -m gobrrr calibrate --device cuda --force --json > "$OUT/h200-calibrate.json"; python3 -m gobrrr calibrate --device cuda ;;
+    *) echo "unknown stage $s" ;;
+  esac
+done
