@@ -187,8 +187,11 @@ def _matmul_flops_per_s(device: str, dtype_name: str, n: int, budget_s: float) -
     b = torch.randn(n, n, device=device, dtype=torch_dtype, generator=gen)
     out = torch.empty(n, n, device=device, dtype=torch_dtype)
     with tf32_matmul(dtype_name == "tf32") if device == "cuda" else contextlib.nullcontext():
+        # 0.3 s of warm-up lets the GPU reach its steady clocks; 20 ms samples amortize
+        # the synchronize around each sample to well under 1%.
         t = measure(lambda: torch.mm(a, b, out=out), device=device, budget_s=budget_s,
-                    warmup_s=min(0.2, budget_s / 4), max_rel_iqr=0.03)
+                    warmup_s=min(0.3, budget_s / 4), min_samples=10, min_sample_s=0.02,
+                    max_rel_iqr=0.02)
     # 2*n^3: one multiply and one add per term of each of the n^2 dot products.
     return 2 * n**3 / t.median_s
 
@@ -200,7 +203,8 @@ def _copy_bandwidth(device: str, nbytes: int, budget_s: float) -> float:
     src = torch.randn(nbytes // 4, device=device, generator=gen)
     dst = torch.empty_like(src)
     t = measure(lambda: dst.copy_(src), device=device, budget_s=budget_s,
-                warmup_s=min(0.2, budget_s / 4), max_rel_iqr=0.03)
+                warmup_s=min(0.3, budget_s / 4), min_samples=10, min_sample_s=0.02,
+                max_rel_iqr=0.02)
     # A copy reads every byte once and writes it once.
     return 2 * nbytes / t.median_s
 
