@@ -4,13 +4,18 @@
 set -uo pipefail
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-stages=${*:-tests calibrate}
+stages=${*:-tests calibrate doctor}
 python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0), 'python', sys.version.split()[0])"
 for s in $stages; do
   echo "=== stage $s ($(date -u +%FT%TZ))"
   case $s in
     tests) python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.txt" | tail -25 ;;
     calibrate) /usr/bin/time -f "calibrate wall %e s" python3 -m gobrrr calibrate --device cuda --force --json > "$OUT/h200-calibrate.json"; python3 -m gobrrr calibrate --device cuda ;;
+    doctor)
+      for e in mlp matmul pointwise transformer mlp_train; do
+        /usr/bin/time -f "doctor $e wall %e s" python3 -m gobrrr doctor examples:$e --device cuda --json -q > "$OUT/doctor-$e.json" || echo "doctor $e FAILED"
+        python3 -c "import json,sys; d=json.load(open('$OUT/doctor-$e.json')); print('$e', d['regime'], {k: round(v,3) for k,v in d['fractions'].items()}); [print('   ', x) for x in d['verdict']['evidence']]; print('   ', d['verdict']['agreement']); print('    notes', d['notes'])" 2>&1 | grep -v USDT
+      done ;;
     *) echo "unknown stage $s" ;;
   esac
 done

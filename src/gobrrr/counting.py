@@ -20,6 +20,7 @@ it higher for large ones; this is the roofline's bytes, not a hardware counter.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +35,10 @@ __all__ = [
     "OpTotals",
     "CountResult",
     "count",
+    "count_marked",
+    "count_timed",
+    "count_with_calls",
+    "RANGE_PREFIX",
     "dtype_name",
     "MATMUL_CLASSES",
 ]
@@ -41,6 +46,7 @@ __all__ = [
 aten = torch.ops.aten
 
 MATMUL_CLASSES = ("matmul", "conv", "attention")
+RANGE_PREFIX = "gobrrr#"
 
 _DTYPE_NAMES = {
     torch.float32: "fp32",
@@ -75,6 +81,10 @@ class OpRecord:
     tensor_core_unit: str | None  # peak to read for matmul-class ops: bf16 fp16 tf32 fp32
     has_formula: bool
     out_shape: tuple[int, ...] = ()
+    # Storage identities read and written, for the fusion estimate (budget.py); runtime
+    # addresses, meaningful only within one counted run, never serialized.
+    reads: tuple[int, ...] = ()
+    writes: tuple[tuple[int, int], ...] = ()  # (storage, bytes written)
 
 
 @dataclass
@@ -285,7 +295,9 @@ def _storage_ptr(t: torch.Tensor) -> int:
         return id(t)
 
 
-def _bytes(func: Any, name: str, op_class: str, args: tuple, kwargs: dict, out: Any) -> int:
+def _bytes(func: Any, name: str, op_class: str, args: tuple, kwargs: dict, out: Any,
+           io: list[Any]) -> int:
+    """Minimum bytes; also fills io with (read storages, [(written storage, bytes)])."""
     if op_class == "view" or name in _ALLOCS:
         return 0
     schema_args = func._schema.arguments
@@ -307,6 +319,8 @@ def _bytes(func: Any, name: str, op_class: str, args: tuple, kwargs: dict, out: 
         key = _storage_key(t)
         if key not in written and key not in read:
             written[key] = t
+    io.append(tuple({_storage_ptr(t) for t in read.values()}))
+    io.append(tuple((_storage_ptr(t), _distinct_bytes(t)) for t in written.values()))
     if name in _GATHERS:
         # Only the gathered rows are read from the table: indices + output-sized read.
         idx_bytes = sum(_distinct_bytes(t) for t in read.values()
@@ -374,11 +388,17 @@ def _optimizer_scope(scope: _Scope) -> Iterator[None]:
 
 
 class _CountingMode(TorchDispatchMode):
-    def __init__(self, result: CountResult, tracker: Any, scope: _Scope) -> None:
+    def __init__(self, result: CountResult, tracker: Any, scope: _Scope,
+                 mark_ranges: bool = False, time_ops: bool = False) -> None:
         super().__init__()
+        self.time_ops = time_ops
+        self.op_time_s: list[float] = []
+        # (func, args, kwargs) per record, for replaying ops one by one (trace.py)
+        self.calls: list[tuple[Any, tuple, dict]] | None = None
         self.result = result
         self.tracker = tracker
         self.scope = scope
+        self.mark_ranges = mark_ranges
 
     def _module(self) -> str:
         parents = self.tracker.parents if self.tracker is not None else {"Global"}
@@ -387,12 +407,24 @@ class _CountingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
         if name in _MARKERS:
-            return out
+            return func(*args, **kwargs)
+        if self.mark_ranges:
+            # A profiler range per op, so trace.py can map each kernel to this record.
+            with torch.profiler.record_function(f"{RANGE_PREFIX}{len(self.result.records)}"):
+                out = func(*args, **kwargs)
+        elif self.time_ops:
+            # CPU ops run synchronously: a host clock around the call is its execution
+            # time plus the dispatch below this mode (trace.py subtracts that part).
+            t0 = time.perf_counter()
+            out = func(*args, **kwargs)
+            self.op_time_s.append(time.perf_counter() - t0)
+        else:
+            out = func(*args, **kwargs)
         op_class, flops, has_formula = _classify_and_flops(func, name, args, kwargs, out)
-        nbytes = _bytes(func, name, op_class, args, kwargs, out)
+        io: list[Any] = []
+        nbytes = _bytes(func, name, op_class, args, kwargs, out, io)
         dtype = _out_dtype(args, out)
         tensors = _tensors(out) or _tensors(args)
         device_type = tensors[0].device.type if tensors else "cpu"
@@ -404,6 +436,8 @@ class _CountingMode(TorchDispatchMode):
         if op_class == "optimizer" or (phase == "optimizer" and op_class == "pointwise"):
             op_class = "optimizer" if op_class == "optimizer" else "pointwise"
         first_out = _tensors(out)
+        if self.calls is not None:
+            self.calls.append((func, args, kwargs))
         self.result.records.append(
             OpRecord(
                 index=len(self.result.records),
@@ -417,6 +451,8 @@ class _CountingMode(TorchDispatchMode):
                 tensor_core_unit=_tensor_core_unit(op_class, dtype, device_type),
                 has_formula=has_formula,
                 out_shape=tuple(first_out[0].shape) if first_out else (),
+                reads=io[0] if io else (),
+                writes=io[1] if io else (),
             )
         )
         return out
@@ -431,9 +467,45 @@ def count(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> CountResult:
     """
     from torch.utils.module_tracker import ModuleTracker
 
+    return count_marked(fn, *args, mark_ranges=False, **kwargs)
+
+
+def count_marked(fn: Callable[..., Any], *args: Any, mark_ranges: bool,
+                 **kwargs: Any) -> CountResult:
+    """`count`, optionally wrapping each op in a profiler range named
+    f"{RANGE_PREFIX}{record.index}" (for a profiled run; see trace.py)."""
+    result, _, _ = _run_counted(fn, args, kwargs, mark_ranges=mark_ranges, time_ops=False)
+    return result
+
+
+def count_timed(fn: Callable[..., Any], *args: Any,
+                **kwargs: Any) -> tuple[CountResult, list[float]]:
+    """`count`, also returning each op's host-clock duration in seconds (meaningful for
+    synchronous CPU ops only), in record order."""
+    result, times, _ = _run_counted(fn, args, kwargs, mark_ranges=False, time_ops=True)
+    return result, times
+
+
+def count_with_calls(fn: Callable[..., Any], *args: Any, **kwargs: Any
+                     ) -> tuple[CountResult, list[tuple[Any, tuple, dict]]]:
+    """`count`, also returning each op's (func, args, kwargs) so it can be replayed.
+    NB: holds references to every op's inputs until the caller drops the list."""
+    result, _, calls = _run_counted(fn, args, kwargs, mark_ranges=False, time_ops=False,
+                                    keep_calls=True)
+    return result, calls
+
+
+def _run_counted(fn: Callable[..., Any], args: tuple, kwargs: dict, *, mark_ranges: bool,
+                 time_ops: bool, keep_calls: bool = False
+                 ) -> tuple[CountResult, list[float], list[tuple[Any, tuple, dict]]]:
+    from torch.utils.module_tracker import ModuleTracker
+
     result = CountResult()
     scope = _Scope()
     tracker = ModuleTracker()
-    with tracker, _optimizer_scope(scope), _CountingMode(result, tracker, scope):
+    mode = _CountingMode(result, tracker, scope, mark_ranges, time_ops)
+    if keep_calls:
+        mode.calls = []
+    with tracker, _optimizer_scope(scope), mode:
         fn(*args, **kwargs)
-    return result
+    return result, mode.op_time_s, mode.calls or []

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from gobrrr.budget import RowBudget
     from gobrrr.hardware import Ceilings
+    from gobrrr.report import Report
 
-__all__ = ["console", "print_ceilings", "fmt_flops", "fmt_bytes_per_s", "fmt_s"]
+__all__ = ["console", "print_ceilings", "print_report", "fmt_flops", "fmt_bytes_per_s", "fmt_s"]
 
 
 def console() -> Console:
@@ -83,3 +85,85 @@ def print_ceilings(ceil: Ceilings) -> None:
     out.print(f"ridge points (FLOP/byte): {ridge}")
     src = f"datasheet: {entry.source}" if entry else "no datasheet entry for this device"
     out.print(f"[dim]{ceil.source} {ceil.measured_at} in {ceil.calibrate_s:.1f} s; {src}[/dim]")
+
+
+_REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta"}
+
+
+def _budget_bar(fractions: dict[str, float], width: int) -> str:
+    """A stacked bar of the three regimes, one character per 1/width of wall time."""
+    cells = []
+    used = 0
+    keys = ["overhead", "memory", "compute"]
+    for i, k in enumerate(keys):
+        n = width - used if i == len(keys) - 1 else round(fractions[k] * width)
+        n = max(0, min(n, width - used))
+        used += n
+        cells.append(f"[{_REGIME_STYLE[k]}]{'█' * n}[/]")
+    return "".join(cells)
+
+
+def print_report(report: Report) -> None:
+    from rich.table import Table
+
+    out = console()
+    r, b, v = report, report.budget, report.verdict
+    fp = r.ceilings.fingerprint
+    out.print(f"[bold]gobrrr doctor[/bold]  {r.workload['name']} "
+              f"(batch {r.workload['batch_size']}) on {fp.get('name')} "
+              f"[dim]torch {fp.get('torch')}[/dim]")
+    out.print(f"[bold {_REGIME_STYLE[v.regime]}]{v.regime.upper()}-BOUND[/]: "
+              f"{100 * v.share:.0f}% of {fmt_s(b.total_s)} per call")
+    for line in v.evidence:
+        out.print(f"  - {line}")
+    out.print(f"  [dim]{v.agreement}[/dim]")
+    width = min(60, max(20, out.width - 20))
+    out.print(_budget_bar(b.fractions, width))
+    out.print("  ".join(
+        f"[{_REGIME_STYLE[k]}]{k} {fmt_s(s)} ({100 * b.fractions[k]:.0f}%)[/]"
+        for k, s in (("overhead", b.overhead_s), ("memory", b.memory_s),
+                     ("compute", b.compute_s))))
+    if b.below_roof_s > 0:
+        out.print(f"[dim]{fmt_s(b.below_roof_s)} of device time in ops under "
+                  f"{100 * 0.25:.0f}% of their own roofline[/dim]")
+
+    def rows_table(title: str, rows: list[RowBudget], n: int) -> Table:
+        t = Table(title=title, title_justify="left")
+        for col, just in (("name", "left"), ("calls", "right"), ("time", "right"),
+                          ("FLOP/B", "right"), ("achieved", "right"), ("% roof", "right"),
+                          ("bound", "left")):
+            t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+        for row in rows[:n]:
+            inten = row.intensity_flops_per_byte
+            frac = row.roofline_fraction
+            ach = (fmt_flops(row.achieved_flops_per_s) if row.bound == "compute"
+                   and row.achieved_flops_per_s else
+                   fmt_bytes_per_s(row.achieved_bytes_per_s) if row.achieved_bytes_per_s
+                   else "-")
+            t.add_row(row.name, str(row.calls), fmt_s(row.time_s),
+                      f"{inten:.3g}" if inten is not None else "-", ach,
+                      f"{100 * frac:.0f}%" if frac is not None else "-",
+                      f"[{_REGIME_STYLE.get(row.bound, 'white')}]{row.bound}[/]"
+                      + (" [red]below roof[/]" if row.below_roof else ""))
+        return t
+
+    out.print(rows_table("top ops (device time)", b.per_op, 8))
+    out.print(rows_table("top modules", b.per_module, 6))
+    if r.remedies:
+        t = Table(title="remedies (predicted from the budget; `gobrrr optimize` verifies)",
+                  title_justify="left")
+        t.add_column("remedy", overflow="fold")
+        t.add_column("for")
+        t.add_column("predicted", justify="right")
+        t.add_column("why", overflow="fold")
+        for rem in r.remedies:
+            t.add_row(rem.name, rem.regime,
+                      f"{rem.predicted_speedup:.2f}x" if rem.predicted_speedup else "-",
+                      rem.basis)
+        out.print(t)
+    if r.counts.uncounted_ops:
+        out.print(f"[dim]ops with no FLOP formula: {', '.join(r.counts.uncounted_ops)}[/dim]")
+    out.print(f"[dim]T_wall median of {r.timing.n_samples} samples x "
+              f"{r.timing.calls_per_sample} calls (IQR {100 * r.timing.rel_iqr:.1f}%); "
+              f"ceilings {r.ceilings.source} {r.ceilings.measured_at}; "
+              f"diagnosed in {r.diagnose_s:.1f} s[/dim]")

@@ -1,0 +1,75 @@
+"""The facade: diagnose() (and, later, optimize()) hand off to the pipeline's modules.
+
+workload -> (time, count + profile) -> budget -> experiments -> verdict -> remedies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gobrrr.report import Report
+from gobrrr.workload import Workload, from_callable, preserved_state
+
+__all__ = ["diagnose", "diagnose_workload"]
+
+Progress = Callable[[str], None]
+
+
+def diagnose(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
+             experiments: bool = True, time_budget_s: float = 2.0,
+             progress: Progress | None = None) -> Report:
+    """Diagnose `fn(*args, **kwargs)`: an nn.Module and its inputs, a training-step
+    function, any callable. The device is the one its tensors (or parameters) live on.
+    The user's parameters, gradients, optimizer state, inputs and RNG are restored."""
+    return diagnose_workload(from_callable(fn, args, kwargs), experiments=experiments,
+                             time_budget_s=time_budget_s, progress=progress)
+
+
+def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: float = 2.0,
+                      progress: Progress | None = None) -> Report:
+    from gobrrr.budget import compute_budget
+    from gobrrr.experiments import BatchScaling, GraphReplay, batch_scaling, graph_replay
+    from gobrrr.hardware import calibrate
+    from gobrrr.report import remedies_for, verdict_for
+    from gobrrr.timing import measure
+    from gobrrr.trace import profile_counted
+
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    ceil = calibrate(w.device, progress=say)
+    notes = list(ceil.notes)
+
+    def timer(work: Workload) -> Any:
+        return measure(lambda: work.run("timing"), device=work.device,
+                       budget_s=time_budget_s)
+
+    with preserved_state(w):
+        say(f"timing {w.name} on {w.device} (warm-up, then repeats)")
+        wall = timer(w)
+        if wall.noisy:
+            notes.append(f"wall time is noisy (IQR {100 * wall.rel_iqr:.0f}% of median)")
+        say("counting FLOPs/bytes in a profiled run")
+        run = profile_counted(w)
+        budget = compute_budget(run, wall.median_s, ceil)
+        graph: GraphReplay | None = None
+        batch: BatchScaling | None = None
+        if experiments:
+            if w.device == "cuda":
+                say("experiment: CUDA-graph replay")
+            graph = graph_replay(w, wall, budget, lambda f: measure(
+                f, device=w.device, budget_s=time_budget_s))
+            batch = batch_scaling(w, wall, run.counts.total_flops, run.counts.total_bytes,
+                                  budget, timer, say)
+            if batch.skipped:
+                notes.append(f"batch scaling skipped: {batch.skipped}")
+    verdict = verdict_for(budget, run.counts, ceil, w.device, batch, graph)
+    remedies = remedies_for(budget, run.counts, ceil, w.device, batch, graph)
+    return Report(
+        workload={"name": w.name, "description": w.description, "device": w.device,
+                  "batch_size": w.batch_size},
+        ceilings=ceil, timing=wall, counts=run.counts, budget=budget, verdict=verdict,
+        remedies=remedies, batch=batch, graph=graph,
+        diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
+    )

@@ -1,0 +1,246 @@
+"""The time budget: T_wall = overhead + memory-bound time + compute-bound time.
+
+- T_wall: the honest timer's median per call (timing.py, never profiled).
+- Busy time: CUDA kernel time from the profiled run (trace.py), or on CPU the summed
+  execution time of the ops (range time minus the cost of an empty range).
+- overhead = T_wall - busy: the device idle while Python and the framework dispatch
+  (on CPU: everything that is not an op's execution), plus the time of ops that move no
+  bytes and do no math (views, bookkeeping).
+- Each op's busy time goes to compute or memory by which roofline term is larger:
+  flops / peak(its unit) vs bytes / bandwidth (measured ceilings). Within a matmul-class
+  op on CUDA, non-GEMM kernels (layout transposes, split-K reductions) go to memory.
+- Each op also gets its achieved fraction of its own roofline: floor / time, where
+  floor = max(flops / peak, bytes / bandwidth). Ops under BELOW_ROOF_FRACTION are flagged:
+  the three regimes say where time goes, the roofline fraction how well it is spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gobrrr.counting import MATMUL_CLASSES, OpRecord
+from gobrrr.hardware import Ceilings
+from gobrrr.trace import ProfiledRun, split_kernel_time
+
+__all__ = ["RowBudget", "Budget", "compute_budget", "peak_for", "BELOW_ROOF_FRACTION",
+           "FUSABLE_CLASSES", "fusable_bytes_saved"]
+
+# Ops achieving less than this fraction of their own roofline are flagged "below roof".
+BELOW_ROOF_FRACTION = 0.25
+REGIMES = ("overhead", "memory", "compute")
+
+
+@dataclass
+class RowBudget:
+    """One op name or one module, rolled up over its calls."""
+
+    name: str
+    calls: int = 0
+    time_s: float = 0.0
+    flops: int = 0
+    bytes: int = 0
+    floor_s: float = 0.0
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    overhead_s: float = 0.0
+
+    @property
+    def intensity_flops_per_byte(self) -> float | None:
+        return self.flops / self.bytes if self.bytes else None
+
+    @property
+    def achieved_flops_per_s(self) -> float | None:
+        return self.flops / self.time_s if self.time_s > 0 else None
+
+    @property
+    def achieved_bytes_per_s(self) -> float | None:
+        return self.bytes / self.time_s if self.time_s > 0 else None
+
+    @property
+    def roofline_fraction(self) -> float | None:
+        return self.floor_s / self.time_s if self.time_s > 0 and self.floor_s > 0 else None
+
+    @property
+    def bound(self) -> str:
+        parts = {"compute": self.compute_s, "memory": self.memory_s,
+                 "overhead": self.overhead_s}
+        return max(parts, key=lambda k: parts[k]) if self.time_s > 0 else "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            intensity_flops_per_byte=self.intensity_flops_per_byte,
+            achieved_flops_per_s=self.achieved_flops_per_s,
+            achieved_bytes_per_s=self.achieved_bytes_per_s,
+            roofline_fraction=self.roofline_fraction,
+            bound=self.bound,
+            below_roof=self.below_roof,
+        )
+        return d
+
+    @property
+    def below_roof(self) -> bool:
+        f = self.roofline_fraction
+        return f is not None and f < BELOW_ROOF_FRACTION
+
+
+@dataclass
+class Budget:
+    wall_s: float
+    busy_s: float  # device (kernel) time or CPU op execution time, after any scaling
+    overhead_s: float
+    memory_s: float
+    compute_s: float
+    floor_s: float  # roofline floor: sum over ops of max(flops/peak, bytes/bandwidth)
+    below_roof_s: float  # busy time of ops under BELOW_ROOF_FRACTION of their roofline
+    per_op: list[RowBudget] = field(default_factory=list)
+    per_module: list[RowBudget] = field(default_factory=list)
+    per_class: list[RowBudget] = field(default_factory=list)
+    # compute-bound time by the unit that did it (bf16 fp16 tf32 fp32, "vector" for
+    # non-matmul math): what a tensor-core remedy can speed up
+    compute_s_by_unit: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_s(self) -> float:
+        return self.overhead_s + self.memory_s + self.compute_s
+
+    @property
+    def fractions(self) -> dict[str, float]:
+        total = self.total_s
+        if total <= 0:
+            return {r: 0.0 for r in REGIMES} | {"overhead": 1.0}
+        return {"overhead": self.overhead_s / total, "memory": self.memory_s / total,
+                "compute": self.compute_s / total}
+
+    @property
+    def regime(self) -> str:
+        f = self.fractions
+        return max(REGIMES, key=lambda r: f[r])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "wall_s": self.wall_s, "busy_s": self.busy_s, "overhead_s": self.overhead_s,
+            "memory_s": self.memory_s, "compute_s": self.compute_s,
+            "floor_s": self.floor_s, "below_roof_s": self.below_roof_s,
+            "below_roof_threshold": BELOW_ROOF_FRACTION,
+            "fractions": self.fractions, "regime": self.regime,
+            "per_op": [r.to_dict() for r in self.per_op],
+            "per_module": [r.to_dict() for r in self.per_module],
+            "per_class": [r.to_dict() for r in self.per_class],
+            "compute_s_by_unit": self.compute_s_by_unit,
+            "notes": self.notes,
+        }
+
+
+def peak_for(rec: OpRecord, ceil: Ceilings) -> float:
+    """The compute roof of one op: its tensor-core unit's measured matmul rate for
+    matmul-class ops, the fp32 non-tensor-core rate for everything else."""
+    if rec.op_class in MATMUL_CLASSES and rec.tensor_core_unit in ceil.peak_flops_per_s:
+        return ceil.peak_flops_per_s[rec.tensor_core_unit]
+    return ceil.vector_flops_per_s()
+
+
+def _rollup(rows: dict[str, RowBudget], key: str, rec: OpRecord, time_s: float,
+            floor_s: float, compute_s: float, memory_s: float, overhead_s: float) -> None:
+    row = rows.setdefault(key, RowBudget(key))
+    row.calls += 1
+    row.time_s += time_s
+    row.flops += rec.flops
+    row.bytes += rec.bytes
+    row.floor_s += floor_s
+    row.compute_s += compute_s
+    row.memory_s += memory_s
+    row.overhead_s += overhead_s
+
+
+def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
+    records = run.counts.records
+    notes: list[str] = []
+    busy_raw = run.busy_s
+    # The profiled run's op times and the timer's wall time come from two runs. If the
+    # ops alone took longer than the whole unprofiled call (noise, or on CPU a profiler
+    # that slowed the ops themselves), scale op times down to fit and say so.
+    scale = 1.0
+    if busy_raw > wall_s > 0:
+        scale = wall_s / busy_raw
+        if scale < 0.9:
+            notes.append(f"op times from the profiled run summed to {busy_raw / wall_s:.2f}x "
+                         "the wall time; scaled down to fit (profiler inflation or noise)")
+    per_op: dict[str, RowBudget] = {}
+    per_module: dict[str, RowBudget] = {}
+    per_class: dict[str, RowBudget] = {}
+    compute_s = memory_s = view_s = floor_total = below_s = 0.0
+    by_unit: dict[str, float] = {}
+    for rec in records:
+        main_s, aux_s = split_kernel_time(run, rec.index, rec.op_class)
+        main_s *= scale
+        aux_s *= scale
+        t_s = main_s + aux_s
+        t_compute = rec.flops / peak_for(rec, ceil) if rec.flops else 0.0
+        t_memory = rec.bytes / ceil.bandwidth_bytes_per_s if rec.bytes else 0.0
+        floor_s = max(t_compute, t_memory)
+        c = m = o = 0.0
+        if rec.flops == 0 and rec.bytes == 0:
+            o = t_s  # views and bookkeeping: pure overhead
+        elif t_compute >= t_memory:
+            c, m = main_s, aux_s
+        else:
+            m = t_s
+        compute_s += c
+        if c > 0:
+            unit = rec.tensor_core_unit if rec.op_class in MATMUL_CLASSES else "vector"
+            by_unit[unit or "vector"] = by_unit.get(unit or "vector", 0.0) + c
+        memory_s += m
+        view_s += o
+        floor_total += floor_s
+        if t_s > 0 and floor_s > 0 and floor_s / t_s < BELOW_ROOF_FRACTION:
+            below_s += t_s
+        for rows, key in ((per_op, rec.op), (per_module, rec.module),
+                          (per_class, rec.op_class)):
+            _rollup(rows, key, rec, t_s, floor_s, c, m, o)
+    unattributed = run.unattributed_s * scale
+    if unattributed > 0:
+        # Kernels outside any counted op: no FLOP/byte count, so no roofline; they are
+        # device time all the same. Assign them to memory (most such kernels are
+        # accumulate-grad / copies) and say so.
+        memory_s += unattributed
+        notes.append(f"{unattributed * 1e6:.1f} us of kernels ran outside any counted op; "
+                     "counted as memory-bound")
+    busy_s = compute_s + memory_s + view_s
+    overhead_s = max(0.0, wall_s - busy_s) + view_s
+    order: Callable[[RowBudget], float] = lambda r: -r.time_s  # noqa: E731
+    return Budget(
+        wall_s=wall_s, busy_s=busy_s, overhead_s=overhead_s, memory_s=memory_s,
+        compute_s=compute_s, floor_s=floor_total, below_roof_s=below_s,
+        per_op=sorted(per_op.values(), key=order),
+        per_module=sorted(per_module.values(), key=order),
+        per_class=sorted(per_class.values(), key=order),
+        compute_s_by_unit=by_unit,
+        notes=notes,
+    )
+
+
+# Ops whose intermediate results a fusing compiler can keep in registers.
+FUSABLE_CLASSES = ("pointwise", "norm", "softmax", "reduction")
+
+
+def fusable_bytes_saved(records: list[OpRecord]) -> tuple[int, int]:
+    """(bytes a perfect fusion of pointwise/norm/softmax/reduction chains would save,
+    bytes those ops move unfused). An intermediate written by a fusable op and read by a
+    later fusable op need not round-trip through memory: its write and re-read (2x its
+    bytes) disappear. Assumes every consumer fuses (an upper bound; the essay's
+    `x.cos().cos()`: 4N -> 2N accesses)."""
+    fusable = [r for r in records if r.op_class in FUSABLE_CLASSES]
+    total = sum(r.bytes for r in fusable)
+    produced: dict[int, int] = {}
+    saved = 0
+    for r in fusable:
+        for ptr in r.reads:
+            if ptr in produced:
+                saved += 2 * produced.pop(ptr)
+        for ptr, nbytes in r.writes:
+            produced[ptr] = nbytes
+    return min(saved, total), total

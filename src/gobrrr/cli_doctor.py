@@ -1,0 +1,52 @@
+"""`gobrrr doctor [TARGET]`: diagnose a workload."""
+
+from __future__ import annotations
+
+import click
+
+__all__ = ["register"]
+
+
+@click.command()
+@click.argument("target", required=False)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Batch size for a factory target (default: its own default).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option("--no-experiments", is_flag=True, help="Skip batch scaling and graph replay.")
+@click.option("--time-budget", "time_budget_s", type=click.FloatRange(min=0.05), default=2.0,
+              show_default=True, help="Seconds of repeats per timing.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def doctor(target: str | None, device: str, batch_size: int | None, as_json: bool,
+           no_experiments: bool, time_budget_s: float, quiet: bool) -> None:
+    """Split a workload's time into compute, memory and overhead.
+
+    TARGET is FILE.py:NAME (NAME() or NAME(batch_size) returns (callable, args)) or
+    examples:NAME (mlp, matmul, pointwise, transformer, mlp_train); default examples:mlp.
+    """
+    from gobrrr.cli import emit_json, progress_printer, resolve_device, run_guarded
+
+    def body() -> None:
+        from gobrrr.api import diagnose_workload
+        from gobrrr.render import print_report
+        from gobrrr.workload import load_target
+
+        dev = resolve_device(device)
+        say = progress_printer(quiet)
+        w = load_target(target, dev, batch_size)
+        say(f"workload {w.name} (batch {w.batch_size}) on {w.device}")
+        report = diagnose_workload(w, experiments=not no_experiments,
+                                   time_budget_s=time_budget_s, progress=say)
+        for note in report.notes:
+            say(note)
+        if as_json:
+            emit_json(report.to_dict())
+        else:
+            print_report(report)
+
+    run_guarded(body)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(doctor)

@@ -1,0 +1,164 @@
+"""Built-in workloads: one per regime, for `gobrrr doctor examples:NAME` and the tests.
+
+Each is a factory `(batch_size, device) -> (callable, args)` with random weights and
+inputs (never zeros: matmuls run faster on predictable data). Sizes differ by device so
+each stays in its regime on a 2-core CPU and on a datacenter GPU alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gobrrr.errors import UserError
+
+__all__ = ["Example", "EXAMPLES", "get"]
+
+
+@dataclass(frozen=True)
+class Example:
+    name: str
+    description: str
+    expected_regime: str  # what first principles say; the tests check the tool agrees
+    factory: Callable[..., tuple[Callable[..., Any], tuple[Any, ...]]]
+    batch_cpu: int
+    batch_cuda: int
+
+    def default_batch(self, device: str) -> int:
+        return self.batch_cuda if device == "cuda" else self.batch_cpu
+
+
+def _gen(device: str) -> Any:
+    import torch
+
+    return torch.Generator(device=device).manual_seed(0)
+
+
+def _mlp_module(width: int, depth: int, device: str) -> Any:
+    import torch
+    from torch import nn
+
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(0)  # weights reproducible; the user's RNG restored just below
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.GELU()]
+    model = nn.Sequential(*layers).to(device)
+    torch.random.set_rng_state(torch_state)
+    return model
+
+
+def mlp(batch_size: int = 1, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
+    """4 x [Linear(D, D), GELU], inference, D = 512 on CUDA and 128 on CPU. At batch 1
+    each op is a few hundred kFLOP, far less than the time to dispatch it, so overhead
+    dominates (MEASURED.md: flat ~60 us on an H200 up to batch ~64). On a CPU the 512-wide
+    weights (4 MB) would make weight reads the bottleneck instead; 64 wide
+    (64 wide, 16 kB) keeps the example about overhead there too."""
+    import torch
+
+    width = 512 if device == "cuda" else 64
+    model = _mlp_module(width, 4, device)
+    x = torch.randn(batch_size, width, device=device, generator=_gen(device))
+
+    def forward(x: Any) -> Any:
+        with torch.no_grad():
+            return model(x)
+
+    return forward, (x,)
+
+
+def matmul(batch_size: int = 1024, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
+    """[batch, K] @ [K, N] with K = N = 4096 on CUDA (bf16, tensor cores) and 1024 on CPU
+    (fp32). Intensity at batch = K = N: 2*n^3 FLOPs over 3*n^2 elements moved, n/3 FLOP
+    per element: far above every ridge point, so compute-bound."""
+    import torch
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    k = 4096 if device == "cuda" else 1024
+    a = torch.randn(batch_size, k, device=device, dtype=dtype, generator=_gen(device))
+    b = torch.randn(k, k, device=device, dtype=dtype, generator=_gen(device))
+    return torch.mm, (a, b)
+
+
+def pointwise(batch_size: int = 1, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
+    """A chain of 4 unfused cheap pointwise ops (multiply, add) over a large tensor, 2^24
+    fp32 (64 MB, beyond any CPU's last-level cache) per batch on CPU, 2^26 on CUDA:
+    1 FLOP per 8 bytes moved, far below every ridge point: memory-bound.
+    The chain writes into a preallocated buffer: on a CPU a fresh 64 MB tensor per op
+    would be page-faulted in by the OS, and the time would go to that, not to bandwidth.
+    (cos/sin would not do on a CPU either: their ~20 instructions per element make them
+    compute-bound there, while on a GPU they cost what a multiply costs.)"""
+    import torch
+
+    n = batch_size * (2**26 if device == "cuda" else 2**24)
+    x = torch.randn(n, device=device, generator=_gen(device))
+    out = torch.empty_like(x)
+
+    def chain(x: Any, out: Any) -> Any:
+        torch.mul(x, 1.5, out=out)
+        return out.add_(0.5).mul_(0.9).add_(0.1)
+
+    return chain, (x, out)
+
+
+def transformer(batch_size: int = 8, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
+    """One pre-norm transformer encoder block (d=256, 4 heads, FFN 1024, seq 128),
+    inference: a mix of matmuls, softmax/layer norms and pointwise ops."""
+    import torch
+    from torch import nn
+
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    block = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True,
+                                       norm_first=True).to(device).eval()
+    torch.random.set_rng_state(torch_state)
+    x = torch.randn(batch_size, 128, 256, device=device, generator=_gen(device))
+
+    def forward(x: Any) -> Any:
+        with torch.no_grad():
+            return block(x)
+
+    return forward, (x,)
+
+
+def mlp_train(batch_size: int = 32, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
+    """One training step of the 4-layer MLP: forward, MSE loss, backward, Adam step.
+    Adam (foreach on CUDA) launches many small kernels per step."""
+    import torch
+
+    model = _mlp_module(512, 4, device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(batch_size, 512, device=device, generator=_gen(device))
+    y = torch.randn(batch_size, 512, device=device, generator=_gen(device))
+
+    def step(x: Any, y: Any) -> Any:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step, (x, y)
+
+
+EXAMPLES: dict[str, Example] = {
+    e.name: e
+    for e in (
+        Example("mlp", "4-layer MLP (512 wide) inference at batch 1", "overhead", mlp, 1, 1),
+        Example("matmul", "one large matmul (fp32 CPU, bf16 CUDA)", "compute",
+                matmul, 1024, 8192),
+        Example("pointwise", "4 unfused multiply/add ops over a large tensor", "memory",
+                pointwise, 1, 4),
+        Example("transformer", "transformer encoder block (d=256, seq 128)", "mixed",
+                transformer, 8, 8),
+        Example("mlp_train", "4-layer MLP training step with Adam", "overhead",
+                mlp_train, 32, 32),
+    )
+}
+
+
+def get(name: str) -> Example:
+    if name not in EXAMPLES:
+        raise UserError(f"unknown example {name!r}; choose from {', '.join(EXAMPLES)}")
+    return EXAMPLES[name]

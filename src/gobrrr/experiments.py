@@ -1,0 +1,191 @@
+"""The essay's experiments, automated, to establish cause:
+
+- batch scaling: T(2B) / T(B) (and 4B when cheap), read against how FLOPs and bytes
+  scale, counted at each size (the essay's caveat: for [B,D] x [D,D] with B << D,
+  doubling B doubles FLOPs but barely changes bytes, so sub-linear time can mean low
+  intensity, not overhead);
+- CUDA-graph replay vs eager: the same kernels with the CPU out of the way.
+
+Each experiment also states what the budget predicts for it, and whether they agree.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gobrrr.budget import Budget
+from gobrrr.counting import count
+from gobrrr.errors import UserError, WorkloadError
+from gobrrr.timing import Timing, measure
+from gobrrr.workload import Workload
+
+__all__ = ["BatchPoint", "BatchScaling", "GraphReplay", "batch_scaling", "graph_replay",
+           "AGREE_TOLERANCE"]
+
+# Experiment and budget agree when the measured ratio is within this relative distance of
+# the predicted one: both sides carry noise of a few % and the budget's split is itself an
+# estimate, so 25% separates "consistent" from "a different story".
+AGREE_TOLERANCE = 0.25
+Progress = Callable[[str], None]
+
+
+@dataclass
+class BatchPoint:
+    batch_size: int | None
+    factor: int
+    time_s: float | None
+    flops: int | None
+    bytes: int | None
+    error: str | None = None
+
+
+@dataclass
+class BatchScaling:
+    points: list[BatchPoint] = field(default_factory=list)
+    time_ratio: float | None = None  # T(2B)/T(B)
+    flops_ratio: float | None = None
+    bytes_ratio: float | None = None
+    predicted_time_ratio: float | None = None  # from the budget
+    agrees: bool | None = None
+    reading: str = ""
+    skipped: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GraphReplay:
+    possible: bool
+    reason: str | None = None
+    eager_s: float | None = None
+    replay_s: float | None = None
+    speedup: float | None = None
+    predicted_speedup: float | None = None  # T_wall / busy time
+    agrees: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _agree(measured: float, predicted: float) -> bool:
+    return abs(measured - predicted) <= AGREE_TOLERANCE * predicted
+
+
+def _free_device_memory(device: str) -> None:
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def batch_scaling(
+    w: Workload, base: Timing, base_flops: int, base_bytes: int, budget: Budget,
+    timer: Callable[[Workload], Timing], progress: Progress, max_extra_s: float = 10.0,
+) -> BatchScaling:
+    """Time and count the workload at 2x (and 4x when 2x took under 50 ms per call)."""
+    out = BatchScaling(points=[BatchPoint(w.batch_size, 1, base.median_s, base_flops,
+                                          base_bytes)])
+    for factor in (2, 4):
+        if factor == 4 and (out.points[-1].time_s is None
+                            or out.points[-1].time_s > 0.05 or max_extra_s <= 0):
+            break
+        progress(f"batch scaling: {factor}x batch")
+        try:
+            big = w.scaled(factor)
+        except UserError as exc:
+            out.skipped = str(exc)
+            return out
+        except WorkloadError as exc:
+            out.points.append(BatchPoint(None, factor, None, None, None, str(exc.original)))
+            break
+        try:
+            counts = count(big.run, f"counting at {factor}x batch")
+            t = timer(big)
+            out.points.append(BatchPoint(big.batch_size, factor, t.median_s,
+                                         counts.total_flops, counts.total_bytes))
+        except (WorkloadError, RuntimeError) as exc:
+            # Out of memory (torch.OutOfMemoryError is a RuntimeError) or the workload
+            # refusing the bigger batch: record it, release the memory, use what ran.
+            original = exc.original if isinstance(exc, WorkloadError) else exc
+            out.points.append(BatchPoint(big.batch_size, factor, None, None, None,
+                                         f"{type(original).__name__}: {original}"))
+            break
+        finally:
+            del big
+            _free_device_memory(w.device)
+    _read_batch(out, budget)
+    return out
+
+
+def _read_batch(out: BatchScaling, budget: Budget) -> None:
+    base = out.points[0]
+    two = next((p for p in out.points if p.factor == 2 and p.time_s), None)
+    if two is None or not base.time_s or not base.flops or not base.bytes:
+        failed = next((p for p in out.points if p.error), None)
+        out.reading = ("the 2x batch did not run: " + failed.error) if failed else \
+            "no 2x measurement"
+        return
+    assert two.time_s is not None and two.flops is not None and two.bytes is not None
+    out.time_ratio = two.time_s / base.time_s
+    out.flops_ratio = two.flops / base.flops
+    out.bytes_ratio = two.bytes / base.bytes
+    # The budget's prediction: overhead stays (same ops, same count), memory time scales
+    # with bytes and compute time with FLOPs.
+    wall = budget.total_s
+    predicted = (budget.overhead_s + budget.memory_s * out.bytes_ratio
+                 + budget.compute_s * out.flops_ratio) / wall
+    out.predicted_time_ratio = predicted
+    out.agrees = _agree(out.time_ratio, predicted)
+    rt, rf, rb = out.time_ratio, out.flops_ratio, out.bytes_ratio
+    text = f"2x batch cost {rt:.2f}x time for {rf:.2f}x FLOPs and {rb:.2f}x bytes"
+    if rt < 1.3 and rb < 1.5 and rf > 1.8:
+        text += (" (caveat B << D: bytes barely grew, so sub-linear time fits weight-"
+                 "bandwidth-bound work as well as overhead)")
+    elif rt < 1.3:
+        text += ": time barely grew while the work doubled: overhead-bound"
+    elif rt > 1.7:
+        text += ": time grew with the work: device-bound (compute or memory)"
+    text += (f"; budget predicted {predicted:.2f}x, "
+             f"{'agrees' if out.agrees else 'DISAGREES'}")
+    out.reading = text
+
+
+def graph_replay(w: Workload, eager: Timing, budget: Budget,
+                 timer: Callable[[Callable[[], Any]], Timing]) -> GraphReplay:
+    """Capture one call in a CUDA graph and time its replay against eager."""
+    predicted = budget.total_s / budget.busy_s if budget.busy_s > 0 else None
+    if w.device != "cuda":
+        return GraphReplay(False, "CUDA graphs need a CUDA device",
+                           predicted_speedup=predicted)
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    try:
+        # Warm up on a side stream, as capture requires (torch.cuda.graphs docs).
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                w()
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            w()
+    except Exception as exc:  # capture refuses many things; each is a reason, not a crash
+        torch.cuda.synchronize()
+        del graph
+        _free_device_memory("cuda")
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return GraphReplay(False, f"capture failed: {type(exc).__name__}: {msg[:300]}",
+                           predicted_speedup=predicted)
+    t = timer(graph.replay)
+    speedup = eager.median_s / t.median_s
+    result = GraphReplay(True, None, eager.median_s, t.median_s, speedup, predicted,
+                         _agree(speedup, predicted) if predicted else None)
+    del graph
+    _free_device_memory("cuda")
+    return result

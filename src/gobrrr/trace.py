@@ -1,0 +1,210 @@
+"""The profiled run: one call of the workload under the counting dispatch mode *and* the
+torch profiler, each op wrapped in a range `gobrrr#<index>`, so every CUDA kernel maps
+exactly to the counted op (and module) that launched it.
+
+Only device-side durations are read from this run. Its CPU timeline is slowed by the
+profiler and by the Python dispatch mode, so nothing here is wall time: `T_wall` comes
+from timing.py on an unprofiled run.
+
+On CPU there are no kernels and ops run synchronously: each distinct op is replayed alone
+and timed, minus the cost of an empty op (see `_cpu_timed`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gobrrr.counting import (
+    MATMUL_CLASSES,
+    RANGE_PREFIX,
+    CountResult,
+    count_marked,
+    count_with_calls,
+)
+from gobrrr.workload import Workload
+
+__all__ = ["Kernel", "ProfiledRun", "profile_counted", "is_math_kernel"]
+
+# Kernel names of matrix engines (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, cuDNN
+# convolutions, flash/memory-efficient attention, Triton matmuls). Any other kernel
+# launched by a matmul-class op (layout transposes, split-K reductions, bias adds) moves
+# bytes and does little math, and is classified apart.
+_MATH_KERNEL = re.compile(
+    r"gemm|xmma|cutlass|nvjet|cublas|wgmma|mma|conv|implicit|winograd|fft|flash|fmha|"
+    r"attention|attn|matmul|dot_|sm\d\d_|ampere_|hopper_|volta_|turing_",
+    re.IGNORECASE,
+)
+
+
+def is_math_kernel(name: str) -> bool:
+    return bool(_MATH_KERNEL.search(name))
+
+
+@dataclass
+class Kernel:
+    name: str
+    duration_s: float
+    record_index: int | None  # the counted op that launched it (None: outside any)
+    start_us: float = 0.0
+
+
+@dataclass
+class ProfiledRun:
+    counts: CountResult
+    device: str
+    op_time_s: dict[int, float]  # record index -> device time (CUDA) or exec time (CPU)
+    kernels: list[Kernel] = field(default_factory=list)
+    busy_s: float = 0.0  # total kernel time (CUDA) or summed op exec time (CPU)
+    empty_range_cost_s: float = 0.0  # CPU only: dispatch cost subtracted from each op
+    unattributed_s: float = 0.0  # kernel time outside any counted op
+    unreplayable: list[str] = field(default_factory=list)  # CPU ops that failed to replay
+    raw: Any = None  # the profiler object, for exporting a trace
+    _by_index: dict[int, list[Kernel]] | None = None
+
+    def kernels_of(self, index: int) -> list[Kernel]:
+        if self._by_index is None:
+            self._by_index = {}
+            for k in self.kernels:
+                if k.record_index is not None:
+                    self._by_index.setdefault(k.record_index, []).append(k)
+        return self._by_index.get(index, [])
+
+
+def _range_index(name: str) -> int | None:
+    if name.startswith(RANGE_PREFIX):
+        try:
+            return int(name[len(RANGE_PREFIX):])
+        except ValueError:
+            return None
+    return None
+
+
+def _walk(event: Any) -> Iterable[Any]:
+    yield event
+    for child in event.cpu_children:
+        yield from _walk(child)
+
+
+def profile_counted(w: Workload) -> ProfiledRun:
+    """Count and profile one call of a (warmed-up) workload."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if w.device != "cuda":
+        return _cpu_timed(w)
+    cuda = True
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    if cuda:
+        torch.cuda.synchronize()
+    holder: dict[str, CountResult] = {}
+    with profile(activities=activities) as prof:
+        holder["c"] = count_marked(w.run, "the profiled run", mark_ranges=True)
+        if cuda:
+            torch.cuda.synchronize()
+    counts = holder["c"]
+    run = ProfiledRun(counts=counts, device=w.device, op_time_s={}, raw=prof)
+    events = prof.events()
+    if cuda:
+        attributed: set[int] = set()
+        for e in events:
+            idx = _range_index(e.name)
+            if idx is None:
+                continue
+            for sub in _walk(e):
+                for k in getattr(sub, "kernels", ()):
+                    run.kernels.append(Kernel(k.name, k.duration * 1e-6, idx))
+                    attributed.add(id(k))
+        # Kernels launched outside any counted op (e.g. by the autograd engine's
+        # accumulate-grad or an optimizer's fused kernels dispatched below Python).
+        for e in events:
+            if _range_index(e.name) is not None or e.device_type != torch.autograd.DeviceType.CPU:
+                continue
+            for k in getattr(e, "kernels", ()):
+                if id(k) not in attributed and not _inside_range(e):
+                    run.kernels.append(Kernel(k.name, k.duration * 1e-6, None))
+        for k in run.kernels:
+            if k.record_index is not None:
+                run.op_time_s[k.record_index] = run.op_time_s.get(k.record_index, 0.0) + k.duration_s
+            else:
+                run.unattributed_s += k.duration_s
+        run.busy_s = sum(k.duration_s for k in run.kernels)
+    return run
+
+
+def _signature(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """Ops with the same function, tensor shapes/strides/dtypes and other arguments cost
+    the same: time one of them."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    def key(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return ("T", tuple(x.shape), tuple(x.stride()), x.dtype)
+        return repr(x)[:100]
+
+    return (str(func), tuple(key(x) for x in tree_flatten((args, kwargs))[0]))
+
+
+def _cpu_timed(w: Workload, budget_per_op_s: float = 0.02) -> ProfiledRun:
+    """CPU: ops run synchronously, so each distinct op of the counted run is replayed on
+    its own (same function, same input tensors), warm, and timed with the honest timer.
+    Timing inside the dispatch mode instead would charge each op for the cold caches the
+    mode's own Python work leaves behind. The cost of replaying an empty op (a 1-element
+    add_, called the same way) is subtracted: that is dispatch, not execution.
+    NB: in-place ops are replayed on the same tensors (values drift; cost does not)."""
+    import torch
+
+    from gobrrr.timing import measure
+
+    counts, calls = count_with_calls(w.run, "the counted run")
+    s = torch.randn(1)
+    add_ = torch.ops.aten.add_.Tensor
+    empty_s = measure(lambda: add_(s, 1.0), budget_s=0.1).median_s
+    run = ProfiledRun(counts=counts, device=w.device, op_time_s={}, empty_range_cost_s=empty_s)
+    cache: dict[tuple, float] = {}
+    for rec, (func, args, kwargs) in zip(counts.records, calls):
+        if rec.op_class == "view":
+            run.op_time_s[rec.index] = 0.0
+            continue
+        sig = _signature(func, args, kwargs)
+        if sig not in cache:
+            try:
+                t = measure(lambda f=func, a=args, k=kwargs: f(*a, **k),
+                            budget_s=budget_per_op_s, warmup_s=0.0, min_samples=3,
+                            max_samples=20, min_sample_s=2e-4)
+                cache[sig] = max(0.0, t.median_s - empty_s)
+            except Exception:  # an op that cannot run twice (e.g. consumed state)
+                cache[sig] = 0.0
+                run.unreplayable.append(rec.op)
+        run.op_time_s[rec.index] = cache[sig]
+    del calls
+    run.busy_s = sum(run.op_time_s.values())
+    return run
+
+
+def _inside_range(event: Any) -> bool:
+    parent = getattr(event, "cpu_parent", None)
+    while parent is not None:
+        if _range_index(parent.name) is not None:
+            return True
+        parent = getattr(parent, "cpu_parent", None)
+    return False
+
+
+def split_kernel_time(run: ProfiledRun, index: int, op_class: str) -> tuple[float, float]:
+    """(math kernel time, auxiliary kernel time) of one op: for a matmul-class op the
+    non-GEMM kernels (transposes, reductions) are auxiliary; for other ops all is main."""
+    if run.device != "cuda" or op_class not in MATMUL_CLASSES:
+        return run.op_time_s.get(index, 0.0), 0.0
+    main = aux = 0.0
+    for k in run.kernels_of(index):
+        if is_math_kernel(k.name):
+            main += k.duration_s
+        else:
+            aux += k.duration_s
+    if main == 0.0:  # unrecognised kernel names: keep the op's time whole
+        return aux, 0.0
+    return main, aux
