@@ -75,7 +75,7 @@ def figure(results: list[LabResult]) -> Any:
 
 def svg(fig: Any) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg")
+    fig.savefig(buf, format="svg", metadata={"Date": None})  # reproducible output
     text = buf.getvalue()
     return text[text.find("<svg"):]  # drop the XML prolog and doctype: inline in HTML
 
@@ -85,7 +85,7 @@ def write_plots(report: LabReport, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     fig = figure(report.results)
     paths = [out_dir / "lab.svg", out_dir / "lab.png"]
-    fig.savefig(paths[0], format="svg")
+    fig.savefig(paths[0], format="svg", metadata={"Date": None})
     fig.savefig(paths[1], format="png", dpi=80)
     return paths
 
