@@ -130,24 +130,20 @@ def pct_diff(a: float, b: float) -> float:
 
 @contextlib.contextmanager
 def restore_torch_settings() -> Iterator[None]:
-    """Restore the global torch settings an experiment may touch (TF32 flags, dynamo
-    caches are reset by the experiments themselves and documented there)."""
+    """Restore the global torch settings an experiment could touch: grad mode and the TF32
+    flags (read and written through the same legacy API as hardware.tf32_matmul: mixing
+    it with torch >= 2.9's fp32_precision API raises). Dynamo's caches are reset by the
+    compiled experiments themselves, see lab/compiled.py."""
     import torch
 
-    saved = (
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-        torch.get_float32_matmul_precision(),
-        torch.is_grad_enabled(),
-    )
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.is_grad_enabled())
     try:
         yield
     finally:
-        # The precision setting also writes the TF32 flag: restore it first.
-        torch.set_float32_matmul_precision(saved[2])
         torch.backends.cuda.matmul.allow_tf32 = saved[0]
         torch.backends.cudnn.allow_tf32 = saved[1]
-        torch.set_grad_enabled(saved[3])
+        torch.set_grad_enabled(saved[2])
 
 
 def geometric(lo: int, hi: int, factor: int = 2) -> list[int]:

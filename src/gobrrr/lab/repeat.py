@@ -18,6 +18,8 @@ from gobrrr.lab.common import EssayRef, LabContext, LabResult, geometric
 if TYPE_CHECKING:
     import torch
 
+    from gobrrr.timing import Timing
+
 __all__ = ["Knee", "RepeatPoint", "RepeatResult", "find_knee", "make_chain", "run", "plot"]
 
 # Not 2.0 as in the essay: 256 doublings overflow fp32 to inf, and we time real numbers.
@@ -159,11 +161,13 @@ def run(ctx: LabContext) -> RepeatResult:
             point = RepeatPoint(k, None, None, None, check.status(), check.compiled,
                                 check.compile_s)
             if check.compiled:
-                t = _time_checked(ctx, fn, x, check)
-                # An eager chain costs ~k single multiplies; a compiled one must be far
-                # below that once k >= 4 (on any device whose ridge is above 1 FLOP/byte).
+                timing = _time_checked(ctx, fn, x, check)
+                t = timing.median_s
+                # An eager chain costs ~k single multiplies; a compiled one is far below
+                # that once k >= 16 on any device whose ridge is above 1 FLOP/byte. Minimum
+                # times and half of k eager multiplies: a scheduler stall cannot fake it.
                 if check.recompiled_while_timing or (
-                        k >= 4 and t > 0.7 * k * result.eager_one_mul_s):
+                        k >= 16 and timing.min_s > 0.5 * k * eager.min_s):
                     point.compiled = False
                     point.compile_status = (check.status() if check.recompiled_while_timing
                                             else f"as slow as eager ({t * 1e3:.3g} ms)")
@@ -191,13 +195,14 @@ def compile_and_check(fn: Callable[..., Any], x: torch.Tensor, k: int) -> tuple[
     return compile_fresh(fn, (x,), expected_ops=k)
 
 
-def _time_checked(ctx: LabContext, fn: Callable[..., Any], x: torch.Tensor, check: Any) -> float:
+def _time_checked(ctx: LabContext, fn: Callable[..., Any], x: torch.Tensor,
+                  check: Any) -> Timing:
     from gobrrr.lab.compiled import graphs_so_far
 
     before = graphs_so_far()
     t = ctx.time(lambda: fn(x))
     check.recompiled_while_timing = graphs_so_far() != before
-    return t.median_s
+    return t
 
 
 def plot(r: RepeatResult, axes: Any) -> None:
