@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gobrrr.lab.common import EssayRef, LabContext, LabResult
@@ -94,7 +95,7 @@ def run(ctx: LabContext) -> ActivationsResult:
         for name, op in _ops().items():
             ctx.progress(f"activations: {name}")
             nbytes = count(op, x).total_bytes
-            times[name] = (ctx.time(lambda op=op: op(x)).median_s, nbytes)
+            times[name] = (ctx.time(partial(op, x)).median_s, nbytes)
     relu_s = times["relu"][0]
     for name, (t, nbytes) in times.items():
         r.ops.append(OpTime(name, t, nbytes, nbytes / t, 100 * (t - relu_s) / relu_s))

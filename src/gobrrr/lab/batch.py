@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gobrrr.lab.common import EssayRef, LabContext, LabResult, geometric
@@ -126,7 +127,7 @@ def run(ctx: LabContext) -> BatchResult:
             x = ctx.randn(b, HIDDEN, seed=b)
             counted = count(mlp, x)
             n_ops = sum(1 for rec in counted.records if rec.op_class != "view")
-            t = ctx.time(lambda x=x: mlp(x)).median_s
+            t = ctx.time(partial(mlp, x)).median_s
             r.points.append(BatchPoint(
                 batch=b, time_s=t, flops=counted.total_flops, bytes=counted.total_bytes,
                 n_ops=n_ops, compute_s=counted.total_flops / c.peak_flops_per_s["fp32"],
