@@ -16,6 +16,15 @@ for s in $stages; do
         /usr/bin/time -f "doctor $e wall %e s" python3 -m gobrrr doctor examples:$e --device cuda --json -q > "$OUT/doctor-$e.json" || echo "doctor $e FAILED"
         python3 -c "import json,sys; d=json.load(open('$OUT/doctor-$e.json')); print('$e', d['regime'], {k: round(v,3) for k,v in d['fractions'].items()}); [print('   ', x) for x in d['verdict']['evidence']]; print('   ', d['verdict']['agreement']); print('    notes', d['notes'])" 2>&1 | grep -v USDT
       done ;;
+    validate)
+      mkdir -p "$OUT/val"
+      timeout 300 python3 benchmarks/validate.py run "$OUT/val" 2>&1 | grep -v USDT
+      timeout 240 ncu --clock-control none --profile-from-start off --csv --metrics \
+        dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \
+        --log-file "$OUT/val/ncu.csv" python3 benchmarks/validate.py ncu-target 2>&1 | grep -v "^==PROF==" | tail -5
+      python3 benchmarks/validate.py compare "$OUT/val" ;;
+    gpt2)
+      /usr/bin/time -f "doctor gpt2 8x512 wall %e s" python3 -m gobrrr doctor benchmarks/validate.py:gpt2_large --device cuda 2>&1 | grep -v USDT | tee "$OUT/doctor-gpt2-8x512.txt" ;;
     *) echo "unknown stage $s" ;;
   esac
 done

@@ -30,7 +30,14 @@ def diagnose(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None =
 def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: float = 2.0,
                       progress: Progress | None = None) -> Report:
     from gobrrr.budget import compute_budget
-    from gobrrr.experiments import BatchScaling, GraphReplay, batch_scaling, graph_replay
+    from gobrrr.experiments import (
+        BatchScaling,
+        GraphReplay,
+        batch_counts,
+        batch_times,
+        graph_replay,
+        read_graph,
+    )
     from gobrrr.hardware import calibrate
     from gobrrr.report import remedies_for, verdict_for
     from gobrrr.timing import measure
@@ -45,25 +52,31 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         return measure(lambda: work.run("timing"), device=work.device,
                        budget_s=time_budget_s)
 
+    graph: GraphReplay | None = None
+    batch: BatchScaling | None = None
     with preserved_state(w):
+        # Every timing first, then the profiled run: a profiler can leave hooks behind
+        # that slow later launches, and T_wall must never carry profiler cost.
         say(f"timing {w.name} on {w.device} (warm-up, then repeats)")
         wall = timer(w)
         if wall.noisy:
             notes.append(f"wall time is noisy (IQR {100 * wall.rel_iqr:.0f}% of median)")
-        say("counting FLOPs/bytes in a profiled run")
-        run = profile_counted(w)
-        budget = compute_budget(run, wall.median_s, ceil)
-        graph: GraphReplay | None = None
-        batch: BatchScaling | None = None
         if experiments:
             if w.device == "cuda":
                 say("experiment: CUDA-graph replay")
-            graph = graph_replay(w, wall, budget, lambda f: measure(
+            graph = graph_replay(w, wall, lambda f: measure(
                 f, device=w.device, budget_s=time_budget_s))
-            batch = batch_scaling(w, wall, run.counts.total_flops, run.counts.total_bytes,
-                                  budget, timer, say)
+            batch = batch_times(w, wall, timer, say)
             if batch.skipped:
                 notes.append(f"batch scaling skipped: {batch.skipped}")
+        say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
+                                                 else ", timing each op alone"))
+        run = profile_counted(w)
+        budget = compute_budget(run, wall.median_s, ceil)
+        if graph is not None:
+            read_graph(graph, budget)
+        if batch is not None and not batch.skipped:
+            batch_counts(w, batch, run.counts.total_flops, run.counts.total_bytes, budget)
     verdict = verdict_for(budget, run.counts, ceil, w.device, batch, graph)
     remedies = remedies_for(budget, run.counts, ceil, w.device, batch, graph)
     return Report(

@@ -102,16 +102,38 @@ def pointwise(batch_size: int = 1, device: str = "cpu") -> tuple[Callable[..., A
     return chain, (x, out)
 
 
-def transformer(batch_size: int = 8, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
-    """One pre-norm transformer encoder block (d=256, 4 heads, FFN 1024, seq 128),
-    inference: a mix of matmuls, softmax/layer norms and pointwise ops."""
+def _block(d: int, heads: int, ffn: int) -> Any:
+    """A pre-norm transformer block written out (nn.TransformerEncoderLayer's inference
+    fast path would run it as one fused op with no FLOP count)."""
     import torch
     from torch import nn
 
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc1, self.fc2 = nn.Linear(d, ffn), nn.Linear(ffn, d)
+
+        def forward(self, x: Any) -> Any:
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, d // heads).unbind(2)
+            att = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+            x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+    return Block()
+
+
+def transformer(batch_size: int = 8, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
+    """One pre-norm transformer block (d=256, 4 heads, FFN 1024, seq 128), inference:
+    a mix of matmuls, attention, layer norms and pointwise ops."""
+    import torch
+
     torch_state = torch.random.get_rng_state()
     torch.manual_seed(0)
-    block = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True,
-                                       norm_first=True).to(device).eval()
+    block = _block(256, 4, 1024).to(device).eval()
     torch.random.set_rng_state(torch_state)
     x = torch.randn(batch_size, 128, 256, device=device, generator=_gen(device))
 

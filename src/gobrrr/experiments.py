@@ -22,7 +22,8 @@ from gobrrr.errors import UserError, WorkloadError
 from gobrrr.timing import Timing, measure
 from gobrrr.workload import Workload
 
-__all__ = ["BatchPoint", "BatchScaling", "GraphReplay", "batch_scaling", "graph_replay",
+__all__ = ["BatchPoint", "BatchScaling", "GraphReplay", "batch_times", "batch_counts",
+           "graph_replay", "read_graph",
            "AGREE_TOLERANCE"]
 
 # Experiment and budget agree when the measured ratio is within this relative distance of
@@ -83,18 +84,18 @@ def _free_device_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def batch_scaling(
-    w: Workload, base: Timing, base_flops: int, base_bytes: int, budget: Budget,
-    timer: Callable[[Workload], Timing], progress: Progress, max_extra_s: float = 10.0,
-) -> BatchScaling:
-    """Time and count the workload at 2x (and 4x when 2x took under 50 ms per call)."""
-    out = BatchScaling(points=[BatchPoint(w.batch_size, 1, base.median_s, base_flops,
-                                          base_bytes)])
+def batch_times(w: Workload, base: Timing, timer: Callable[[Workload], Timing],
+                progress: Progress) -> BatchScaling:
+    """Time the workload at 2x (and 4x when 2x took under 50 ms per call) its batch.
+
+    Run before any profiling: a profiler can leave tracing hooks that slow later kernel
+    launches, which would bias an overhead-bound workload's times."""
+    out = BatchScaling(points=[BatchPoint(w.batch_size, 1, base.median_s, None, None)])
     for factor in (2, 4):
-        if factor == 4 and (out.points[-1].time_s is None
-                            or out.points[-1].time_s > 0.05 or max_extra_s <= 0):
+        last = out.points[-1]
+        if factor == 4 and (last.time_s is None or last.time_s > 0.05):
             break
-        progress(f"batch scaling: {factor}x batch")
+        progress(f"experiment: batch scaling, {factor}x batch")
         try:
             big = w.scaled(factor)
         except UserError as exc:
@@ -104,10 +105,8 @@ def batch_scaling(
             out.points.append(BatchPoint(None, factor, None, None, None, str(exc.original)))
             break
         try:
-            counts = count(big.run, f"counting at {factor}x batch")
             t = timer(big)
-            out.points.append(BatchPoint(big.batch_size, factor, t.median_s,
-                                         counts.total_flops, counts.total_bytes))
+            out.points.append(BatchPoint(big.batch_size, factor, t.median_s, None, None))
         except (WorkloadError, RuntimeError) as exc:
             # Out of memory (torch.OutOfMemoryError is a RuntimeError) or the workload
             # refusing the bigger batch: record it, release the memory, use what ran.
@@ -115,6 +114,24 @@ def batch_scaling(
             out.points.append(BatchPoint(big.batch_size, factor, None, None, None,
                                          f"{type(original).__name__}: {original}"))
             break
+        finally:
+            del big
+            _free_device_memory(w.device)
+    return out
+
+
+def batch_counts(w: Workload, out: BatchScaling, base_flops: int, base_bytes: int,
+                 budget: Budget) -> BatchScaling:
+    """Count FLOPs and bytes at each batch that ran, then read the experiment against
+    the budget."""
+    out.points[0].flops, out.points[0].bytes = base_flops, base_bytes
+    for p in out.points[1:]:
+        if p.time_s is None:
+            continue
+        big = w.scaled(p.factor)
+        try:
+            counts = count(big.run, f"counting at {p.factor}x batch")
+            p.flops, p.bytes = counts.total_flops, counts.total_bytes
         finally:
             del big
             _free_device_memory(w.device)
@@ -155,13 +172,19 @@ def _read_batch(out: BatchScaling, budget: Budget) -> None:
     out.reading = text
 
 
-def graph_replay(w: Workload, eager: Timing, budget: Budget,
+def read_graph(g: GraphReplay, budget: Budget) -> GraphReplay:
+    """The budget's prediction for graph replay: T_wall -> kernel time."""
+    g.predicted_speedup = budget.total_s / budget.busy_s if budget.busy_s > 0 else None
+    if g.speedup is not None and g.predicted_speedup is not None:
+        g.agrees = _agree(g.speedup, g.predicted_speedup)
+    return g
+
+
+def graph_replay(w: Workload, eager: Timing,
                  timer: Callable[[Callable[[], Any]], Timing]) -> GraphReplay:
     """Capture one call in a CUDA graph and time its replay against eager."""
-    predicted = budget.total_s / budget.busy_s if budget.busy_s > 0 else None
     if w.device != "cuda":
-        return GraphReplay(False, "CUDA graphs need a CUDA device",
-                           predicted_speedup=predicted)
+        return GraphReplay(False, "CUDA graphs need a CUDA device")
     import torch
 
     graph = torch.cuda.CUDAGraph()
@@ -180,12 +203,10 @@ def graph_replay(w: Workload, eager: Timing, budget: Budget,
         del graph
         _free_device_memory("cuda")
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return GraphReplay(False, f"capture failed: {type(exc).__name__}: {msg[:300]}",
-                           predicted_speedup=predicted)
+        return GraphReplay(False, f"capture failed: {type(exc).__name__}: {msg[:300]}")
     t = timer(graph.replay)
     speedup = eager.median_s / t.median_s
-    result = GraphReplay(True, None, eager.median_s, t.median_s, speedup, predicted,
-                         _agree(speedup, predicted) if predicted else None)
+    result = GraphReplay(True, None, eager.median_s, t.median_s, speedup)
     del graph
     _free_device_memory("cuda")
     return result
