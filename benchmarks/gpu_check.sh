@@ -13,9 +13,14 @@ for s in $stages; do
     calibrate) /usr/bin/time -f "calibrate wall %e s" python3 -m gobrrr calibrate --device cuda --force --json > "$OUT/h200-calibrate.json"; python3 -m gobrrr calibrate --device cuda ;;
     doctor)
       for e in mlp matmul pointwise transformer mlp_train; do
-        /usr/bin/time -f "doctor $e wall %e s" python3 -m gobrrr doctor examples:$e --device cuda --json -q > "$OUT/doctor-$e.json" || echo "doctor $e FAILED"
-        python3 -c "import json,sys; d=json.load(open('$OUT/doctor-$e.json')); print('$e', d['regime'], {k: round(v,3) for k,v in d['fractions'].items()}); [print('   ', x) for x in d['verdict']['evidence']]; print('   ', d['verdict']['agreement']); print('    notes', d['notes'])" 2>&1 | grep -v USDT
+        /usr/bin/time -f "doctor $e wall %e s" python3 -m gobrrr doctor examples:$e --device cuda --json -q > "/tmp/doctor-$e.json" || echo "doctor $e FAILED"
+        python3 -c "import json,sys; d=json.load(open('/tmp/doctor-$e.json')); print('$e', d['regime'], {k: round(v,3) for k,v in d['fractions'].items()}); [print('   ', x) for x in d['verdict']['evidence']]; print('   ', d['verdict']['agreement']); print('    notes', d['notes'])" 2>&1 | grep -v USDT
       done ;;
+    validate-run)
+      mkdir -p "$OUT/val"
+      timeout 300 python3 benchmarks/validate.py run "$OUT/val" 2>&1 | grep -v USDT ;;
+    lab)
+      OUT=$OUT bash benchmarks/lab_gpu.sh ;;
     validate)
       mkdir -p "$OUT/val"
       timeout 300 python3 benchmarks/validate.py run "$OUT/val" 2>&1 | grep -v USDT

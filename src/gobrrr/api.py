@@ -45,7 +45,8 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
 
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
-    ceil = calibrate(w.device, progress=say)
+    with preserved_state(w):  # calibration must not consume the user's RNG either
+        ceil = calibrate(w.device, progress=say)
     notes = list(ceil.notes)
 
     def timer(work: Workload) -> Any:
@@ -71,7 +72,7 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
                 notes.append(f"batch scaling skipped: {batch.skipped}")
         say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
                                                  else ", timing each op alone"))
-        run = profile_counted(w)
+        run = profile_counted(w, wall.median_s)
         budget = compute_budget(run, wall.median_s, ceil)
         if graph is not None:
             read_graph(graph, budget)

@@ -212,7 +212,7 @@ def _copy_bandwidth(device: str, nbytes: int, budget_s: float) -> float:
 def _op_overhead_s(device: str, budget_s: float) -> float:
     import torch
 
-    s = torch.randn(1, device=device)
+    s = torch.randn(1, device=device, generator=torch.Generator(device=device).manual_seed(2))
     n_ops = 100
 
     def loop() -> None:

@@ -91,25 +91,30 @@ def _walk(event: Any) -> Iterable[Any]:
 WINDOW = "gobrrr:counted-call"
 
 
-def profile_counted(w: Workload) -> ProfiledRun:
-    """Count and profile one call of a (warmed-up) workload."""
+def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
+    """Count and profile one call of a (warmed-up) workload; `wall_s` (the timer's
+    median) sizes the lead-in that brings the GPU to the state the timer saw."""
     if w.device != "cuda":
         return _cpu_timed(w)
+    import math
     import warnings
 
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    # Lead-in: unmarked calls back to back for ~0.1 s, then the marked call with no sync
+    # between, so its kernels run in the sustained state the wall timing measured. Two
+    # reasons: the first kernels of a fresh CUPTI session run slower (seen: a bf16 matmul
+    # at 2x its time), and a GPU coming out of idle runs faster clocks for a while than
+    # under sustained load (seen: a large matmul 26% faster than in the timed loop).
+    lead_in = 3 if not wall_s else int(min(50, max(3, math.ceil(0.1 / wall_s))))
     holder: dict[str, CountResult] = {}
     torch.cuda.synchronize()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the profiler's notes about its own cycles
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            # One unmarked call first: the first kernels under a fresh CUPTI session run
-            # measurably slower (seen: a bf16 matmul at 2x its time), so only the second,
-            # marked call is read.
-            w.run("the profiled run")
-            torch.cuda.synchronize()
+            for _ in range(lead_in):
+                w.run("the profiled run")
             with record_function(WINDOW):
                 holder["c"] = count_marked(w.run, "the profiled run", mark_ranges=True)
                 torch.cuda.synchronize()

@@ -222,6 +222,26 @@ def _reachable(w: Workload) -> tuple[list[Any], list[Any], list[Any]]:
     return modules, optims, tensors
 
 
+def _read_flags() -> dict[tuple[Any, str], Any]:
+    """The torch.backends switches a remedy or a measurement may flip. torch >= 2.9 also
+    has per-backend `fp32_precision` strings, and refuses to read some of them once the
+    legacy `allow_tf32` flags were set: read what can be read, restore exactly that."""
+    import torch
+
+    b = torch.backends
+    candidates = [(b.cuda.matmul, "allow_tf32"), (b.cudnn, "allow_tf32"),
+                  (b.cudnn, "benchmark"), (b.cudnn, "deterministic"),
+                  (b.cuda.matmul, "allow_bf16_reduced_precision_reduction"),
+                  (b.cuda.matmul, "allow_fp16_reduced_precision_reduction")]
+    flags: dict[tuple[Any, str], Any] = {}
+    for obj, attr in candidates:
+        try:
+            flags[(obj, attr)] = getattr(obj, attr)
+        except (AttributeError, RuntimeError):
+            continue
+    return flags
+
+
 @contextlib.contextmanager
 def preserved_state(w: Workload) -> Iterator[None]:
     """Run gobrrr's many calls of the workload without leaving a trace on the user's
@@ -242,8 +262,7 @@ def preserved_state(w: Workload) -> Iterator[None]:
                         for t in tensors]
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision())
+    flags = _read_flags()
     try:
         yield
     finally:
@@ -262,7 +281,5 @@ def preserved_state(w: Workload) -> Iterator[None]:
         torch.set_rng_state(cpu_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
-        # precision first: it also sets allow_tf32, which the next line restores exactly
-        torch.set_float32_matmul_precision(flags[3])
-        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-         torch.backends.cudnn.benchmark) = flags[:3]
+        for (obj, attr), value in flags.items():
+            setattr(obj, attr, value)

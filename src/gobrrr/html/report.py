@@ -1,0 +1,186 @@
+"""The doctor report as HTML, built from `Report.to_dict()` (so a saved --json file
+renders the same page as a live Report).
+
+Order is what a reader needs first: the verdict and its evidence, the time budget, the
+roofline, the experiments, then the tables, remedies, notes, and the machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gobrrr.html.figures import (
+    batch_scaling_svg,
+    budget_bar_svg,
+    plottable_rows,
+    roofline_svg,
+)
+from gobrrr.html.page import Section, environment, figure, fmt_s, paragraph, render_page, table
+
+__all__ = ["report_sections", "render_report", "write_report", "rows_table", "title_of"]
+
+def _fmt_num(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    for suffix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {suffix}{unit}"
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def rows_table(rows: list[dict[str, Any]], total_s: float, numbered: bool = False) -> Any:
+    """Per-op / per-module / per-class rows (budget.RowBudget dicts), sortable."""
+    cols = (["#"] if numbered else []) + [
+        "name", "calls", "time", "% of T", "FLOPs", "bytes", "FLOP/B", "achieved",
+        "% roofline", "bound"]
+    out = []
+    for i, r in enumerate(rows):
+        ach = (r["achieved_flops_per_s"] if r["bound"] == "compute"
+               else r["achieved_bytes_per_s"])
+        ach_txt = (_fmt_num(r["achieved_flops_per_s"], "FLOP/s") if r["bound"] == "compute"
+                   else _fmt_num(r["achieved_bytes_per_s"], "B/s"))
+        frac = r["roofline_fraction"]
+        cells: list[Any] = [(str(i + 1), i + 1)] if numbered else []
+        cells += [
+            r["name"], (str(r["calls"]), r["calls"]), (fmt_s(r["time_s"]), r["time_s"]),
+            (f"{100 * r['time_s'] / total_s:.1f}%" if total_s > 0 else "-", r["time_s"]),
+            (_fmt_num(r["flops"]), r["flops"]), (_fmt_num(r["bytes"], "B"), r["bytes"]),
+            (f"{r['intensity_flops_per_byte']:.3g}"
+             if r["intensity_flops_per_byte"] is not None else "-",
+             r["intensity_flops_per_byte"] if r["intensity_flops_per_byte"] is not None
+             else -1),
+            (ach_txt, ach if ach is not None else -1),
+            (f"{100 * frac:.0f}%" + (" (below)" if r["below_roof"] else "")
+             if frac is not None else "-", frac if frac is not None else -1),
+            r["bound"],
+        ]
+        out.append(cells)
+    name_col = 1 if numbered else 0
+    return table(cols, out, text_columns=(name_col, len(cols) - 1), name_columns=(name_col,))
+
+
+def _measured_gain(rem: dict[str, Any], d: dict[str, Any]) -> tuple[float | None, str]:
+    """A remedy's measured whole-workload gain and what measured it: `gobrrr optimize`
+    fills measured_speedup; without it, an experiment that already ran the remedy."""
+    if rem.get("measured_speedup"):
+        return rem["measured_speedup"], rem.get("measured_by", "gobrrr optimize")
+    gr = d["experiments"].get("graph_replay") or {}
+    if rem["name"].startswith("CUDA graphs") and gr.get("speedup"):
+        return gr["speedup"], "graph-replay experiment"
+    if rem["name"].startswith("larger batch") and rem.get("predicted_speedup"):
+        return rem["predicted_speedup"], "batch-scaling experiment"
+    return None, "not yet (gobrrr optimize measures it)"
+
+
+def _remedies_table(d: dict[str, Any]) -> Any:
+    rows = []
+    for rem in d["remedies"]:
+        pred = rem.get("predicted_speedup")
+        meas, by = _measured_gain(rem, d)
+        rows.append([rem["name"], rem["regime"],
+                     (f"{pred:.2f}x" if pred else "-", pred or 0),
+                     (f"{meas:.2f}x" if meas else "-", meas or 0), by,
+                     rem["basis"], rem["how"]])
+    return table(["remedy", "for", "predicted", "measured", "measured by", "why", "how"],
+                 rows, text_columns=(0, 1, 4, 5, 6))
+
+
+def _stack_table(d: dict[str, Any]) -> Any:
+    m = d["machine"]
+    fp = m["fingerprint"]
+    rows = [["device", f"{fp.get('name', m['device'])} ({m['device']})"]]
+    for key, label in (("capability", "compute capability"), ("cuda_driver", "CUDA driver"),
+                       ("cuda_runtime", "CUDA runtime"), ("machine", "architecture"),
+                       ("threads", "torch threads"), ("torch", "torch"),
+                       ("python", "python")):
+        if fp.get(key):
+            rows.append([label, str(fp[key])])
+    rows += [["gobrrr", f"{d['gobrrr_version']} (report schema {d['schema_version']})"],
+             ["report created", d["created"]]]
+    return table(["", ""], rows, sortable=False, text_columns=(0, 1))
+
+
+def _ceilings_table(m: dict[str, Any]) -> Any:
+    sheet = m.get("datasheet") or {}
+    rows = []
+    for dtype, v in m["peak_flops_per_s"].items():
+        s = (sheet.get("peak_flops_per_s") or {}).get(dtype)
+        rows.append([f"matmul {dtype}", _fmt_num(v, "FLOP/s"),
+                     _fmt_num(s, "FLOP/s") if s else "-", f"{100 * v / s:.0f}%" if s else "-"])
+    bw, sbw = m["bandwidth_bytes_per_s"], sheet.get("bandwidth_bytes_per_s")
+    rows.append(["copy bandwidth (read + write)", _fmt_num(bw, "B/s"),
+                 _fmt_num(sbw, "B/s") if sbw else "-", f"{100 * bw / sbw:.0f}%" if sbw else "-"])
+    rows.append(["eager cost of one tiny op", fmt_s(m["op_overhead_s"]), "-", "-"])
+    return table(["ceiling", "measured here", "datasheet", "% of datasheet"], rows,
+                 sortable=False)
+
+
+def title_of(d: dict[str, Any]) -> tuple[str, str]:
+    w, fp = d["workload"], d["machine"]["fingerprint"]
+    title = f"gobrrr doctor: {w['name']}"
+    sub = (f"{w.get('description') or ''} - batch {w.get('batch_size')} on "
+           f"{fp.get('name', w['device'])} ({w['device']}), torch {fp.get('torch')}, "
+           f"{d['created']}")
+    return title, sub
+
+
+def report_sections(d: dict[str, Any]) -> list[Section]:
+    """The doctor report's sections, from Report.to_dict()."""
+    parts = environment().get_template("report.html.j2").module
+    b = d["budget"]
+    total_s = b["overhead_s"] + b["memory_s"] + b["compute_s"]
+    per_op = b["per_op"]
+    on, off = plottable_rows(per_op)
+    off_s = sum(per_op[i]["time_s"] for i in off)
+    roof_caption = (
+        "Each dot is one op (all its calls): x = FLOPs per byte, y = achieved FLOP/s; "
+        "area = its time; color = where its time went. Hover a dot for its name; the "
+        "number is its row in the per-op table. Roofs are this machine's measured "
+        "ceilings (fp32 is also the roof of non-matmul math).")
+    if off:
+        roof_caption += (f" {len(off)} ops with no FLOPs or no bytes ({fmt_s(off_s)}) "
+                         "cannot sit on a log-log roofline; they are in the table.")
+    roof = (figure(roofline_svg(per_op, d["machine"]), roof_caption) if on
+            else paragraph("No op with both FLOPs and bytes: nothing to place on a "
+                           "roofline.", "note"))
+    bs = d["experiments"].get("batch_scaling")
+    batch_svg = batch_scaling_svg(bs) if bs and not bs.get("skipped") else None
+    notes = list(d["notes"])
+    if d["counts"]["uncounted_ops"]:
+        notes.append("ops with no FLOP formula (counted as 0 FLOPs): "
+                     + ", ".join(d["counts"]["uncounted_ops"]))
+    from markupsafe import Markup
+
+    notes_body = Markup("").join(paragraph(n, "note") for n in notes) if notes else \
+        paragraph("none", "note")
+    remedies = (_remedies_table(d) if d["remedies"]
+                else paragraph("No remedy applies to this budget.", "note"))
+    return [
+        Section("verdict", "Verdict", parts.verdict(d, total_s)),
+        Section("budget", "Time budget", parts.budget(b, Markup(budget_bar_svg(b)))),
+        Section("roofline", "Roofline", roof),
+        Section("experiments", "Experiments",
+                parts.experiments(d, Markup(batch_svg) if batch_svg else None)),
+        Section("ops", "Per op", rows_table(per_op, total_s, numbered=True)),
+        Section("modules", "Per module", rows_table(b["per_module"], total_s)),
+        Section("classes", "Per op class", rows_table(b["per_class"], total_s)),
+        Section("remedies", "Remedies: predicted and measured gains", remedies),
+        Section("notes", "Notes", notes_body),
+        Section("machine", "Machine and software", parts.machine(
+            d, _stack_table(d), _ceilings_table(d["machine"]))),
+    ]
+
+
+def render_report(d: dict[str, Any], *, standalone: bool = True) -> str:
+    title, sub = title_of(d)
+    return render_page(title, report_sections(d), subtitle=sub, standalone=standalone,
+                       footer=f"gobrrr {d['gobrrr_version']}; figures drawn from the "
+                              "numbers in this report's JSON (gobrrr doctor --json).")
+
+
+def write_report(d: dict[str, Any], path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(render_report(d), encoding="utf-8")
+    return p

@@ -1,0 +1,48 @@
+"""Targets for the CLI tests: good, broken and awkward workloads."""
+
+import torch
+
+
+def good(batch_size=4):
+    w = torch.randn(16, 16)
+    return (lambda x: torch.relu(x @ w)), (torch.randn(batch_size, 16),)
+
+
+def no_batch():
+    x = torch.randn(8, 8)
+    return (lambda a: a.cos()), (x,)
+
+
+def wrong_return():
+    return 42
+
+
+def builds_but_raises(batch_size=2):
+    def fn(x):
+        return x @ torch.randn(3, 3)  # shape mismatch: (b, 5) @ (3, 3)
+
+    return fn, (torch.randn(batch_size, 5),)
+
+
+def factory_raises(batch_size=2):
+    raise ValueError("the user's factory is broken")
+
+
+def with_dropout(batch_size=8):
+    drop = torch.nn.Dropout(0.5)
+    return (lambda x: drop(x).sum()), (torch.randn(batch_size, 32),)
+
+
+def syncs(batch_size=4):
+    w = torch.randn(16, 16)
+
+    def fn(x):
+        y = x @ w
+        if y.sum().item() > 1e9:  # a CPU sync: no CUDA-graph capture possible
+            print("big")
+        return y
+
+    return fn, (torch.randn(batch_size, 16),)
+
+
+NOT_CALLABLE = 3

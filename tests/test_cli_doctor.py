@@ -1,0 +1,88 @@
+"""`gobrrr doctor`: targets, JSON, and bad input (one line, exit 2)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gobrrr.cli import cli
+
+TARGETS = Path(__file__).parent / "data" / "targets.py"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["doctor", *args])
+
+
+def error_lines(result):
+    return [x for x in result.stderr.splitlines() if x.startswith("gobrrr: error")]
+
+
+def test_file_target_json():
+    r = run(f"{TARGETS}:good", "--json", "-q", "--time-budget", "0.2", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["workload"]["batch_size"] == 4
+    assert d["regime"] in ("overhead", "memory", "compute")
+    assert d["experiments"]["batch_scaling"]["points"][1]["batch_size"] == 8
+
+
+def test_batch_size_option():
+    r = run(f"{TARGETS}:good", "--json", "-q", "--no-experiments", "--batch-size", "3",
+            "--time-budget", "0.2", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["workload"]["batch_size"] == 3
+
+
+def test_non_factory_target_scales_dim0():
+    r = run(f"{TARGETS}:no_batch", "--json", "-q", "--time-budget", "0.2", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    pts = json.loads(r.stdout)["experiments"]["batch_scaling"]["points"]
+    assert pts[1]["factor"] == 2 and pts[1]["time_s"] > 0
+
+
+@pytest.mark.parametrize("target,needle", [
+    ("no/such/file.py:fn", "no such file"),
+    (f"{TARGETS}:missing", "has no attribute 'missing'"),
+    (f"{TARGETS}:wrong_return", "must return (callable, args_tuple)"),
+    (f"{TARGETS}:NOT_CALLABLE", "is not callable"),
+    ("examples:nope", "unknown example"),
+    ("just_a_name", "must be FILE.py:NAME"),
+])
+def test_bad_targets_are_one_line_errors(target, needle):
+    r = run(target, "-q", "--device", "cpu")
+    assert r.exit_code == 2
+    lines = error_lines(r)
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_workload_that_raises_shows_the_users_traceback():
+    r = run(f"{TARGETS}:builds_but_raises", "-q", "--device", "cpu")
+    assert r.exit_code == 2
+    assert "Traceback" in r.stderr and "targets.py" in r.stderr
+    assert "gobrrr/" not in r.stderr.split("gobrrr: error")[0]  # no gobrrr frames
+    assert "RuntimeError" in error_lines(r)[0]
+
+
+def test_factory_that_raises_shows_the_users_traceback():
+    r = run(f"{TARGETS}:factory_raises", "-q", "--device", "cpu")
+    assert r.exit_code == 2
+    assert "the user's factory is broken" in r.stderr and "targets.py" in r.stderr
+
+
+def test_dropout_workload_is_fine():
+    r = run(f"{TARGETS}:with_dropout", "-q", "--json", "--time-budget", "0.2",
+            "--device", "cpu")
+    assert r.exit_code == 0, r.output
+
+
+def test_terminal_output_fits_80_columns(monkeypatch):
+    monkeypatch.setenv("TERMINAL_WIDTH", "80")
+    monkeypatch.setenv("NO_COLOR", "1")
+    r = run(f"{TARGETS}:good", "-q", "--time-budget", "0.2", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    assert "BOUND" in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    assert "\x1b[" not in r.stdout

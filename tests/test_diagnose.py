@@ -1,0 +1,211 @@
+"""Diagnosis: budget arithmetic (exact), experiment readings (exact), the regimes of the
+built-in examples on this CPU (measured, with margins), and the user's state untouched."""
+
+import hashlib
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from gobrrr.api import diagnose, diagnose_workload
+from gobrrr.budget import compute_budget, fusable_bytes_saved
+from gobrrr.counting import count
+from gobrrr.experiments import BatchPoint, BatchScaling, _read_batch
+from gobrrr.hardware import Ceilings
+from gobrrr.trace import Kernel, ProfiledRun
+from gobrrr.workload import load_target
+
+
+def ceilings(**kw):
+    d = dict(device="cuda", fingerprint={"name": "test"},
+             peak_flops_per_s={"fp32": 1e12, "bf16": 1e13}, bandwidth_bytes_per_s=1e11,
+             op_overhead_s=5e-6, python_ops_per_s=1e7, measured_at="t", calibrate_s=0.0)
+    d.update(kw)
+    return Ceilings(**d)
+
+
+def test_budget_arithmetic_exact():
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    counts = count(lambda: torch.relu(a @ b))
+    mm, relu = counts.records
+    # mm: 65536 FLOPs / 1e12 = 65.5 ns > 14336 B / 1e11 = 143 ns? No: memory is larger,
+    # so with these ceilings mm is memory-bound; relu: 1024 FLOPs vs 8192 B: memory.
+    # Make the matmul compute-bound with a slow compute roof instead:
+    ceil = ceilings(peak_flops_per_s={"fp32": 1e11})  # mm: 655 ns compute vs 143 ns memory
+    run = ProfiledRun(counts=counts, device="cuda", op_time_s={0: 2e-6, 1: 1e-6},
+                      kernels=[Kernel("sgemm_128x64", 2e-6, 0), Kernel("relu_kernel", 1e-6, 1)])
+    run.busy_s = 3e-6
+    b_ = compute_budget(run, wall_s=10e-6, ceil=ceil)
+    assert b_.compute_s == pytest.approx(2e-6)
+    assert b_.memory_s == pytest.approx(1e-6)
+    assert b_.overhead_s == pytest.approx(7e-6)  # 10 us wall - 3 us of kernels
+    assert b_.fractions == pytest.approx({"overhead": 0.7, "memory": 0.1, "compute": 0.2})
+    assert b_.regime == "overhead"
+    # roofline floor: mm max(655 ns, 143.4 ns) + relu max(10.24 ns, 81.92 ns)
+    assert b_.floor_s == pytest.approx(65536 / 1e11 + 8192 / 1e11)
+    # relu reached 81.92 ns / 1 us = 8% of its roofline: flagged below roof
+    assert b_.below_roof_s == pytest.approx(1e-6)
+
+
+def test_budget_splits_layout_kernels_of_a_matmul_apart():
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    counts = count(lambda: a @ b)
+    run = ProfiledRun(counts=counts, device="cuda", op_time_s={0: 3e-6},
+                      kernels=[Kernel("sm90_xmma_gemm_f32", 2e-6, 0),
+                               Kernel("nchwToNhwcKernel", 1e-6, 0)])
+    run.busy_s = 3e-6
+    b_ = compute_budget(run, wall_s=3e-6, ceil=ceilings(peak_flops_per_s={"fp32": 1e11}))
+    assert b_.compute_s == pytest.approx(2e-6)  # the GEMM
+    assert b_.memory_s == pytest.approx(1e-6)  # the transpose moves bytes, no math
+
+
+def test_budget_scales_op_times_that_exceed_wall():
+    x = torch.randn(100)
+    counts = count(lambda: x.cos())
+    run = ProfiledRun(counts=counts, device="cpu", op_time_s={0: 4e-6})
+    run.busy_s = 4e-6
+    b_ = compute_budget(run, wall_s=2e-6, ceil=ceilings(device="cpu"))
+    assert b_.total_s == pytest.approx(2e-6)
+    assert b_.overhead_s == pytest.approx(0.0)
+    assert any("scaled down" in n for n in b_.notes)
+
+
+def test_fusion_estimate_cos_cos():
+    x = torch.randn(1024)
+    counts = count(lambda: x.cos().cos())
+    saved, total = fusable_bytes_saved(counts.records)
+    # unfused: read x, write t, read t, write y = 4 * 1024 * 4 bytes; fused: 2 * 1024 * 4
+    assert total == 4 * 1024 * 4
+    assert saved == 2 * 1024 * 4
+
+
+def _batch(t1, t2, f1, f2, b1, b2, overhead, memory, compute):
+    out = BatchScaling(points=[BatchPoint(1, 1, t1, f1, b1), BatchPoint(2, 2, t2, f2, b2)])
+    budget = type("B", (), {"overhead_s": overhead, "memory_s": memory,
+                            "compute_s": compute, "total_s": overhead + memory + compute})
+    _read_batch(out, budget)
+    return out
+
+
+def test_batch_reading_overhead():
+    # work doubles, time +10%: overhead. Budget 90 us overhead + 10 us memory -> predicts
+    # (90 + 10*2) / 100 = 1.10x: agrees.
+    out = _batch(100e-6, 110e-6, 100, 200, 1000, 2000, 90e-6, 10e-6, 0.0)
+    assert out.time_ratio == pytest.approx(1.1)
+    assert out.predicted_time_ratio == pytest.approx(1.1)
+    assert out.agrees and "overhead-bound" in out.reading
+
+
+def test_batch_reading_b_much_smaller_than_d_caveat():
+    # [B,D]x[D,D], B << D: FLOPs double, bytes +2%: sub-linear time is no proof of overhead
+    out = _batch(100e-6, 104e-6, 100, 200, 1000, 1020, 0.0, 100e-6, 0.0)
+    assert "caveat B << D" in out.reading
+    assert out.predicted_time_ratio == pytest.approx(1.02)
+    assert out.agrees
+
+
+def test_batch_reading_disagreement_is_reported():
+    # budget says all compute (predicts 2x) but time did not move
+    out = _batch(100e-6, 101e-6, 100, 200, 1000, 2000, 0.0, 0.0, 100e-6)
+    assert out.agrees is False and "DISAGREES" in out.reading
+
+
+# Measured on this CPU. Margins: each example is built so its regime is unmistakable
+# (examples.py says why); the dominant share must exceed one half, far from a coin toss.
+@pytest.mark.parametrize("name,regime", [("mlp", "overhead"), ("matmul", "compute"),
+                                         ("pointwise", "memory")])
+def test_builtin_examples_show_their_regime_on_cpu(name, regime):
+    w = load_target(f"examples:{name}", "cpu")
+    report = diagnose_workload(w, experiments=False, time_budget_s=0.5)
+    assert report.regime == regime, report.fractions
+    assert report.fractions[regime] > 0.5
+    assert sum(report.fractions.values()) == pytest.approx(1.0)
+    assert report.budget.per_op and report.budget.per_module
+
+
+def test_report_json_has_the_documented_keys():
+    w = load_target("examples:mlp", "cpu")
+    report = diagnose_workload(w, time_budget_s=0.3)
+    d = json.loads(report.to_json())
+    assert d["schema"] == "gobrrr.report" and d["schema_version"]
+    assert d["regime"] in ("overhead", "memory", "compute")
+    assert set(d["fractions"]) == {"overhead", "memory", "compute"}
+    assert d["experiments"]["batch_scaling"]["time_ratio"] > 0
+    assert d["experiments"]["graph_replay"]["possible"] is False  # CPU
+    assert d["machine"]["fingerprint"]["torch"] == torch.__version__
+    assert d["remedies"], "an overhead-bound workload has remedies"
+
+
+def _checksum(*tensors):
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def test_diagnose_leaves_the_users_state_untouched():
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 8))
+    model.register_buffer("seen", torch.zeros(1))
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 32), torch.randn(16, 8)
+    # one real step first so gradients and optimizer state exist
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+
+    def train_step(x, y):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        model.seen += 1
+
+    def state():
+        params = [p for p in model.parameters()]
+        grads = [p.grad for p in model.parameters()]
+        opt_t = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
+        return (_checksum(*params, *grads, *opt_t, model.seen, x, y),
+                _checksum(torch.get_rng_state()))
+
+    torch.backends.cuda.matmul.allow_tf32 = True  # a user's flag the tool must keep
+    before = state()
+    report = diagnose(train_step, x, y, time_budget_s=0.3)
+    assert state() == before
+    assert torch.backends.cuda.matmul.allow_tf32 is True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    assert report.regime in ("overhead", "memory", "compute")
+    assert any(r.phase == "optimizer" for r in report.counts.records)
+
+
+def test_module_target_via_api():
+    model = nn.Linear(8, 8)
+    report = diagnose(model, torch.randn(4, 8), experiments=False, time_budget_s=0.2)
+    assert "Linear" in {r.name for r in report.budget.per_module}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name,regime", [("mlp", "overhead"), ("matmul", "compute"),
+                                         ("pointwise", "memory")])
+def test_builtin_examples_show_their_regime_on_cuda(name, regime):
+    w = load_target(f"examples:{name}", "cuda")
+    report = diagnose_workload(w, time_budget_s=0.5)
+    assert report.regime == regime, report.fractions
+    assert report.fractions[regime] > 0.6
+
+
+@pytest.mark.cuda
+def test_cpu_sync_makes_graph_capture_impossible_with_reason():
+    from gobrrr.workload import from_callable
+
+    w_ = torch.randn(16, 16, device="cuda")
+
+    def fn(x):
+        y = x @ w_
+        if y.sum().item() > 1e9:
+            print("big")
+        return y
+
+    report = diagnose_workload(from_callable(fn, (torch.randn(4, 16, device="cuda"),)),
+                               time_budget_s=0.3)
+    assert report.graph is not None and not report.graph.possible
+    assert "capture" in report.graph.reason
