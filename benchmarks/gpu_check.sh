@@ -29,7 +29,7 @@ for s in $stages; do
         --log-file "$OUT/val/ncu.csv" python3 benchmarks/validate.py ncu-target 2>&1 | grep -v "^==PROF==" | tail -5
       python3 benchmarks/validate.py compare "$OUT/val" ;;
     gpt2)
-      /usr/bin/time -f "doctor gpt2 8x512 wall %e s" python3 -m gobrrr doctor benchmarks/validate.py:gpt2_large --device cuda 2>&1 | grep -v USDT | tee "$OUT/doctor-gpt2-8x512.txt" ;;
+      /usr/bin/time -f "doctor gpt2 8x512 wall %e s" python3 -m gobrrr doctor benchmarks/validate.py:gpt2_large --device cuda 2>&1 | grep -v USDT ;;
     *) echo "unknown stage $s" ;;
   esac
 done
