@@ -85,5 +85,5 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
                   "batch_size": w.batch_size},
         ceilings=ceil, timing=wall, counts=run.counts, budget=budget, verdict=verdict,
         remedies=remedies, batch=batch, graph=graph,
-        diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
+        diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes, run=run,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 __all__ = ["register"]
@@ -17,9 +19,14 @@ __all__ = ["register"]
 @click.option("--no-experiments", is_flag=True, help="Skip batch scaling and graph replay.")
 @click.option("--time-budget", "time_budget_s", type=click.FloatRange(min=0.05), default=2.0,
               show_default=True, help="Seconds of repeats per timing.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a self-contained HTML report here.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a Chrome/Perfetto trace of the profiled run here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def doctor(target: str | None, device: str, batch_size: int | None, as_json: bool,
-           no_experiments: bool, time_budget_s: float, quiet: bool) -> None:
+           no_experiments: bool, time_budget_s: float, quiet: bool,
+           html_path: Path | None = None, trace_path: Path | None = None) -> None:
     """Split a workload's time into compute, memory and overhead.
 
     TARGET is FILE.py:NAME (NAME() or NAME(batch_size) returns (callable, args)) or
@@ -40,6 +47,12 @@ def doctor(target: str | None, device: str, batch_size: int | None, as_json: boo
                                    time_budget_s=time_budget_s, progress=say)
         for note in report.notes:
             say(note)
+        if html_path is not None:
+            report.save_html(str(html_path))
+            say(f"wrote {html_path}")
+        if trace_path is not None:
+            report.save_trace(str(trace_path))
+            say(f"wrote {trace_path}")
         if as_json:
             emit_json(report.to_dict())
         else:

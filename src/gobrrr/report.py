@@ -196,6 +196,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
                          .isoformat(timespec="seconds"))
+    # The ProfiledRun behind the budget (kernels, raw profiler): for save_trace. Not in
+    # to_dict(): runtime objects, not data.
+    run: Any = field(default=None, repr=False, compare=False)
 
     @property
     def regime(self) -> str:
@@ -242,3 +245,23 @@ class Report:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    def save_html(self, path: str) -> None:
+        """One self-contained HTML file: verdict, budget, roofline, experiments, tables,
+        remedies, machine (gobrrr.html)."""
+        from gobrrr.html import write_report
+
+        write_report(self.to_dict(), path)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the same report inline (a fragment, styles scoped to it)."""
+        from gobrrr.html import render_report
+
+        return render_report(self.to_dict(), standalone=False)
+
+    def save_trace(self, path: str) -> None:
+        """A Chrome/Perfetto JSON trace of the profiled run, annotated per op and kernel
+        (gobrrr.perfetto)."""
+        from gobrrr.perfetto import write_trace
+
+        write_trace(self, path)
