@@ -12,7 +12,7 @@ from typing import Any
 from gobrrr.report import Report
 from gobrrr.workload import Workload, from_callable, preserved_state
 
-__all__ = ["diagnose", "diagnose_workload"]
+__all__ = ["diagnose", "diagnose_workload", "optimize"]
 
 Progress = Callable[[str], None]
 
@@ -87,3 +87,19 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         remedies=remedies, batch=batch, graph=graph,
         diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes, run=run,
     )
+
+
+def optimize(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
+             budget_s: float = 120.0, only: list[str] | None = None,
+             diagnose: bool = True, report: Report | None = None,
+             progress: Progress | None = None) -> Any:
+    """Apply the essay's remedies to copies of `fn(*args, **kwargs)`, verify outputs and
+    speed, and rank them. Returns a gobrrr.remedies.result.OptimizeResult: call it to
+    run the best verified configuration (on gobrrr's copy of the model); `.table()`
+    lists predicted vs measured for every remedy; `.snippet` is the code to apply it.
+    The user's objects are never changed."""
+    from gobrrr.remedies.runner import optimize_workload
+
+    return optimize_workload(from_callable(fn, args, kwargs), report=report,
+                             diagnose=diagnose, budget_s=budget_s, only=only,
+                             progress=progress)

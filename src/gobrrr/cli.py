@@ -97,7 +97,8 @@ def calibrate(device: str, force: bool, as_json: bool, quiet: bool) -> None:
 
 # Commands that live in their own modules (one job each); each module has
 # `register(group)` and imports nothing heavy at module level.
-_COMMAND_MODULES: tuple[str, ...] = ("cli_doctor", "cli_lab", "cli_compare")
+_COMMAND_MODULES: tuple[str, ...] = ("cli_doctor", "cli_lab", "cli_compare",
+                                      "cli_optimize")
 
 
 def _register_optional_commands() -> None:

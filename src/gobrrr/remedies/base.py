@@ -42,6 +42,9 @@ class Context:
     independent_copy: bool = True  # False: state shared with the user's objects
     records: list[Any] = field(default_factory=list)  # counting.OpRecord of one call
     compile_backend: str = "inductor"  # tests use "eager" where only dynamo is checked
+    # "tf32" when eager itself already runs fp32 matmuls/convs in TF32 (cuDNN's default
+    # allow_tf32=True for convolutions): any remedy is then judged at TF32's tolerance
+    reference_precision: str | None = None
 
     @property
     def budget(self) -> Any | None:

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Copied", "copy_workload", "stateful_ids", "snapshot", "restore", "clone_tree"]
+__all__ = ["Copied", "copy_workload", "describe", "stateful_ids", "snapshot", "restore",
+           "clone_tree"]
 
 _LIBRARIES = {"torch", "numpy", "transformers", "torchvision", "functools", "builtins",
               "math", "operator"}
@@ -109,7 +110,7 @@ class _Copier:
         out.__dict__.update(fn.__dict__)
         self.memo[id(fn)] = out  # before recursing: closures may refer back to fn
         if fn.__closure__ and cells:
-            for old, new in zip(fn.__closure__, cells):
+            for old, new in zip(fn.__closure__, cells, strict=True):
                 try:
                     new.cell_contents = self.copy(old.cell_contents, depth + 1)
                 except ValueError:  # an empty cell (a name assigned later)
@@ -165,20 +166,26 @@ def stateful_ids(fn: Callable[..., Any], args: tuple[Any, ...],
     return {id(o) for o in _collect([fn, list(args), kwargs])}
 
 
+def describe(fn: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Copied:
+    """The workload with the modules, optimizers and tensors it reaches (no copying)."""
+    import torch
+
+    found = _collect([fn, list(args), kwargs])
+    mods = [o for o in found if isinstance(o, torch.nn.Module)]
+    opts = [o for o in found if isinstance(o, torch.optim.Optimizer)]
+    tens = [o for o in found if isinstance(o, torch.Tensor)]
+    return Copied(fn, args, kwargs, mods, opts, tens)
+
+
 def copy_workload(fn: Callable[..., Any], args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> Copied:
     """An independent copy of `fn(*args, **kwargs)` and the state it reaches."""
-    import torch
-
     c = _Copier()
     new_fn = c.copy(fn)
     new_args = tuple(c.copy(a) for a in args)
     new_kwargs = {k: c.copy(v) for k, v in kwargs.items()}
-    found = _collect([new_fn, list(new_args), new_kwargs])
-    mods = [o for o in found if isinstance(o, torch.nn.Module)]
-    opts = [o for o in found if isinstance(o, torch.optim.Optimizer)]
-    tens = [o for o in found if isinstance(o, torch.Tensor)]
-    return Copied(new_fn, new_args, new_kwargs, mods, opts, tens)
+    return describe(new_fn, new_args, new_kwargs)
 
 
 # ------------------------------------------------------------------ in-place snapshots

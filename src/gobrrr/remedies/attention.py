@@ -1,0 +1,112 @@
+"""SDPA in place of hand-written attention: softmax(Q K^T * scale [+ mask]) V.
+
+Written out, the [B, H, T, T] score matrix makes round trips through memory: written by
+Q K^T, read and written by each scale/mask op and by the softmax, read by the second
+matmul. A fused attention kernel (F.scaled_dot_product_attention: flash or
+memory-efficient) keeps it on chip. Predicted: those bytes' time at the measured
+bandwidth disappears.
+
+Detection walks the counted ops' storage identities (counting.OpRecord reads/writes):
+a matmul whose output flows, through pointwise/copy ops, into a softmax whose output a
+later matmul reads. Applying: Inductor's attention pattern rewrite
+(torch/_inductor/fx_passes/fuse_attention.py) replaces such patterns by SDPA inside
+torch.compile; the harness confirms it fired (counters["inductor"]["fuse_attention"]),
+and when it did not, the result is advice with the code to write by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gobrrr.remedies.base import (
+    STAGE_EXECUTION,
+    Candidate,
+    Context,
+    RemedySpec,
+    speedup_from_saved,
+)
+from gobrrr.remedies.compiled import compile_candidate
+
+__all__ = ["AttentionMatch", "find_attention", "SPEC", "rewrite_fired"]
+
+_PASS_THROUGH = ("pointwise", "copy", "view")
+
+
+@dataclass
+class AttentionMatch:
+    ops: list[int]  # record indices: QK^T, pointwise..., softmax, PV
+    score_bytes: int  # bytes of one score-matrix tensor (softmax output)
+    saved_bytes: int  # score-matrix traffic a fused kernel avoids
+
+
+def find_attention(records: list[Any]) -> list[AttentionMatch]:
+    """Hand-written attention chains among counted ops (in call order)."""
+    # storage -> (stage, chain of records): stage "score" after QK^T and pointwise
+    # ops on it, "probs" after the softmax
+    flow: dict[int, tuple[str, list[Any]]] = {}
+    out: list[AttentionMatch] = []
+    for r in records:
+        came = [flow[p] for p in r.reads if p in flow]
+        if r.op_class == "matmul":
+            probs = next((c for c in came if c[0] == "probs"), None)
+            if probs is not None:
+                chain = [*probs[1], r]
+                sm = probs[1][-1]
+                s_bytes = sum(b for _, b in sm.writes)
+                pw = sum(x.bytes for x in chain[1:-2] if x.op_class == "pointwise")
+                saved = 2 * s_bytes + sm.bytes + pw  # QK^T write, PV read, softmax, masks
+                out.append(AttentionMatch([x.index for x in chain], s_bytes, saved))
+            for ptr, _ in r.writes:  # this matmul's output may be the next scores
+                flow[ptr] = ("score", [r])
+            continue
+        score = next((c for c in came if c[0] == "score"), None)
+        if score is None:
+            continue
+        if r.op_class == "softmax":
+            for ptr, _ in r.writes:
+                flow[ptr] = ("probs", [*score[1], r])
+        elif r.op_class in _PASS_THROUGH:
+            for ptr, _ in r.writes:
+                flow[ptr] = ("score", [*score[1], r])
+    return out
+
+
+def _applies(ctx: Context) -> str | None:
+    if not find_attention(ctx.records):
+        return "no hand-written softmax(QK^T)V attention found"
+    return None
+
+
+def _predict(ctx: Context) -> tuple[float | None, str]:
+    matches = find_attention(ctx.records)
+    saved_bytes = sum(m.saved_bytes for m in matches)
+    rep = ctx.report
+    if rep is None:
+        return None, f"{len(matches)} attention(s), {saved_bytes / 1e6:.3g} MB of score " \
+                     "traffic (no diagnose budget to time it)"
+    saved_s = saved_bytes / rep.ceilings.bandwidth_bytes_per_s
+    return speedup_from_saved(rep.budget.total_s, saved_s), (
+        f"{len(matches)} attention(s): {saved_bytes / 1e6:.3g} MB of score-matrix "
+        f"traffic at the measured bandwidth = {saved_s * 1e6:.3g} us")
+
+
+def rewrite_fired() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fuse_attention"])
+
+
+def _apply(cand: Candidate, ctx: Context) -> Candidate:
+    cand = compile_candidate(cand, ctx, None)
+    cand.compile_info["require_attention_rewrite"] = True
+    return cand
+
+
+SPEC = RemedySpec(
+    "sdpa", "attention", "memory", STAGE_EXECUTION, "execution", _applies, _predict,
+    _apply,
+    "# replace  att = (q @ k.transpose(-2, -1) * scale).softmax(-1) @ v  by\n"
+    "att = torch.nn.functional.scaled_dot_product_attention(q, k, v, "
+    "attn_mask=mask, scale=scale)",
+)

@@ -1,0 +1,179 @@
+"""One candidate through the harness: copy, apply, prepare (compile / capture, timed
+apart), restore the starting state, compare outputs, time A/B, check compile health.
+
+Every failure (an exception while applying, compiling or capturing, out of memory, a
+recompile while timing) becomes a RemedyResult with its reason; the run goes on.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gobrrr.remedies.base import (
+    Candidate,
+    Context,
+    RemedyResult,
+    RemedySpec,
+    switches_on,
+)
+from gobrrr.remedies.copying import Copied, clone_tree, copy_workload, restore, snapshot
+from gobrrr.remedies.verify import (
+    ab_time,
+    compare,
+    compile_problems,
+    dynamo_snapshot,
+    tolerance_for,
+)
+from gobrrr.timing import device_sync
+
+__all__ = ["Reference", "make_reference", "evaluate", "SEED", "WARM_CALLS"]
+
+SEED = 1234  # every compared call sequence starts from this RNG state (dropout & co.)
+WARM_CALLS = 3  # after preparation: compile happens on the first, autotuning after
+
+
+@dataclass
+class Reference:
+    work: Copied  # the eager copy: side A of every A/B
+    outputs: list[Any]  # two consecutive calls from the base state
+    out_dtype: str  # lowest-precision floating output: picks the tolerance
+    nondeterminism: dict[str, float]  # eager vs eager, per measure
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:240] if text else ''}".rstrip(": ")
+
+
+def _two_calls(call: Callable[[], Any], device: str) -> list[Any]:
+    import torch
+
+    torch.manual_seed(SEED)
+    if device == "cuda":
+        torch.cuda.manual_seed_all(SEED)
+    outs = [clone_tree(call()), clone_tree(call())]
+    device_sync(device)()
+    return outs
+
+
+def _out_dtype(outputs: list[Any]) -> str:
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    order = ["float16", "bfloat16", "float32", "float64"]
+    seen = [str(x.dtype).replace("torch.", "") for x in tree_flatten(outputs)[0]
+            if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    known = [d for d in seen if d in order]
+    return min(known, key=order.index) if known else "float32"
+
+
+def make_reference(base: Copied, device: str) -> Reference:
+    """Two eager copies from the base state: one is the reference (and A side), the
+    other tells how much eager differs from itself."""
+    ref = copy_workload(base.fn, base.args, base.kwargs)
+    outs = _two_calls(lambda: ref.fn(*ref.args, **ref.kwargs), device)
+    twin = copy_workload(base.fn, base.args, base.kwargs)
+    again = _two_calls(lambda: twin.fn(*twin.args, **twin.kwargs), device)
+    dtype = _out_dtype(outs)
+    nondet = {m: compare(outs, again, m, 0.0).max_error
+              for m in ("elementwise", "relative_l2")}
+    return Reference(ref, outs, dtype, nondet)
+
+
+def _free(device: str) -> None:
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
+             ab_budget_s: float) -> tuple[RemedyResult, Candidate | None]:
+    """Run the candidate made of `specs`; returns its result and, when it is verified
+    faster, the live candidate (the caller keeps the best one)."""
+    name = "+".join(s.name for s in specs)
+    res = RemedyResult(name, "+".join(dict.fromkeys(s.regime for s in specs)), "failed", "",
+                       components=tuple(s.name for s in specs))
+    w = copy_workload(base.fn, base.args, base.kwargs)
+    cand = Candidate(w.fn, w.args, w.kwargs, w.modules, w.optimizers, w.tensors)
+    sync = device_sync(ctx.device)
+    try:
+        for s in sorted(specs, key=lambda s: s.stage):
+            cand = s.apply(cand, ctx)
+        start = snapshot(cand.modules, cand.optimizers, cand.tensors)
+        t0 = time.perf_counter()
+        with switches_on(cand):
+            for prep in cand.prepare:
+                prep(cand)
+            for _ in range(WARM_CALLS):
+                cand.call()
+            sync()
+        res.compile_s = time.perf_counter() - t0
+    except Exception as exc:  # noqa: BLE001 - compile/capture/OOM: a reason, not a crash
+        res.reason = f"{'preparing' if cand.prepare else 'applying'}: {_first_line(exc)}"
+        del cand, w
+        _free(ctx.device)
+        return res, None
+    res.checks["notes"] = list(cand.notes)
+    warm = dynamo_snapshot() if cand.compile_mode else None
+    if cand.compile_info.get("require_attention_rewrite"):
+        from gobrrr.remedies.attention import rewrite_fired
+
+        fired = rewrite_fired()
+        res.checks["attention_rewrites"] = fired
+        if not fired:
+            res.status = "advice"
+            res.reason = ("Inductor's attention rewrite did not match this code: write "
+                          "F.scaled_dot_product_attention by hand")
+            return res, None
+    try:
+        restore(start)
+        with switches_on(cand):
+            outs = _two_calls(cand.call, ctx.device)
+    except Exception as exc:  # noqa: BLE001
+        res.reason = f"running: {_first_line(exc)}"
+        return res, None
+    measure, rtol = tolerance_for(ref.out_dtype, cand.precision or ctx.reference_precision)
+    noise = ref.nondeterminism.get(measure, 0.0)
+    notes: list[str] = []
+    if noise > rtol:
+        notes.append(f"eager differs from itself by {noise:.3g}: tolerance raised from "
+                     f"{rtol:g} to {2 * noise:.3g}")
+        rtol = 2 * noise
+    cmp = compare(ref.outputs, outs, measure, rtol)
+    res.tolerance, res.max_error, res.verified = cmp.tolerance, cmp.max_error, cmp.ok
+    if cmp.cosine is not None:
+        res.checks["cosine_min"] = cmp.cosine
+    if not cmp.ok:
+        res.status, res.reason = "rejected", "; ".join([cmp.reason, *notes])
+        return res, None
+    try:
+        ab = ab_time(lambda: ref.work.fn(*ref.work.args, **ref.work.kwargs), cand.call,
+                     device=ctx.device, budget_s=ab_budget_s,
+                     b_context=lambda: switches_on(cand))
+    except Exception as exc:  # noqa: BLE001
+        res.reason = f"timing: {_first_line(exc)}"
+        return res, None
+    if warm is not None:
+        problems, cnotes = compile_problems(warm, dynamo_snapshot())
+        notes += cnotes
+        if problems:
+            res.status = "failed"
+            res.reason = "; ".join(problems + notes)
+            res.checks["unvalidated_speedup"] = ab.speedup
+            return res, None
+    res.measured_speedup, res.interval = ab.speedup, ab.interval
+    res.eager_s, res.candidate_s = ab.eager_s, ab.candidate_s
+    res.checks["ab_rounds"], res.checks["calls_per_block"] = ab.rounds, ab.calls_per_block
+    change = ab.change
+    res.status = {"faster": "verified", "slower": "slower"}.get(change,
+                                                                 "no significant change")
+    lo, hi = ab.interval
+    res.reason = "; ".join([f"{ab.speedup:.2f}x (95% interval {lo:.2f}-{hi:.2f}, "
+                            f"{ab.rounds} A/B rounds)", *notes])
+    return res, (cand if change == "faster" else None)

@@ -1,0 +1,96 @@
+"""CUDA graphs: capture one call, replay it; the CPU's dispatch and launch work is done
+once at capture, so an overhead-bound step runs at the speed of its kernels
+(predicted: T_wall -> T_gpu, from the budget; MEASURED.md: MLP batch 16, 106 -> 38 us).
+
+Optimizers are made capturable first (MEASURED.md: Adam refuses capture with
+"param_groups' capturable is False"): `capturable=True` keeps the step count on the GPU,
+so no host sync happens inside the step. Capture follows torch.cuda.graphs' recipe:
+warm up on a side stream, then capture; inputs are the copy's own tensors (static), the
+output the captured tensor (overwritten by each replay).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gobrrr.remedies.base import (
+    STAGE_EXECUTION,
+    Candidate,
+    Context,
+    RemedySpec,
+)
+
+__all__ = ["SPEC", "make_capturable", "capture"]
+
+
+def make_capturable(optimizers: list[Any]) -> int:
+    """Set capturable=True on every param group that has the flag; move step counts to
+    the parameter's device (as torch's own load_state_dict does for capturable groups).
+    Returns how many groups changed."""
+    import torch
+
+    changed = 0
+    for o in optimizers:
+        for g in o.param_groups:
+            if "capturable" in g and not g["capturable"]:
+                g["capturable"] = True
+                changed += 1
+        for p, st in o.state.items():
+            step = st.get("step")
+            if isinstance(step, torch.Tensor) and step.device != p.device:
+                st["step"] = step.to(device=p.device, dtype=torch.float32)
+    return changed
+
+
+def capture(c: Candidate) -> None:
+    """Warm up on a side stream, capture one call, and make `c.replay` the replay."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            c.fn(*c.args, **c.kwargs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = c.fn(*c.args, **c.kwargs)
+    c.compile_info["cuda_graph"] = graph  # keeps the graph (and its memory pool) alive
+
+    def replay() -> Any:
+        graph.replay()
+        return static_out
+
+    c.replay = replay
+
+
+def _apply(cand: Candidate, ctx: Context) -> Candidate:
+    changed = make_capturable(cand.optimizers)
+    if changed:
+        cand.notes.append(f"{changed} optimizer param group(s) set capturable=True")
+    cand.prepare.append(capture)
+    return cand
+
+
+def _applies(ctx: Context) -> str | None:
+    return None if ctx.device == "cuda" else "CUDA graphs need a CUDA device"
+
+
+def _predict(ctx: Context) -> tuple[float | None, str]:
+    got = ctx.report_prediction("CUDA graphs")
+    if got is None:
+        return None, "no launch overhead in the budget (or no diagnose)"
+    return got
+
+
+SPEC = RemedySpec(
+    "cuda_graphs", "graphs", "overhead", STAGE_EXECUTION, "execution", _applies, _predict,
+    _apply,
+    "# optimizers: torch.optim.Adam(params, ..., capturable=True)\n"
+    "s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())\n"
+    "with torch.cuda.stream(s):\n    for _ in range(3): step(*static_args)\n"
+    "torch.cuda.current_stream().wait_stream(s)\n"
+    "g = torch.cuda.CUDAGraph()\nwith torch.cuda.graph(g):\n"
+    "    static_out = step(*static_args)\n"
+    "# each call: copy new inputs into static_args, then g.replay(); read static_out",
+)

@@ -1,0 +1,91 @@
+"""What `optimize` returns: every remedy's result, the best verified configuration, the
+code to apply it, and a callable running it. `to_dict()` is what `--json` prints."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gobrrr import __version__
+from gobrrr.remedies.base import Candidate, RemedyResult, RemedySpec
+
+__all__ = ["OptimizeResult", "SCHEMA_VERSION", "snippet_for"]
+
+SCHEMA_VERSION = "1.0"
+
+
+def snippet_for(best: RemedyResult | None) -> str:
+    if best is None:
+        return "# no remedy was verified faster than eager here: keep the code as it is"
+    head = (f"# gobrrr optimize: {best.name}, measured {best.measured_speedup:.2f}x, "
+            f"outputs verified ({best.tolerance})")
+    return head + "\n" + best.snippet
+
+
+@dataclass
+class OptimizeResult:
+    workload: dict[str, Any]
+    device: str
+    remedies: list[RemedyResult]  # singles, then combinations
+    best: RemedyResult | None  # None: nothing verified faster than eager
+    snippet: str
+    best_fn: Callable[..., Any]
+    regime: str | None = None
+    reference: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    optimize_s: float = 0.0
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
+                         .isoformat(timespec="seconds"))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the best configuration (on gobrrr's copy of the model)."""
+        return self.best_fn(*args, **kwargs)
+
+    @classmethod
+    def build(cls, w: Any, report: Any, results: list[RemedyResult],
+              best: RemedyResult | None, cand: Candidate | None, specs: list[RemedySpec],
+              ref: Any, notes: list[str], elapsed_s: float) -> OptimizeResult:
+        from gobrrr.remedies.runner import best_callable
+
+        nondet = ref.nondeterminism
+        return cls(
+            workload={"name": w.name, "description": w.description, "device": w.device,
+                      "batch_size": w.batch_size},
+            device=w.device, remedies=results, best=best, snippet=snippet_for(best),
+            best_fn=best_callable(cand, ref),
+            regime=None if report is None else report.regime,
+            reference={"output_dtype": ref.out_dtype, "eager_nondeterminism": nondet},
+            notes=notes + ([f"eager is non-deterministic: max difference {nondet}"]
+                           if any(v > 0 for v in nondet.values()) else []),
+            optimize_s=elapsed_s,
+        )
+
+    @property
+    def singles(self) -> list[RemedyResult]:
+        return [r for r in self.remedies if len(r.components) <= 1]
+
+    @property
+    def combinations(self) -> list[RemedyResult]:
+        return [r for r in self.remedies if len(r.components) > 1]
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per remedy tried: name, status, predicted vs measured, reason."""
+        return [r.to_dict() for r in self.remedies]
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.best
+        best_d = best.to_dict() if best else {
+            "name": "eager", "status": "baseline", "predicted_speedup": None,
+            "measured_speedup": 1.0, "verified": True,
+            "reason": "no remedy was verified faster than eager"}
+        return {
+            "schema": "gobrrr.optimize", "schema_version": SCHEMA_VERSION,
+            "gobrrr_version": __version__, "created": self.created,
+            "workload": self.workload, "regime": self.regime,
+            "best": best_d, "snippet": self.snippet,
+            "remedies": [r.to_dict() for r in self.remedies],
+            "reference": self.reference, "notes": self.notes,
+            "optimize_s": self.optimize_s,
+        }

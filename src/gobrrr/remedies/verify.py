@@ -1,0 +1,264 @@
+"""The verification harness: is a remedied copy still right, and is it really faster?
+
+Correctness (`compare`): outputs of two consecutive calls from the same starting state
+(the second call sees the first call's updates, so a training step's optimizer update is
+checked too) against the eager reference.
+- Same precision (compile, graphs, layout, fused optimizers): elementwise
+  |c - r| <= rtol * (|r| + rms(r)), rtol by output dtype (SAME_PRECISION_RTOL). The
+  rms term is a scale-aware atol: elements near zero are judged at the tensor's scale.
+  fp32 1e-4 is the tolerance of torch's own compiled-vs-eager check
+  (torch._dynamo.utils.same, tol=1e-4).
+- Lower precision (TF32, bf16): relative L2 error ||c - r|| / ||r|| <= LOWER_PRECISION_RTOL,
+  cosine similarity reported alongside. Rounding inputs to a format with unit roundoff u
+  gives each product a relative error ~2u with random sign, so a dot product's relative
+  error stays ~2u when accumulated in fp32: tf32 u = 2^-11 (~1e-3), bf16 u = 2^-8
+  (~8e-3); the limits give a few layers of headroom over that.
+- NaN or inf in a candidate's output never passes. Integer/bool outputs must match.
+- Eager is run twice from the same state; if it differs from itself by more than the
+  tolerance, the tolerance is raised to twice that difference and the result says so.
+Speed (`ab_time`): reference and candidate alternate in blocks (ABBA), each block
+synchronized; the speedup is the median of per-round ratios with a bootstrap 95%
+interval. A change is significant only when the interval excludes 1 and the median moves
+by at least MIN_CHANGE; otherwise "no significant change".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gobrrr.timing import device_sync
+
+__all__ = ["Comparison", "ABResult", "compare", "tolerance_for", "ab_time",
+           "DynamoSnapshot", "dynamo_snapshot", "compile_problems", "bootstrap_median",
+           "SAME_PRECISION_RTOL", "LOWER_PRECISION_RTOL", "MIN_CHANGE"]
+
+SAME_PRECISION_RTOL = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2,
+                       "bfloat16": 2e-2}  # bf16: 1 ulp = 2^-7 relative, twice that
+LOWER_PRECISION_RTOL = {"tf32": 1e-2, "bf16": 5e-2}
+MIN_CHANGE = 0.02  # below 2% a "win" is within timer drift, whatever the interval says
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    max_error: float  # in units of the tolerance's measure (normalized error / rel L2)
+    tolerance: str
+    reason: str = ""
+    cosine: float | None = None
+
+
+def tolerance_for(dtype_name: str, precision: str | None) -> tuple[str, float]:
+    """(measure, rtol): "elementwise" or "relative_l2" and its limit.
+
+    bf16/fp16 outputs are judged by relative L2 even for same-precision remedies: a
+    rewrite that keeps intermediates in fp32 (fused attention, fused norms) differs from
+    eager's rounded intermediates by about the format's unit roundoff on every element,
+    and the worst of millions of such elements says nothing about correctness."""
+    if precision is not None:
+        return "relative_l2", LOWER_PRECISION_RTOL[precision]
+    if dtype_name == "bfloat16":
+        return "relative_l2", LOWER_PRECISION_RTOL["bf16"]
+    if dtype_name == "float16":
+        return "relative_l2", LOWER_PRECISION_RTOL["tf32"]  # same 10-bit mantissa
+    return "elementwise", SAME_PRECISION_RTOL.get(dtype_name, 1e-4)
+
+
+def _leaves(out: Any) -> list[Any]:
+    from torch.utils._pytree import tree_flatten
+
+    return tree_flatten(out)[0]
+
+
+def _tensor_error(r: Any, c: Any, measure: str) -> tuple[float, float | None, str]:
+    """(error, cosine, problem) of one tensor pair."""
+    import torch
+
+    if r.shape != c.shape:
+        return math.inf, None, f"shape {tuple(c.shape)} != reference {tuple(r.shape)}"
+    if not (r.is_floating_point() or r.is_complex()):
+        same = torch.equal(r.cpu(), c.cpu().to(r.dtype))
+        return (0.0 if same else math.inf), None, "" if same else "integer outputs differ"
+    # on the reference's device: a 1 GiB output compared on the host takes seconds
+    r64 = r.detach().double()
+    c64 = c.detach().to(device=r.device, dtype=torch.float64)
+    if not torch.isfinite(c64).all():
+        return math.inf, None, "NaN or inf in the output"
+    if not torch.isfinite(r64).all():
+        return math.inf, None, "NaN or inf in the eager reference: nothing can be verified"
+    if r64.numel() == 0:
+        return 0.0, None, ""
+    diff = (c64 - r64).abs()
+    r_norm, c_norm = r64.norm().item(), c64.norm().item()
+    cos = float((c64 * r64).sum().item() / (r_norm * c_norm)) if r_norm and c_norm else None
+    if measure == "relative_l2":
+        err = diff.norm().item() / r_norm if r_norm else (0.0 if diff.max() == 0 else math.inf)
+        return err, cos, ""
+    rms = r64.pow(2).mean().sqrt().item()
+    denom = r64.abs() + (rms if rms > 0 else 1.0)
+    return float((diff / denom).max().item()), cos, ""
+
+
+def compare(ref: list[Any], cand: list[Any], measure: str, rtol: float) -> Comparison:
+    """Compare lists of outputs (one per call) leaf by leaf."""
+    import torch
+
+    desc = (f"elementwise rtol {rtol:g} (scale-aware)" if measure == "elementwise"
+            else f"relative L2 <= {rtol:g}")
+    worst, cos_min = 0.0, None
+    for r_out, c_out in zip(ref, cand, strict=True):
+        rl, cl = _leaves(r_out), _leaves(c_out)
+        if len(rl) != len(cl):
+            return Comparison(False, math.inf, desc, f"{len(cl)} outputs, reference "
+                              f"has {len(rl)}")
+        for r, c in zip(rl, cl, strict=True):
+            if isinstance(r, torch.Tensor) and isinstance(c, torch.Tensor):
+                err, cos, problem = _tensor_error(r, c, measure)
+                if problem:
+                    return Comparison(False, err, desc, problem)
+                if cos is not None:
+                    cos_min = cos if cos_min is None else min(cos_min, cos)
+            elif isinstance(r, float) and isinstance(c, (int, float)):
+                if not math.isfinite(c):
+                    return Comparison(False, math.inf, desc, "NaN or inf in the output")
+                err = abs(c - r) / (abs(r) + 1e-30) if r else abs(c)
+            else:
+                err = 0.0 if r == c else math.inf
+            worst = max(worst, err)
+    ok = worst <= rtol
+    reason = "" if ok else f"error {worst:.3g} over the tolerance {rtol:g}"
+    return Comparison(ok, worst, desc, reason, cos_min)
+
+
+# ---------------------------------------------------------------------- speed: A/B
+
+
+@dataclass
+class ABResult:
+    speedup: float  # median over rounds of eager_time / candidate_time
+    interval: tuple[float, float]
+    eager_s: float
+    candidate_s: float
+    rounds: int
+    calls_per_block: int
+    ratios: list[float] = field(default_factory=list)
+
+    @property
+    def change(self) -> str:
+        """'faster', 'slower' or 'same' (inside the noise)."""
+        lo, hi = self.interval
+        if lo > 1 and self.speedup >= 1 + MIN_CHANGE:
+            return "faster"
+        if hi < 1 and self.speedup <= 1 - MIN_CHANGE:
+            return "slower"
+        return "same"
+
+
+def bootstrap_median(xs: list[float], n_boot: int = 2000,
+                     seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median."""
+    import numpy as np
+
+    a = np.asarray(xs, dtype=float)
+    if len(a) < 2:
+        return float(a[0]), float(a[0])
+    rng = np.random.default_rng(seed)
+    meds = np.median(a[rng.integers(0, len(a), size=(n_boot, len(a)))], axis=1)
+    return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
+
+
+def ab_time(a: Callable[[], Any], b: Callable[[], Any], *, device: str,
+            budget_s: float = 2.0, min_rounds: int = 8, max_rounds: int = 200,
+            block_s: float | None = None,
+            b_context: Callable[[], Any] | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> ABResult:
+    """Interleaved A/B timing of two warmed-up callables. `b_context()` is entered
+    around every B block (the candidate's global switches), never around A."""
+    import contextlib
+
+    sync = device_sync(device)
+    ctx = b_context or contextlib.nullcontext
+    # a block long enough that a sync and the clock are noise; CPU blocks longer, so one
+    # OS/OpenMP stall (~8 ms on a busy 2-core machine) is diluted in one round only
+    block_s = block_s if block_s is not None else (2e-3 if device == "cuda" else 10e-3)
+
+    def one(f: Callable[[], Any], n: int, use_ctx: bool) -> float:
+        with ctx() if use_ctx else contextlib.nullcontext():
+            sync()
+            t0 = clock()
+            for _ in range(n):
+                f()
+            sync()
+            return (clock() - t0) / n
+
+    est = min(one(a, 1, False), one(b, 1, True))
+    n = max(1, min(10_000, math.ceil(block_s / max(est, 1e-7))))
+    ta: list[float] = []
+    tb: list[float] = []
+    start = clock()
+    while len(ta) < max_rounds:
+        if len(ta) % 2 == 0:  # ABBA: a slow drift hits both sides alike
+            ta.append(one(a, n, False))
+            tb.append(one(b, n, True))
+        else:
+            tb.append(one(b, n, True))
+            ta.append(one(a, n, False))
+        if len(ta) >= min_rounds and clock() - start >= budget_s:
+            break
+    ratios = [x / y for x, y in zip(ta, tb, strict=True) if y > 0]
+    return ABResult(statistics.median(ratios), bootstrap_median(ratios),
+                    statistics.median(ta), statistics.median(tb), len(ratios), n, ratios)
+
+
+# ------------------------------------------------------------- compile health checks
+
+
+@dataclass
+class DynamoSnapshot:
+    frames_total: int
+    frames_ok: int
+    unique_graphs: int
+    calls_captured: int
+    recompile_limit_hit: bool
+    graph_breaks: int
+
+
+def dynamo_snapshot() -> DynamoSnapshot:
+    """Dynamo's counters now. A compiled function whose guards pass never enters the
+    frame callback, so `frames_total` growing while timing means recompiles; the
+    recompile-limit trap (MEASURED.md) leaves an "unimplemented" entry naming it and
+    then runs the frame eagerly, silently."""
+    from torch._dynamo.utils import counters
+
+    limit_hit = any("recompile limit" in k.lower() or "cache_size_limit" in k.lower()
+                    or "recompile_limit" in k.lower()
+                    for k in counters.get("unimplemented", {}))
+    return DynamoSnapshot(int(counters["frames"]["total"]), int(counters["frames"]["ok"]),
+                          int(counters["stats"]["unique_graphs"]),
+                          int(counters["stats"]["calls_captured"]), limit_hit,
+                          int(sum(counters.get("graph_break", {}).values())))
+
+
+def compile_problems(warm: DynamoSnapshot,
+                     timed: DynamoSnapshot) -> tuple[list[str], list[str]]:
+    """(problems that void the measurement, notes) from counters after warm-up and after
+    timing."""
+    problems: list[str] = []
+    notes: list[str] = []
+    if warm.recompile_limit_hit or timed.recompile_limit_hit:
+        problems.append("hit dynamo's recompile limit: the frame fell back to eager "
+                        "(its time is eager time, not compiled time)")
+    if warm.unique_graphs == 0:
+        problems.append("dynamo captured no graph: the call ran eagerly")
+    recompiles = timed.frames_total - warm.frames_total
+    if recompiles > 0:
+        problems.append(f"recompiled {recompiles} time{'s' if recompiles > 1 else ''} "
+                        "while timing (a guard failed on a later call)")
+    if warm.frames_total > warm.frames_ok:
+        notes.append(f"{warm.frames_total - warm.frames_ok} frame(s) not compiled "
+                     "(ran eagerly)")
+    return problems, notes

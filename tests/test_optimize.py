@@ -1,0 +1,271 @@
+"""gobrrr optimize: remedies applied to copies, verified, timed A/B, ranked.
+
+CPU timings are noisy on a busy 2-core machine, so speed is asserted only where the
+effect is unmistakable (a 7-op pointwise chain over 16 MB fused into one pass: ~4-7x
+measured here, asserted > 1.5x) and the timing logic is tested with a stub clock.
+"""
+
+import json
+import math
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from gobrrr.cli import cli
+from gobrrr.remedies import catalog
+from gobrrr.remedies.attention import find_attention
+from gobrrr.remedies.base import STAGE_EXECUTION, RemedySpec
+from gobrrr.remedies.copying import copy_workload, stateful_ids
+from gobrrr.remedies.runner import optimize_workload
+from gobrrr.remedies.verify import (
+    DynamoSnapshot,
+    ab_time,
+    compare,
+    compile_problems,
+    tolerance_for,
+)
+from gobrrr.workload import from_callable
+
+
+def _checksum(*tensors):
+    return [t.detach().double().sum().item() for t in tensors]
+
+
+# ---------------------------------------------------------------- end to end (CPU)
+
+
+def test_pointwise_chain_gets_verified_faster_compiled_version():
+    torch.manual_seed(0)
+    x = torch.randn(2**22)  # 16 MB: each eager op is one full pass over memory
+    before = _checksum(x)
+
+    def chain(x):
+        return ((x * 1.5 + 0.5) * 0.9 + 0.1).relu() * 2.0 - 1.0
+
+    res = optimize_workload(from_callable(chain, (x,)), diagnose=False, budget_s=60,
+                            only=["compile"], ab_budget_s=1.0)
+    r = {row.name: row for row in res.remedies}["compile"]
+    assert r.status == "verified", r.reason
+    assert r.verified and r.max_error <= 1e-4
+    # 7 passes over 16 MB -> 1: measured 4-7x here; 1.5x leaves room for a noisy CPU
+    assert r.measured_speedup > 1.5 and r.interval[0] > 1.0
+    assert r.compile_s > 0 and r.checks["graph_breaks"] == 0
+    assert res.best is r and "torch.compile" in res.snippet
+    assert torch.allclose(res(x), chain(x), rtol=1e-5, atol=1e-6)
+    assert _checksum(x) == before
+    d = res.to_dict()
+    assert {"name", "predicted_speedup", "measured_speedup", "verified"} <= set(d["best"])
+    assert {"name", "status", "reason", "predicted_speedup", "measured_speedup",
+            "verified"} <= set(d["remedies"][0])
+    json.dumps(d)
+
+
+def _spec(name, transform):
+    def apply(cand, ctx):
+        inner = cand.fn
+        cand.fn = lambda *a, **k: transform(inner(*a, **k))
+        return cand
+
+    return RemedySpec(name, "test", "memory", STAGE_EXECUTION, "execution",
+                      lambda ctx: None, lambda ctx: (2.0, "made up"), apply, "# none")
+
+
+def test_wrong_remedies_are_rejected_not_timed():
+    torch.manual_seed(0)
+    x = torch.randn(4096)
+    specs = [_spec("off_by_1pct", lambda y: y * 1.01),  # 1e-2 > fp32 rtol 1e-4
+             _spec("nan", lambda y: y + float("nan")),
+             _spec("int_cast", lambda y: y.round()),
+             _spec("faithful", lambda y: y)]
+    res = optimize_workload(from_callable(torch.sin, (x,)), diagnose=False, budget_s=30,
+                            only=["batch"], extra_specs=specs, ab_budget_s=0.2)
+    r = {row.name: row for row in res.remedies}
+    for bad in ("off_by_1pct", "nan", "int_cast"):
+        assert r[bad].status == "rejected" and not r[bad].verified, r[bad]
+        assert r[bad].measured_speedup is None
+    assert "tolerance" in r["off_by_1pct"].reason
+    assert "NaN" in r["nan"].reason
+    assert r["faithful"].verified and r["faithful"].max_error == 0.0
+    # identity costs one extra Python call: never a win
+    assert r["faithful"].status in ("no significant change", "slower")
+    assert res.best is None and res.to_dict()["best"]["name"] == "eager"
+    assert r["batch_size"].status == "not applicable"
+
+
+def test_training_step_optimizer_remedies_leave_user_objects_untouched():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 8))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
+    x, y = torch.randn(16, 32), torch.randn(16, 8)
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=False)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    step(x, y)  # the user's optimizer has state and grads before gobrrr sees it
+    params = list(model.parameters())
+    before = _checksum(*params, *[p.grad for p in params], x, y)
+    state_before = [_checksum(*[v for v in opt.state[p].values()]) for p in params]
+    res = optimize_workload(from_callable(step, (x, y)), diagnose=False, budget_s=60,
+                            only=["optim"], ab_budget_s=0.3)
+    r = {row.name: row for row in res.remedies}
+    assert r["fused_optimizer"].verified, r["fused_optimizer"].reason
+    assert r["zero_grad_set_to_none"].verified, r["zero_grad_set_to_none"].reason
+    assert r["foreach_optimizer"].verified, r["foreach_optimizer"].reason
+    assert _checksum(*params, *[p.grad for p in params], x, y) == before
+    assert [_checksum(*[v for v in opt.state[p].values()]) for p in params] == state_before
+    assert opt.param_groups[0]["fused"] in (None, False)
+    assert opt.param_groups[0]["foreach"] is False
+    assert "zero_grad" not in vars(opt)  # no shadowing method left on the user's object
+
+
+_CALLS = 0
+
+
+def _recompiling(x):
+    global _CALLS
+    _CALLS += 1
+    return x * 2.0 + (_CALLS - _CALLS)  # dynamo guards on the int: a new graph per call
+
+
+def test_recompile_limit_trap_is_caught_not_timed():
+    x = torch.randn(64)
+    res = optimize_workload(from_callable(_recompiling, (x,)), diagnose=False,
+                            budget_s=30, only=["compile"], ab_budget_s=0.3,
+                            compile_backend="eager")  # dynamo only: no C++ compile
+    r = {row.name: row for row in res.remedies}["compile"]
+    assert r.status == "failed", r
+    assert "recompile" in r.reason and r.measured_speedup is None
+
+
+# ---------------------------------------------------------------- pieces
+
+
+def test_compare_tolerances_and_nan():
+    r = [torch.tensor([1.0, 2.0, 3.0])]
+    assert compare(r, [r[0] * (1 + 5e-5)], *tolerance_for("float32", None)).ok
+    assert not compare(r, [r[0] * (1 + 5e-4)], *tolerance_for("float32", None)).ok
+    # bf16 rounding of every element (u = 2^-8) passes bf16's relative L2, not fp32's
+    c = [r[0].bfloat16().float() * (1 + 2**-9)]
+    assert compare(r, c, *tolerance_for("float32", "bf16")).ok
+    assert not compare(r, c, *tolerance_for("float32", None)).ok
+    nan = compare(r, [torch.tensor([1.0, float("nan"), 3.0])], "relative_l2", 1.0)
+    assert not nan.ok and "NaN" in nan.reason
+    assert not compare([torch.tensor([1, 2])], [torch.tensor([1, 3])], "elementwise", 1).ok
+    assert not compare(r, [torch.ones(4)], "elementwise", 1.0).ok  # shape
+
+
+def test_ab_time_with_stub_clock():
+    now = [0.0]
+
+    def cost(s):
+        def f():
+            now[0] += s
+        return f
+
+    fast = ab_time(cost(2e-3), cost(1e-3), device="cpu", budget_s=0.0, min_rounds=9,
+                   clock=lambda: now[0])
+    # 2 ms vs 1 ms per call, exactly: speedup 2 and a zero-width interval
+    assert fast.speedup == pytest.approx(2.0) and fast.interval == pytest.approx((2, 2))
+    assert fast.change == "faster" and fast.rounds == 9
+    same = ab_time(cost(1e-3), cost(1e-3), device="cpu", budget_s=0.0, clock=lambda: now[0])
+    assert same.change == "same"
+    slow = ab_time(cost(1e-3), cost(1.5e-3), device="cpu", budget_s=0.0,
+                   clock=lambda: now[0])
+    assert slow.change == "slower" and slow.speedup == pytest.approx(1 / 1.5)
+
+
+def test_compile_problems_from_counters():
+    ok = DynamoSnapshot(1, 1, 1, 7, False, 0)
+    assert compile_problems(ok, ok) == ([], [])
+    later = DynamoSnapshot(3, 3, 3, 21, False, 0)
+    assert "recompiled 2 times" in compile_problems(ok, later)[0][0]
+    trap = DynamoSnapshot(9, 8, 8, 8, True, 0)
+    assert "recompile limit" in compile_problems(ok, trap)[0][0]
+    nothing = DynamoSnapshot(1, 0, 0, 0, False, 0)
+    assert any("no graph" in p for p in compile_problems(nothing, nothing)[0])
+
+
+def test_copies_are_independent():
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(2, 4)
+
+    def step(x):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    c = copy_workload(step, (x,), {})
+    assert not stateful_ids(step, (x,), {}) & stateful_ids(c.fn, c.args, c.kwargs)
+    assert len(c.modules) == 1 and len(c.optimizers) == 1
+    # the copied optimizer updates the copied parameters, not the user's
+    assert c.optimizers[0].param_groups[0]["params"][0] is c.modules[0].weight
+    w0 = model.weight.detach().clone()
+    c.fn(*c.args)
+    assert torch.equal(model.weight, w0) and not torch.equal(c.modules[0].weight, w0)
+
+
+def test_hand_written_attention_is_detected():
+    from gobrrr.counting import count
+
+    q, k, v = (torch.randn(2, 4, 64, 16) for _ in range(3))
+
+    def by_hand(q, k, v):
+        return (q @ k.transpose(-2, -1) / 4.0).softmax(-1) @ v
+
+    m = find_attention(count(by_hand, q, k, v).records)
+    assert len(m) == 1
+    assert m[0].score_bytes == 2 * 4 * 64 * 64 * 4  # [B, H, T, T] fp32
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    assert find_attention(count(sdpa, q, k, v).records) == []
+
+
+def test_catalog_selection():
+    assert {s.name for s in catalog.select(["precision"])} == {"tf32", "bf16_autocast"}
+    assert [s.name for s in catalog.select(["tf32,cuda_graphs"])] == ["tf32", "cuda_graphs"]
+    with pytest.raises(Exception, match="unknown remedy"):
+        catalog.select(["nope"])
+    assert not math.isnan(len(catalog.ALL))
+
+
+# ---------------------------------------------------------------- command line
+
+
+def test_cli_json_and_errors(monkeypatch):
+    r = CliRunner().invoke(cli, ["optimize", "examples:mlp", "--device", "cpu",
+                                 "--no-diagnose", "--only", "tf32,batch", "--json",
+                                 "-q"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["best"]["name"] == "eager" and d["best"]["verified"] is True
+    assert {x["name"] for x in d["remedies"]} == {"tf32", "batch_size"}
+    bad = CliRunner().invoke(cli, ["optimize", "--device", "cpu", "--only", "warp"])
+    assert bad.exit_code == 2
+    assert len([x for x in bad.output.splitlines() if x.strip()]) == 1
+
+
+def test_table_fits_80_columns(monkeypatch):
+    monkeypatch.setenv("TERMINAL_WIDTH", "80")
+    monkeypatch.setenv("NO_COLOR", "1")
+    r = CliRunner().invoke(cli, ["optimize", "examples:mlp", "--device", "cpu",
+                                 "--no-diagnose", "--only", "compile_max_autotune,optim",
+                                 "-q"])
+    assert r.exit_code == 0, r.output
+    assert "compile_max_autotune" in r.stdout and "not applicable" in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+
+
+def test_tf32_switch_is_restored_even_on_error():
+    from gobrrr.remedies.precision import tf32_on
+
+    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+    with pytest.raises(ValueError), tf32_on():
+        assert torch.get_float32_matmul_precision() == "high"
+        raise ValueError("the workload failed")
+    assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == before
