@@ -158,7 +158,7 @@ def _cuda_events(run: ProfiledRun, notes: dict[int, OpNote]) -> tuple[list[dict]
     cursor = 0.0
     known = [s for s in starts if s is not None]
     t0 = min(known) if known else 0.0
-    for k, s in zip(run.kernels, starts):
+    for k, s in zip(run.kernels, starts, strict=True):
         dur = k.duration_s * 1e6
         if s is None:  # no device time found: put it after the last one, and count it
             unplaced += 1

@@ -16,14 +16,18 @@ __all__ = ["console", "print_ceilings", "print_report", "fmt_flops", "fmt_bytes_
 
 
 def console() -> Console:
-    """stdout console; honours NO_COLOR / FORCE_COLOR / TERMINAL_WIDTH (rich reads them),
-    and never wider than 100 columns, so it stays readable in an 80-column terminal too."""
+    """stdout console. Honours NO_COLOR / FORCE_COLOR and COLUMNS (rich reads them) and
+    TERMINAL_WIDTH (rich does not: read here, as typer does); otherwise never wider than
+    100 columns, so tables stay readable on a wide terminal and fit an 80-column one."""
     from rich.console import Console
 
-    width = None if os.environ.get("TERMINAL_WIDTH") else 100
-    c = Console(highlight=False)
-    if width is not None and c.width > width:
-        c.width = width
+    width: int | None = None
+    raw = os.environ.get("TERMINAL_WIDTH", "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        width = int(raw)
+    c = Console(highlight=False, width=width)
+    if width is None and not os.environ.get("COLUMNS") and c.width > 100:
+        c.width = 100
     return c
 
 
@@ -104,18 +108,20 @@ def _budget_bar(fractions: dict[str, float], width: int) -> str:
 
 
 def print_report(report: Report) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     out = console()
     r, b, v = report, report.budget, report.verdict
     fp = r.ceilings.fingerprint
-    out.print(f"[bold]gobrrr doctor[/bold]  {r.workload['name']} "
+    # Names from the user's code are escaped: "[x]" in a module name is not rich markup.
+    out.print(f"[bold]gobrrr doctor[/bold]  {escape(r.workload['name'])} "
               f"(batch {r.workload['batch_size']}) on {fp.get('name')} "
               f"[dim]torch {fp.get('torch')}[/dim]")
     out.print(f"[bold {_REGIME_STYLE[v.regime]}]{v.regime.upper()}-BOUND[/]: "
               f"{100 * v.share:.0f}% of {fmt_s(b.total_s)} per call")
     for line in v.evidence:
-        out.print(f"  - {line}")
+        out.print(f"  - {escape(line)}")
     out.print(f"  [dim]{v.agreement}[/dim]")
     width = min(60, max(20, out.width - 20))
     out.print(_budget_bar(b.fractions, width))
@@ -128,11 +134,13 @@ def print_report(report: Report) -> None:
                   f"{100 * 0.25:.0f}% of their own roofline[/dim]")
 
     def rows_table(title: str, rows: list[RowBudget], n: int) -> Table:
-        t = Table(title=title, title_justify="left")
-        for col, just in (("name", "left"), ("calls", "right"), ("time", "right"),
-                          ("FLOP/B", "right"), ("achieved", "right"), ("% roof", "right"),
-                          ("bound", "left")):
-            t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+        # No outer edge and a one-word bound column: at 80 columns the names get the room.
+        t = Table(title=title, title_justify="left", show_edge=False)
+        longest = max((len(row.name) for row in rows[:n]), default=4)
+        t.add_column("name", overflow="fold", min_width=min(18, longest))
+        for col in ("calls", "time", "FLOP/B", "achieved", "% roof"):
+            t.add_column(col, justify="right", overflow="fold")
+        t.add_column("bound", min_width=9, no_wrap=True)
         for row in rows[:n]:
             inten = row.intensity_flops_per_byte
             frac = row.roofline_fraction
@@ -140,15 +148,17 @@ def print_report(report: Report) -> None:
                    and row.achieved_flops_per_s else
                    fmt_bytes_per_s(row.achieved_bytes_per_s) if row.achieved_bytes_per_s
                    else "-")
-            t.add_row(row.name, str(row.calls), fmt_s(row.time_s),
+            t.add_row(escape(row.name), str(row.calls), fmt_s(row.time_s),
                       f"{inten:.3g}" if inten is not None else "-", ach,
-                      f"{100 * frac:.0f}%" if frac is not None else "-",
-                      f"[{_REGIME_STYLE.get(row.bound, 'white')}]{row.bound}[/]"
-                      + (" [red]below roof[/]" if row.below_roof else ""))
+                      (f"{100 * frac:.0f}%" if frac is not None else "-")
+                      + ("[red]*[/]" if row.below_roof else ""),
+                      f"[{_REGIME_STYLE.get(row.bound, 'white')}]{row.bound}[/]")
         return t
 
     out.print(rows_table("top ops (device time)", b.per_op, 8))
     out.print(rows_table("top modules", b.per_module, 6))
+    if any(row.below_roof for row in b.per_op[:8] + b.per_module[:6]):
+        out.print("[dim][red]*[/red] under 25% of its own roofline[/dim]")
     if r.remedies:
         t = Table(title="remedies (predicted from the budget; `gobrrr optimize` verifies)",
                   title_justify="left")

@@ -14,6 +14,7 @@ import io
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 __all__ = ["REGIME_COLORS", "svg_of", "budget_bar_svg", "roofline_svg",
@@ -55,10 +56,16 @@ def svg_of(fig: Any, titles: dict[str, str] | None = None) -> str:
     text = buf.getvalue()
     text = text[text.find("<svg"):]  # drop the XML prolog and DOCTYPE: inline in HTML
     for gid, title in (titles or {}).items():
+        tag = f"<title>{html.escape(title)}</title>"
+        # A replacement *function*: the escaped title is inserted literally (no
+        # backslash or group references read from user text).
         text = re.sub(f'(<g id="{re.escape(gid)}"[^>]*>)',
-                      lambda m, t=title: f"{m.group(1)}<title>{html.escape(t)}</title>",
-                      text, count=1)
+                      partial(_append, tag), text, count=1)
     return text
+
+
+def _append(tag: str, m: re.Match[str]) -> str:
+    return m.group(1) + tag
 
 
 def _fmt_s(x: float) -> str:
@@ -114,7 +121,8 @@ def budget_bar_svg(budget: dict[str, Any]) -> str:
 def plottable_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[int], list[int]]:
     """(indices of rows that can sit on a log-log roofline, indices that cannot: no
     FLOPs, no bytes or no time)."""
-    on, off = [], []
+    on: list[int] = []
+    off: list[int] = []
     for i, r in enumerate(rows):
         ok = r["flops"] > 0 and r["bytes"] > 0 and r["time_s"] > 0
         (on if ok else off).append(i)

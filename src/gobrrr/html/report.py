@@ -127,7 +127,7 @@ def title_of(d: dict[str, Any]) -> tuple[str, str]:
 
 def report_sections(d: dict[str, Any]) -> list[Section]:
     """The doctor report's sections, from Report.to_dict()."""
-    parts = environment().get_template("report.html.j2").module
+    parts: Any = environment().get_template("report.html.j2").module  # its macros
     b = d["budget"]
     total_s = b["overhead_s"] + b["memory_s"] + b["compute_s"]
     per_op = b["per_op"]

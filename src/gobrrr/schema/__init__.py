@@ -1,10 +1,10 @@
 """JSON Schemas of gobrrr's --json outputs, versioned with the code, and a validator.
 
-| file | output | version field |
-|---|---|---|
-| report.schema.json | `gobrrr doctor --json`, `Report.to_dict()` | `schema_version` = report.SCHEMA_VERSION |
-| ceilings.schema.json | `gobrrr calibrate --json`, `Ceilings.to_dict()` | `schema_version` = hardware.SCHEMA_VERSION |
-| lab.schema.json | `gobrrr lab --json`, `LabReport.to_dict()` | `gobrrr_lab` |
+- report.schema.json: `gobrrr doctor --json` (Report.to_dict()); version in
+  `schema_version`, equal to report.SCHEMA_VERSION.
+- ceilings.schema.json: `gobrrr calibrate --json` (Ceilings.to_dict()); version in
+  `schema_version`, equal to hardware.SCHEMA_VERSION.
+- lab.schema.json: `gobrrr lab --json` (LabReport.to_dict()); version in `gobrrr_lab`.
 
 Validation needs the `jsonschema` package (the `dev` extra). Without it `validate` still
 checks what `gobrrr compare` relies on (the schema name and major version), so a CI gate

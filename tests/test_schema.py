@@ -1,0 +1,91 @@
+"""Every --json output validates against its schema in src/gobrrr/schema/, and the schema
+rejects what it should (a schema that accepts anything cannot fail)."""
+
+import copy
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gobrrr import report as report_mod
+from gobrrr.cli import cli
+from gobrrr.schema import SchemaError, kind_of, load_schema, validate
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    """doctor, calibrate and lab --json, each run once (CPU, short budgets)."""
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(cache))
+        runner = CliRunner()
+        out = {}
+        for kind, args in (
+            ("ceilings", ["calibrate", "--device", "cpu", "--json", "-q"]),
+            ("report", ["doctor", "examples:mlp", "--device", "cpu", "--json", "-q",
+                        "--time-budget", "0.2"]),
+            ("lab", ["lab", "overhead", "--quick", "--device", "cpu", "--json", "-q"]),
+        ):
+            r = runner.invoke(cli, args)
+            assert r.exit_code == 0, r.output
+            out[kind] = json.loads(r.stdout)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["report", "ceilings", "lab"])
+def test_every_json_output_validates(outputs, kind):
+    assert kind_of(outputs[kind]) == kind
+    validate(outputs[kind])  # raises on any mismatch
+    validate(outputs[kind], kind)
+
+
+def test_schema_version_matches_code():
+    schema = load_schema("report")
+    assert schema["properties"]["schema"]["const"] == "gobrrr.report"
+    # The schema file is for major version 1; the code's version must be a 1.x.
+    assert report_mod.SCHEMA_VERSION.startswith("1.")
+    assert schema["$id"].endswith(":" + report_mod.SCHEMA_VERSION)
+
+
+def test_experiments_none_validates(outputs):
+    d = copy.deepcopy(outputs["report"])
+    d["experiments"] = {"batch_scaling": None, "graph_replay": None}
+    validate(d, "report")
+
+
+@pytest.mark.parametrize("path, value, where", [
+    (("regime",), "slow", "regime"),
+    (("budget", "per_op", 0, "bound"), "fast", "budget/per_op/0/bound"),
+    (("timing", "median_s"), -1.0, "timing/median_s"),
+    (("machine", "peak_flops_per_s"), {}, "machine/peak_flops_per_s"),
+    (("schema_version",), "2.0", "schema_version"),
+    (("counts", "total_flops"), 1.5, "counts/total_flops"),
+])
+def test_schema_rejects_bad_fields(outputs, path, value, where):
+    d = copy.deepcopy(outputs["report"])
+    target = d
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(SchemaError, match=f"at {where}:"):
+        validate(d)
+
+
+def test_missing_required_field_is_rejected(outputs):
+    d = copy.deepcopy(outputs["report"])
+    del d["verdict"]
+    with pytest.raises(SchemaError, match="'verdict' is a required property"):
+        validate(d)
+
+
+def test_not_a_gobrrr_document():
+    with pytest.raises(SchemaError, match="not a gobrrr JSON document"):
+        validate({"hello": 1})
+    assert kind_of([1, 2]) is None
+
+
+def test_ceilings_schema_rejects_zero_bandwidth(outputs):
+    d = copy.deepcopy(outputs["ceilings"])
+    d["bandwidth_bytes_per_s"] = 0
+    with pytest.raises(SchemaError, match="bandwidth_bytes_per_s"):
+        validate(d, "ceilings")
