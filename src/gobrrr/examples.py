@@ -35,7 +35,7 @@ def _gen(device: str) -> Any:
     return torch.Generator(device=device).manual_seed(0)
 
 
-def _mlp_module(width: int, depth: int, device: str) -> Any:
+def _mlp_module(width: int, depth: int, device: str, act: Any = None) -> Any:
     import torch
     from torch import nn
 
@@ -43,22 +43,26 @@ def _mlp_module(width: int, depth: int, device: str) -> Any:
     torch.manual_seed(0)  # weights reproducible; the user's RNG restored just below
     layers: list[nn.Module] = []
     for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.GELU()]
+        layers += [nn.Linear(width, width), (act or nn.GELU)()]
     model = nn.Sequential(*layers).to(device)
     torch.random.set_rng_state(torch_state)
     return model
 
 
 def mlp(batch_size: int = 1, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
-    """4 x [Linear(D, D), GELU], inference, D = 512 on CUDA and 128 on CPU. At batch 1
+    """4 x [Linear(D, D), GELU (ReLU on CPU)], inference, D = 512 on CUDA, 64 on CPU. At batch 1
     each op is a few hundred kFLOP, far less than the time to dispatch it, so overhead
     dominates (MEASURED.md: flat ~60 us on an H200 up to batch ~64). On a CPU the 512-wide
-    weights (4 MB) would make weight reads the bottleneck instead; 64 wide
-    (64 wide, 16 kB) keeps the example about overhead there too."""
+    weights (4 MB) would make weight reads the bottleneck instead; 64 wide (16 kB)
+    keeps the example about overhead there too."""
     import torch
 
+    from torch import nn
+
     width = 512 if device == "cuda" else 64
-    model = _mlp_module(width, 4, device)
+    # ReLU on CPU: PyTorch's CPU GELU (erf) costs ~6 us even on 64 elements, a fixed cost
+    # inside the op that would blur the example; on CUDA both cost one tiny kernel.
+    model = _mlp_module(width, 4, device, nn.GELU if device == "cuda" else nn.ReLU)
     x = torch.randn(batch_size, width, device=device, generator=_gen(device))
 
     def forward(x: Any) -> Any:
