@@ -290,14 +290,15 @@ def cmd_compare(out_dir: Path) -> None:
             groups[-1].append(k)
     names = [n for n, _, _ in all_cases() if n in runs]
     rows = []
-    for name, ks in zip(names, groups):
+    for name, ks in zip(names, groups, strict=False):
         mem = comp = 0.0
         for k in ks:
             m = k["m"]
             dur = m.get("gpu__time_duration.sum", 0.0)
             dram = m.get("dram__throughput.avg.pct_of_peak_sustained_elapsed", 0.0)
+            tensor = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
             sm = max(m.get("sm__throughput.avg.pct_of_peak_sustained_elapsed", 0.0),
-                     m.get("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", 0.0))
+                     m.get(tensor, 0.0))
             if dram >= sm:
                 mem += dur
             else:
@@ -322,11 +323,12 @@ def cmd_compare(out_dir: Path) -> None:
         row["regime_ok"] = row["truth_regime"] == row["gobrrr_regime"] if gt else None
         rows.append(row)
     (out_dir / "validation.json").write_text(json.dumps(rows, indent=1))
-    md = ["| case | gobrrr regime | truth regime | gobrrr o/m/c % | truth o/m/c % | max diff (pts) | kernels |",
-          "|---|---|---|---|---|---|---|"]
+    md = ["| case | gobrrr regime | truth regime | gobrrr o/m/c % | truth o/m/c % "
+          "| max diff (pts) | kernels |", "|---|---|---|---|---|---|---|"]
 
     def fmt(f: dict[str, float] | None) -> str:
-        return "/".join(f"{100 * f[k]:.0f}" for k in ("overhead", "memory", "compute")) if f else "n/a"
+        keys = ("overhead", "memory", "compute")
+        return "/".join(f"{100 * f[k]:.0f}" for k in keys) if f else "n/a"
 
     for r in rows:
         diff = f"{r['max_diff_points']:.0f}" if r["max_diff_points"] is not None else "n/a"

@@ -38,14 +38,55 @@ def resolve_device(device: str) -> str:
     return device
 
 
+_ACTIVE_PROGRESS: list[Any] = []
+
+
+class _LiveProgress:
+    """On a terminal: a spinner with the current step and its elapsed time, finished steps
+    printed above it, all on stderr. Closed by run_guarded when the command ends."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                 TimeElapsedColumn(), console=Console(stderr=True),
+                                 transient=True)
+        self.task: Any = None
+        self.last = ""
+
+    def __call__(self, msg: str) -> None:
+        from rich.markup import escape
+
+        if self.task is None:
+            self.progress.start()
+            self.task = self.progress.add_task(escape(msg))
+        else:
+            self.progress.console.print(f"[dim]gobrrr: {escape(self.last)}[/dim]",
+                                        highlight=False)
+            self.progress.update(self.task, description=escape(msg))
+        self.last = msg
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.progress.stop()
+            self.task = None
+
+
 def progress_printer(quiet: bool) -> Callable[[str], None]:
-    """Progress lines on stderr, so stdout stays data (e.g. --json)."""
+    """Progress on stderr, so stdout stays data (e.g. --json): a live spinner line on a
+    terminal, plain lines otherwise (logs, CI, pipes)."""
     if quiet:
         return lambda _msg: None
+    if sys.stderr.isatty():
+        live = _LiveProgress()
+        _ACTIVE_PROGRESS.append(live)
+        return live
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console(stderr=True)
-    return lambda msg: console.print(f"[dim]gobrrr: {msg}[/dim]", highlight=False)
+    return lambda msg: console.print(f"[dim]gobrrr: {escape(msg)}[/dim]", highlight=False)
 
 
 def run_guarded(action: Callable[[], Any]) -> Any:
@@ -53,13 +94,24 @@ def run_guarded(action: Callable[[], Any]) -> Any:
     try:
         return action()
     except UserError as exc:
+        finish_progress()
         _fail(str(exc), exc.exit_code)
     except WorkloadError as exc:
+        finish_progress()
         click.echo(user_traceback(exc.original), err=True)
         _fail(str(exc), exc.exit_code)
 
 
+def finish_progress() -> None:
+    """Stop any live progress line before a command prints its results."""
+    while _ACTIVE_PROGRESS:
+        _ACTIVE_PROGRESS.pop().close()
+
+
+
+
 def emit_json(data: Any) -> None:
+    finish_progress()
     click.echo(json.dumps(data, indent=2, default=str))
 
 
@@ -90,6 +142,7 @@ def calibrate(device: str, force: bool, as_json: bool, quiet: bool) -> None:
         if as_json:
             emit_json(ceilings.to_dict())
         else:
+            finish_progress()
             print_ceilings(ceilings)
 
     run_guarded(body)

@@ -32,7 +32,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, as_json: boo
     TARGET is FILE.py:NAME (NAME() or NAME(batch_size) returns (callable, args)) or
     examples:NAME (mlp, matmul, pointwise, transformer, mlp_train); default examples:mlp.
     """
-    from gobrrr.cli import emit_json, progress_printer, resolve_device, run_guarded
+    from gobrrr.cli import emit_json, finish_progress, progress_printer, resolve_device, run_guarded
 
     def body() -> None:
         from gobrrr.api import diagnose_workload
@@ -56,6 +56,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, as_json: boo
         if as_json:
             emit_json(report.to_dict())
         else:
+            finish_progress()
             print_report(report)
 
     run_guarded(body)

@@ -29,7 +29,7 @@ def lab(names: tuple[str, ...], device: str, quick: bool, as_json: bool,
     overhead, opclasses (all when no NAME is given)."""
     import sys
 
-    from gobrrr.cli import emit_json, progress_printer, resolve_device, run_guarded
+    from gobrrr.cli import emit_json, finish_progress, progress_printer, resolve_device, run_guarded
     from gobrrr.errors import UserError
 
     def body() -> int:
@@ -58,6 +58,7 @@ def lab(names: tuple[str, ...], device: str, quick: bool, as_json: bool,
         else:
             from gobrrr.lab.report import print_report
 
+            finish_progress()
             print_report(report)
         return 1 if report.errors else 0
 

@@ -82,18 +82,22 @@ def print_optimize(res: OptimizeResult) -> None:
 @click.option("--no-diagnose", is_flag=True,
               help="Skip diagnose: faster, but no predicted speedups.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE", help="Also write a self-contained HTML page here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def optimize(target: str | None, device: str, batch_size: int | None, budget_s: float,
-             only: tuple[str, ...], no_diagnose: bool, as_json: bool, quiet: bool) -> None:
+             only: tuple[str, ...], no_diagnose: bool, as_json: bool, html_path: str | None,
+             quiet: bool) -> None:
     """Apply the essay's remedies to a copy of a workload, verify outputs and speed,
     and rank them: CUDA graphs, torch.compile, TF32, bf16, channels_last, fused
     optimizers, set_to_none, SDPA, batch size (advice).
 
     TARGET is FILE.py:NAME or examples:NAME, as for `gobrrr doctor`.
     """
-    from gobrrr.cli import emit_json, progress_printer, resolve_device, run_guarded
+    from gobrrr.cli import emit_json, finish_progress, progress_printer, resolve_device, run_guarded
 
     def body() -> None:
+        from gobrrr.errors import UserError
         from gobrrr.remedies import catalog
         from gobrrr.remedies.runner import optimize_workload
         from gobrrr.workload import load_target
@@ -105,9 +109,18 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
         say(f"workload {w.name} (batch {w.batch_size}) on {w.device}")
         res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                 only=list(only) or None, progress=say)
+        if html_path:
+            from gobrrr.html.optimize import write_optimize
+
+            try:
+                write_optimize(res.to_dict(), html_path)
+            except OSError as exc:
+                raise UserError(f"cannot write {html_path}: {exc.strerror or exc}") from exc
+            say(f"wrote {html_path}")
         if as_json:
             emit_json(res.to_dict())
         else:
+            finish_progress()
             print_optimize(res)
 
     run_guarded(body)

@@ -20,7 +20,6 @@ it higher for large ones; this is the roofline's bytes, not a hardware counter.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,7 +35,6 @@ __all__ = [
     "CountResult",
     "count",
     "count_marked",
-    "count_timed",
     "count_with_calls",
     "RANGE_PREFIX",
     "dtype_name",
@@ -274,13 +272,13 @@ def _distinct_bytes(t: torch.Tensor) -> int:
     if t.numel() == 0:
         return 0
     n = 1
-    for size, stride in zip(t.shape, t.stride()):
+    for size, stride in zip(t.shape, t.stride(), strict=True):
         if stride != 0:
             n *= size
     return n * t.element_size()
 
 
-def _storage_key(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+def _storage_key(t: torch.Tensor) -> tuple[int, Any, tuple[int, ...], tuple[int, ...]]:
     try:
         ptr = t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):
@@ -304,7 +302,7 @@ def _bytes(func: Any, name: str, op_class: str, args: tuple, kwargs: dict, out: 
     read: dict[Any, torch.Tensor] = {}
     written: dict[Any, torch.Tensor] = {}
     bound = list(args) + [kwargs.get(a.name) for a in schema_args[len(args):]]
-    for arg_schema, value in zip(schema_args, bound):
+    for arg_schema, value in zip(schema_args, bound, strict=False):
         tensors = _tensors(value)
         alias = arg_schema.alias_info
         is_write = alias is not None and alias.is_write
@@ -389,10 +387,8 @@ def _optimizer_scope(scope: _Scope) -> Iterator[None]:
 
 class _CountingMode(TorchDispatchMode):
     def __init__(self, result: CountResult, tracker: Any, scope: _Scope,
-                 mark_ranges: bool = False, time_ops: bool = False) -> None:
+                 mark_ranges: bool = False) -> None:
         super().__init__()
-        self.time_ops = time_ops
-        self.op_time_s: list[float] = []
         # (func, args, kwargs) per record, for replaying ops one by one (trace.py)
         self.calls: list[tuple[Any, tuple, dict]] | None = None
         self.result = result
@@ -414,12 +410,6 @@ class _CountingMode(TorchDispatchMode):
             # A profiler range per op, so trace.py can map each kernel to this record.
             with torch.profiler.record_function(f"{RANGE_PREFIX}{len(self.result.records)}"):
                 out = func(*args, **kwargs)
-        elif self.time_ops:
-            # CPU ops run synchronously: a host clock around the call is its execution
-            # time plus the dispatch below this mode (trace.py subtracts that part).
-            t0 = time.perf_counter()
-            out = func(*args, **kwargs)
-            self.op_time_s.append(time.perf_counter() - t0)
         else:
             out = func(*args, **kwargs)
         op_class, flops, has_formula = _classify_and_flops(func, name, args, kwargs, out)
@@ -465,8 +455,6 @@ def count(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> CountResult:
     root module's class, e.g. "MLP.0"); ops inside an optimizer's `step()` are labelled
     "optimizer.<Class>".
     """
-    from torch.utils.module_tracker import ModuleTracker
-
     return count_marked(fn, *args, mark_ranges=False, **kwargs)
 
 
@@ -474,38 +462,28 @@ def count_marked(fn: Callable[..., Any], *args: Any, mark_ranges: bool,
                  **kwargs: Any) -> CountResult:
     """`count`, optionally wrapping each op in a profiler range named
     f"{RANGE_PREFIX}{record.index}" (for a profiled run; see trace.py)."""
-    result, _, _ = _run_counted(fn, args, kwargs, mark_ranges=mark_ranges, time_ops=False)
+    result, _ = _run_counted(fn, args, kwargs, mark_ranges=mark_ranges)
     return result
-
-
-def count_timed(fn: Callable[..., Any], *args: Any,
-                **kwargs: Any) -> tuple[CountResult, list[float]]:
-    """`count`, also returning each op's host-clock duration in seconds (meaningful for
-    synchronous CPU ops only), in record order."""
-    result, times, _ = _run_counted(fn, args, kwargs, mark_ranges=False, time_ops=True)
-    return result, times
 
 
 def count_with_calls(fn: Callable[..., Any], *args: Any, **kwargs: Any
                      ) -> tuple[CountResult, list[tuple[Any, tuple, dict]]]:
     """`count`, also returning each op's (func, args, kwargs) so it can be replayed.
     NB: holds references to every op's inputs until the caller drops the list."""
-    result, _, calls = _run_counted(fn, args, kwargs, mark_ranges=False, time_ops=False,
-                                    keep_calls=True)
-    return result, calls
+    return _run_counted(fn, args, kwargs, mark_ranges=False, keep_calls=True)
 
 
 def _run_counted(fn: Callable[..., Any], args: tuple, kwargs: dict, *, mark_ranges: bool,
-                 time_ops: bool, keep_calls: bool = False
-                 ) -> tuple[CountResult, list[float], list[tuple[Any, tuple, dict]]]:
+                 keep_calls: bool = False
+                 ) -> tuple[CountResult, list[tuple[Any, tuple, dict]]]:
     from torch.utils.module_tracker import ModuleTracker
 
     result = CountResult()
     scope = _Scope()
     tracker = ModuleTracker()
-    mode = _CountingMode(result, tracker, scope, mark_ranges, time_ops)
+    mode = _CountingMode(result, tracker, scope, mark_ranges)
     if keep_calls:
         mode.calls = []
     with tracker, _optimizer_scope(scope), mode:
         fn(*args, **kwargs)
-    return result, mode.op_time_s, mode.calls or []
+    return result, mode.calls or []

@@ -56,7 +56,6 @@ def mlp(batch_size: int = 1, device: str = "cpu") -> tuple[Callable[..., Any], t
     weights (4 MB) would make weight reads the bottleneck instead; 64 wide (16 kB)
     keeps the example about overhead there too."""
     import torch
-
     from torch import nn
 
     width = 512 if device == "cuda" else 64

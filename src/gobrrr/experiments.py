@@ -19,7 +19,7 @@ from typing import Any
 from gobrrr.budget import Budget
 from gobrrr.counting import count
 from gobrrr.errors import UserError, WorkloadError
-from gobrrr.timing import Timing, measure
+from gobrrr.timing import Timing
 from gobrrr.workload import Workload
 
 __all__ = ["BatchPoint", "BatchScaling", "GraphReplay", "batch_times", "batch_counts",
@@ -144,8 +144,8 @@ def _read_batch(out: BatchScaling, budget: Budget) -> None:
     two = next((p for p in out.points if p.factor == 2 and p.time_s), None)
     if two is None or not base.time_s or not base.flops or not base.bytes:
         failed = next((p for p in out.points if p.error), None)
-        out.reading = ("the 2x batch did not run: " + failed.error) if failed else \
-            "no 2x measurement"
+        out.reading = (f"the 2x batch did not run: {failed.error}" if failed
+                       else "no 2x measurement")
         return
     assert two.time_s is not None and two.flops is not None and two.bytes is not None
     out.time_ratio = two.time_s / base.time_s

@@ -78,7 +78,11 @@ def l2_flusher(device: str, nbytes: int = 256 * 2**20) -> Callable[[], None] | N
     import torch
 
     buf = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
-    return lambda: buf.zero_()
+
+    def flush() -> None:
+        buf.zero_()
+
+    return flush
 
 
 def measure(

@@ -12,6 +12,7 @@ and timed, minus the cost of an empty op (see `_cpu_timed`).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -183,14 +184,14 @@ def _cpu_timed(w: Workload, budget_per_op_s: float = 0.02) -> ProfiledRun:
     empty_s = measure(lambda: add_(s, 1.0), budget_s=0.1).median_s
     run = ProfiledRun(counts=counts, device=w.device, op_time_s={}, empty_range_cost_s=empty_s)
     cache: dict[tuple, float] = {}
-    for rec, (func, args, kwargs) in zip(counts.records, calls):
+    for rec, (func, args, kwargs) in zip(counts.records, calls, strict=True):
         if rec.op_class == "view":
             run.op_time_s[rec.index] = 0.0
             continue
         sig = _signature(func, args, kwargs)
         if sig not in cache:
             try:
-                t = measure(lambda f=func, a=args, k=kwargs: f(*a, **k),
+                t = measure(functools.partial(func, *args, **kwargs),
                             budget_s=budget_per_op_s, warmup_s=0.0, min_samples=3,
                             max_samples=20, min_sample_s=2e-4)
                 cache[sig] = max(0.0, t.median_s - empty_s)

@@ -104,7 +104,8 @@ def from_callable(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     if not callable(fn):
         raise UserError(f"the target is not callable: {type(fn).__name__}")
     kwargs = kwargs or {}
-    return Workload(name or getattr(fn, "__name__", type(fn).__name__), fn, tuple(args),
+    label = name or str(getattr(fn, "__name__", type(fn).__name__))
+    return Workload(label, fn, tuple(args),
                     kwargs, _infer_device(fn, tuple(args), kwargs), _infer_batch(tuple(args)))
 
 
@@ -267,7 +268,7 @@ def preserved_state(w: Workload) -> Iterator[None]:
         yield
     finally:
         with torch.no_grad():
-            for m, (sd, grads) in zip(modules, mod_state):
+            for m, (sd, grads) in zip(modules, mod_state, strict=True):
                 current = m.state_dict(keep_vars=True)
                 for k, v in sd.items():
                     current[k].data.copy_(v)

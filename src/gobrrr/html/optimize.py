@@ -1,0 +1,63 @@
+"""The `gobrrr optimize --html` page: the winner, every remedy's predicted vs measured
+gain with its verification, and the code to apply the winner. Built from
+`OptimizeResult.to_dict()` with the shared page blocks (so a saved --json renders too)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gobrrr.html.page import Section, paragraph, render_page, table
+
+__all__ = ["render_optimize", "write_optimize"]
+
+
+def _x(v: float | None) -> tuple[str, float]:
+    return ("-", 0.0) if v is None else (f"{v:.2f}x", v)
+
+
+def _code(text: str) -> Any:
+    from markupsafe import Markup, escape
+
+    return Markup(f"<pre><code>{escape(text)}</code></pre>")  # noqa: S704 - escaped
+
+
+def render_optimize(d: dict[str, Any]) -> str:
+    best = d["best"]
+    w = d["workload"]
+    pred = best.get("predicted_speedup")
+    headline = (f"Best verified: {best['name']}, {_x(best.get('measured_speedup'))[0]} "
+                f"measured" + (f" (predicted {pred:.2f}x)" if pred else "")
+                if best.get("status") != "baseline" else
+                "No remedy was verified faster than eager: keep the workload as it is.")
+    rows = []
+    for r in d["remedies"]:
+        iv = r.get("interval")
+        rows.append([
+            r["name"], r.get("regime") or "-", r["status"],
+            _x(r.get("predicted_speedup")), _x(r.get("measured_speedup")),
+            f"{iv[0]:.2f}-{iv[1]:.2f}" if iv else "-",
+            "yes" if r.get("verified") else "no",
+            r.get("reason") or "",
+        ])
+    sections = [
+        Section("result", "Result", paragraph(headline)),
+        Section("remedies", "Remedies: predicted from the budget, measured A/B",
+                table(["remedy", "regime", "status", "predicted", "measured", "95% interval",
+                       "verified", "reason"], rows, text_columns=(0, 1, 2, 5, 6, 7),
+                      name_columns=(0, 7))),
+        Section("snippet", "Apply the winner", _code(d.get("snippet") or "")),
+    ]
+    if d.get("notes"):
+        sections.append(Section("notes", "Notes", paragraph("; ".join(d["notes"]))))
+    subtitle = (f"{w.get('name')} on {w.get('device')}"
+                + (f", batch {w['batch_size']}" if w.get("batch_size") else "")
+                + (f", diagnosed {d['regime']}-bound" if d.get("regime") else "")
+                + f", {d.get('created', '')}")
+    return render_page(f"gobrrr optimize: {w.get('name')}", sections, subtitle=subtitle)
+
+
+def write_optimize(d: dict[str, Any], path: str | Path) -> Path:
+    out = Path(path)
+    out.write_text(render_optimize(d), encoding="utf-8")
+    return out

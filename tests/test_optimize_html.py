@@ -1,0 +1,43 @@
+"""`gobrrr optimize --html`: the page from an OptimizeResult dict (synthetic, exact)."""
+
+from gobrrr.html.optimize import render_optimize
+
+
+def result(best_status="verified"):
+    best = {"name": "compile", "status": best_status, "predicted_speedup": 1.96,
+            "measured_speedup": 1.77, "verified": True}
+    return {
+        "workload": {"name": "<script>alert(1)</script>.py:make", "device": "cuda",
+                     "batch_size": 16},
+        "regime": "memory", "created": "2026-11-29T19:38:06+00:00", "best": best,
+        "snippet": "model = torch.compile(model)  # a < b",
+        "remedies": [
+            {**best, "regime": "memory", "interval": [1.76, 1.78], "reason": ""},
+            {"name": "tf32", "regime": "compute", "status": "not applicable",
+             "predicted_speedup": None, "measured_speedup": None, "verified": False,
+             "interval": None, "reason": "no fp32 matmul <here>"},
+        ],
+        "notes": ["eager is deterministic"],
+    }
+
+
+def test_page_has_the_winner_first_and_every_remedy():
+    html = render_optimize(result())
+    assert html.index("Best verified: compile, 1.77x measured (predicted 1.96x)") \
+        < html.index("not applicable")
+    assert "1.76-1.78" in html and "tf32" in html
+
+
+def test_user_strings_are_escaped():
+    html = render_optimize(result())
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;" in html
+    assert "no fp32 matmul &lt;here&gt;" in html
+    assert "a &lt; b" in html  # the snippet too
+
+
+def test_no_winner_says_keep_eager():
+    d = result()
+    d["best"] = {"name": "eager", "status": "baseline", "predicted_speedup": None,
+                 "measured_speedup": 1.0, "verified": True}
+    assert "No remedy was verified faster than eager" in render_optimize(d)
