@@ -23,7 +23,7 @@ from gobrrr.timing import Timing
 from gobrrr.workload import Workload
 
 __all__ = ["BatchPoint", "BatchScaling", "GraphReplay", "batch_times", "batch_counts",
-           "graph_replay", "read_graph",
+           "graph_replay", "read_graph", "capture_cuda_graph",
            "AGREE_TOLERANCE"]
 
 # Experiment and budget agree when the measured ratio is within this relative distance of
@@ -180,6 +180,25 @@ def read_graph(g: GraphReplay, budget: Budget) -> GraphReplay:
     return g
 
 
+def capture_cuda_graph(fn: Callable[[], Any], warmup: int = 3) -> tuple[Any, Any]:
+    """Capture one call of `fn` in a CUDA graph: (graph, the call's static output).
+
+    Warm-up runs on a side stream first, as torch.cuda.graph's docs require (lazy
+    initialisation and cuBLAS workspaces must happen outside the capture)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
 def graph_replay(w: Workload, eager: Timing,
                  timer: Callable[[Callable[[], Any]], Timing]) -> GraphReplay:
     """Capture one call in a CUDA graph and time its replay against eager."""
@@ -187,17 +206,9 @@ def graph_replay(w: Workload, eager: Timing,
         return GraphReplay(False, "CUDA graphs need a CUDA device")
     import torch
 
-    graph = torch.cuda.CUDAGraph()
+    graph: Any = None
     try:
-        # Warm up on a side stream, as capture requires (torch.cuda.graphs docs).
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                w()
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.cuda.graph(graph):
-            w()
+        graph, _ = capture_cuda_graph(w)
     except Exception as exc:  # capture refuses many things; each is a reason, not a crash
         torch.cuda.synchronize()
         del graph

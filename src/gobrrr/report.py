@@ -136,7 +136,8 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
             f"upper bound: all {_us(overhead)} of Python/dispatch time removed",
             "torch.compile the model: fused kernels are dispatched once per group of ops",
         ))
-    if batch is not None and batch.time_ratio:
+    # Advice only when doubling the batch buys at least 10% more samples per second.
+    if batch is not None and batch.time_ratio and 2 / batch.time_ratio >= 1.1:
         gain = 2 / batch.time_ratio
         out.append(Remedy(
             "larger batch (advice only)", "overhead", gain,

@@ -107,22 +107,13 @@ def run(ctx: LabContext) -> OverheadResult:
 
 
 def _cuda_parts(ctx: LabContext, r: OverheadResult, loop: Any) -> None:
-    import torch
 
+    from gobrrr.experiments import capture_cuda_graph
     from gobrrr.lab.trace import idle_fraction, kernel_intervals_us
 
     ctx.progress("overhead: CUDA graph capture + replay")
     try:
-        # Warm up on a side stream before capture, as torch.cuda.graph's docs require.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                loop()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            loop()
+        graph, _ = capture_cuda_graph(loop)
         r.graph_small_per_op_s = ctx.time(graph.replay).median_s / LOOP_OPS
         r.graph_speedup = r.loop_small_per_op_s / r.graph_small_per_op_s
     except RuntimeError as exc:

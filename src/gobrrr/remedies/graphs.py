@@ -44,17 +44,9 @@ def make_capturable(optimizers: list[Any]) -> int:
 
 def capture(c: Candidate) -> None:
     """Warm up on a side stream, capture one call, and make `c.replay` the replay."""
-    import torch
+    from gobrrr.experiments import capture_cuda_graph
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            c.fn(*c.args, **c.kwargs)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = c.fn(*c.args, **c.kwargs)
+    graph, static_out = capture_cuda_graph(lambda: c.fn(*c.args, **c.kwargs))
     c.compile_info["cuda_graph"] = graph  # keeps the graph (and its memory pool) alive
 
     def replay() -> Any:
