@@ -12,6 +12,7 @@ Each experiment also states what the budget predicts for it, and whether they ag
 from __future__ import annotations
 
 import gc
+import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -84,13 +85,21 @@ def _free_device_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
+# Rounds of interleaved timing (B, kB, B, kB, ...): the ratio T(kB)/T(B) is read from
+# pairs taken side by side, so slow drift of the machine (clocks, other processes) cancels.
+BATCH_ROUNDS = 3
+
+
 def batch_times(w: Workload, base: Timing, timer: Callable[[Workload], Timing],
                 progress: Progress) -> BatchScaling:
-    """Time the workload at 2x (and 4x when 2x took under 50 ms per call) its batch.
+    """Time the workload at 2x (and 4x when 2x took under 50 ms per call) its batch,
+    interleaved with the base batch; each point's time is scaled from the median of its
+    per-round ratios to the base's median time.
 
     Run before any profiling: a profiler can leave tracing hooks that slow later kernel
     launches, which would bias an overhead-bound workload's times."""
     out = BatchScaling(points=[BatchPoint(w.batch_size, 1, base.median_s, None, None)])
+    base_times = [base.median_s]
     for factor in (2, 4):
         last = out.points[-1]
         if factor == 4 and (last.time_s is None or last.time_s > 0.05):
@@ -105,8 +114,16 @@ def batch_times(w: Workload, base: Timing, timer: Callable[[Workload], Timing],
             out.points.append(BatchPoint(None, factor, None, None, None, str(exc.original)))
             break
         try:
-            t = timer(big)
-            out.points.append(BatchPoint(big.batch_size, factor, t.median_s, None, None))
+            ratios = []
+            for i in range(BATCH_ROUNDS):
+                t_base = base.median_s if (i == 0 and factor == 2) else timer(w).median_s
+                if not (i == 0 and factor == 2):
+                    base_times.append(t_base)
+                ratios.append(timer(big).median_s / t_base)
+            base_s = statistics.median(base_times)
+            out.points[0].time_s = base_s
+            out.points.append(BatchPoint(big.batch_size, factor,
+                                         base_s * statistics.median(ratios), None, None))
         except (WorkloadError, RuntimeError) as exc:
             # Out of memory (torch.OutOfMemoryError is a RuntimeError) or the workload
             # refusing the bigger batch: record it, release the memory, use what ran.
