@@ -86,3 +86,14 @@ def test_terminal_output_fits_80_columns(monkeypatch):
     assert "BOUND" in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
     assert "\x1b[" not in r.stdout
+
+
+def test_larger_batch_that_fails_is_reported_and_the_verdict_stands():
+    r = run(f"{TARGETS}:fails_above_4", "--json", "-q", "--time-budget", "0.2",
+            "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    points = d["experiments"]["batch_scaling"]["points"]
+    assert points[1]["time_s"] is None and "out of memory" in points[1]["error"]
+    assert "did not run" in d["experiments"]["batch_scaling"]["reading"]
+    assert d["regime"] in ("overhead", "memory", "compute")

@@ -46,3 +46,11 @@ def syncs(batch_size=4):
 
 
 NOT_CALLABLE = 3
+
+
+def fails_above_4(batch_size=4):
+    """Refuses batches above 4, as an out-of-memory would: the 2x batch must be caught."""
+    if batch_size > 4:
+        raise RuntimeError("CUDA out of memory (simulated)")
+    w = torch.randn(16, 16)
+    return (lambda x: x @ w), (torch.randn(batch_size, 16),)
