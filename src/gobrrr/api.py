@@ -1,4 +1,4 @@
-"""The facade: diagnose() (and, later, optimize()) hand off to the pipeline's modules.
+"""The facade: diagnose() and optimize() hand off to the pipeline's modules.
 
 workload -> (time, count + profile) -> budget -> experiments -> verdict -> remedies.
 """
