@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Timing", "measure", "summarize", "device_sync", "l2_flusher"]
+__all__ = ["Timing", "measure", "measure_fresh", "summarize", "device_sync", "l2_flusher"]
 
 Clock = Callable[[], float]
 
@@ -175,3 +175,32 @@ def measure(
         rel_iqr=rel,
         samples_s=tuple(samples),
     )
+
+
+def measure_fresh(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    *,
+    modules: Sequence[Any] = (),
+    **measure_kwargs: Any,
+) -> Timing:
+    """Time `fn(*args)` for a workload that mutates its inputs: before every call, untimed,
+    tensor arguments are cloned from the originals (which stay untouched) and the `.grad`
+    of every parameter of `modules` is reset to None, so each call starts from the same
+    state. Single-call samples (see `measure`'s `setup`)."""
+    import torch
+
+    originals = tuple(args)
+    current: list[tuple[Any, ...]] = [originals]
+
+    def setup() -> None:
+        current[0] = tuple(
+            a.detach().clone().requires_grad_(a.requires_grad)
+            if isinstance(a, torch.Tensor) else a
+            for a in originals
+        )
+        for m in modules:
+            for p in m.parameters():
+                p.grad = None
+
+    return measure(lambda: fn(*current[0]), setup=setup, **measure_kwargs)
