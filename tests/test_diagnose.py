@@ -210,3 +210,18 @@ def test_cpu_sync_makes_graph_capture_impossible_with_reason():
                                time_budget_s=0.3)
     assert report.graph is not None and not report.graph.possible
     assert "capture" in report.graph.reason
+
+
+def test_state_reached_through_module_globals_is_restored():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "globals_step.py"
+    spec = importlib.util.spec_from_file_location("globals_step", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    before = mod.model.weight.detach().clone()
+    diagnose(mod.step, experiments=False, time_budget_s=0.2)
+    # the step ran hundreds of SGD updates at lr 0.5: without a restore the weight moves
+    assert torch.equal(mod.model.weight, before)
+    assert mod.model.weight.grad is None

@@ -14,6 +14,7 @@ import copy
 import importlib.util
 import inspect
 import sys
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,9 @@ from typing import Any
 
 from gobrrr.errors import UserError, WorkloadError
 
-__all__ = ["Workload", "load_target", "from_callable", "preserved_state", "DEFAULT_EXAMPLE"]
+__all__ = ["Workload", "load_target", "from_callable", "preserved_state", "DEFAULT_EXAMPLE",
+           "reachable_state", "collect_state", "is_state", "global_names",
+           "MAX_STATE_DEPTH"]
 
 DEFAULT_EXAMPLE = "mlp"
 Factory = Callable[..., Any]
@@ -192,35 +195,75 @@ def load_target(target: str | None, device: str, batch_size: int | None = None) 
 # ---------------------------------------------------------------- protecting user state
 
 
-def _reachable(w: Workload) -> tuple[list[Any], list[Any], list[Any]]:
-    """Modules, optimizers and tensors reachable from the workload: the callable, its
-    bound self, its closure cells, its arguments (and one level inside containers)."""
+# Closures of closures of ...: state nested deeper than this is not found (optimize
+# reports what stays shared; see remedies/copying.py).
+MAX_STATE_DEPTH = 6
+
+
+def is_state(obj: Any) -> bool:
     import torch
 
-    roots: list[Any] = [w.fn, getattr(w.fn, "__self__", None), *w.args, *w.kwargs.values()]
-    for cell in getattr(w.fn, "__closure__", None) or ():
-        with contextlib.suppress(ValueError):
-            roots.append(cell.cell_contents)
-    expanded: list[Any] = []
-    for r in roots:
-        expanded.append(r)
-        if isinstance(r, (list, tuple)):
-            expanded.extend(r)
-        elif isinstance(r, dict):
-            expanded.extend(r.values())
-    modules, optims, tensors = [], [], []
-    seen: set[int] = set()
-    for obj in expanded:
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, torch.nn.Module):
-            modules.append(obj)
-        elif isinstance(obj, torch.optim.Optimizer):
-            optims.append(obj)
-        elif isinstance(obj, torch.Tensor):
-            tensors.append(obj)
-    return modules, optims, tensors
+    return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer, torch.Tensor))
+
+
+def global_names(code: types.CodeType) -> set[str]:
+    """Global names a function's code (and its inner functions and lambdas) uses."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= global_names(const)
+    return names
+
+
+def _cell_full(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - raises ValueError on an empty cell
+    except ValueError:
+        return False
+    return True
+
+
+def collect_state(root: Any, depth: int = 0, seen: set[int] | None = None) -> list[Any]:
+    """Modules, optimizers and tensors reachable from `root`: closures, bound self,
+    containers, object attributes and the module globals a function's code names (a
+    training step in a script usually reaches its model and optimizer as globals)."""
+    seen = set() if seen is None else seen
+    out: list[Any] = []
+    if id(root) in seen or depth > MAX_STATE_DEPTH:
+        return out
+    seen.add(id(root))
+    if is_state(root):
+        out.append(root)
+        return out
+    children: list[Any] = []
+    if isinstance(root, types.FunctionType):
+        children += [c.cell_contents for c in root.__closure__ or () if _cell_full(c)]
+        children += [root.__globals__[n] for n in global_names(root.__code__)
+                     if n in root.__globals__ and (is_state(root.__globals__[n]) or
+                                                   isinstance(root.__globals__[n],
+                                                              types.FunctionType))]
+    elif isinstance(root, types.MethodType):
+        children += [root.__func__, root.__self__]
+    elif isinstance(root, (list, tuple)):
+        children += list(root)
+    elif isinstance(root, dict):
+        children += list(root.values())
+    elif hasattr(root, "__dict__") and not isinstance(root, (type, types.ModuleType)):
+        children += list(vars(root).values())
+    for c in children:
+        out += collect_state(c, depth + 1, seen)
+    return out
+
+
+def reachable_state(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                    ) -> tuple[list[Any], list[Any], list[Any]]:
+    """(modules, optimizers, tensors) the call `fn(*args, **kwargs)` can reach."""
+    import torch
+
+    found = collect_state([fn, list(args), kwargs])
+    return ([o for o in found if isinstance(o, torch.nn.Module)],
+            [o for o in found if isinstance(o, torch.optim.Optimizer)],
+            [o for o in found if isinstance(o, torch.Tensor)])
 
 
 def _read_flags() -> dict[tuple[Any, str], Any]:
@@ -250,7 +293,7 @@ def preserved_state(w: Workload) -> Iterator[None]:
     the torch.backends flags are restored on exit."""
     import torch
 
-    modules, optims, tensors = _reachable(w)
+    modules, optims, tensors = reachable_state(w.fn, w.args, w.kwargs)
     with torch.no_grad():
         mod_state = [
             ({k: v.detach().clone() for k, v in m.state_dict(keep_vars=True).items()},

@@ -20,12 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gobrrr.workload import MAX_STATE_DEPTH, collect_state, global_names, is_state, reachable_state
+
 __all__ = ["Copied", "copy_workload", "describe", "stateful_ids", "snapshot", "restore",
            "clone_tree"]
 
 _LIBRARIES = {"torch", "numpy", "transformers", "torchvision", "functools", "builtins",
               "math", "operator"}
-_MAX_DEPTH = 6  # closures of closures of ...: deeper nesting is shared (and reported)
 
 
 @dataclass
@@ -38,20 +39,6 @@ class Copied:
     tensors: list[Any]
 
 
-def _is_state(obj: Any) -> bool:
-    import torch
-
-    return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer, torch.Tensor))
-
-
-def _global_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):  # lambdas and inner functions
-            names |= _global_names(const)
-    return names
-
-
 class _Copier:
     def __init__(self) -> None:
         self.memo: dict[int, Any] = {}
@@ -60,7 +47,7 @@ class _Copier:
     def copy(self, obj: Any, depth: int = 0) -> Any:
         if id(obj) in self.memo:
             return self.memo[id(obj)]
-        if depth > _MAX_DEPTH:
+        if depth > MAX_STATE_DEPTH:
             return obj
         if isinstance(obj, types.FunctionType):
             return self._function(obj, depth)
@@ -69,7 +56,7 @@ class _Copier:
                                    self.copy(obj.__self__, depth + 1))
             self.memo[id(obj)] = out
             return out
-        if _is_state(obj):
+        if is_state(obj):
             return copy.deepcopy(obj, self.memo)
         if isinstance(obj, (list, tuple)):
             items = [self.copy(x, depth + 1) for x in obj]
@@ -89,8 +76,8 @@ class _Copier:
         if not fn.__closure__ and (fn.__module__ or "").split(".")[0] in _LIBRARIES:
             return fn  # a library function without captured state: nothing to copy
         new_globals = fn.__globals__
-        stateful = [n for n in _global_names(fn.__code__)
-                    if n in fn.__globals__ and (_is_state(fn.__globals__[n]) or (
+        stateful = [n for n in global_names(fn.__code__)
+                    if n in fn.__globals__ and (is_state(fn.__globals__[n]) or (
                         isinstance(fn.__globals__[n], types.FunctionType)
                         and fn.__globals__[n].__globals__ is fn.__globals__
                         and fn.__globals__[n] is not fn))]
@@ -121,60 +108,15 @@ class _Copier:
         return out
 
 
-def _collect(root: Any, depth: int = 0, seen: set[int] | None = None) -> list[Any]:
-    """Modules, optimizers and tensors reachable from `root` (closures, bound self,
-    containers, globals the code names), without copying."""
-    seen = set() if seen is None else seen
-    out: list[Any] = []
-    if id(root) in seen or depth > _MAX_DEPTH:
-        return out
-    seen.add(id(root))
-    if _is_state(root):
-        out.append(root)
-        return out
-    children: list[Any] = []
-    if isinstance(root, types.FunctionType):
-        children += [c.cell_contents for c in root.__closure__ or ()
-                     if _cell_full(c)]
-        children += [root.__globals__[n] for n in _global_names(root.__code__)
-                     if n in root.__globals__ and (_is_state(root.__globals__[n]) or
-                                                   isinstance(root.__globals__[n],
-                                                              types.FunctionType))]
-    elif isinstance(root, types.MethodType):
-        children += [root.__func__, root.__self__]
-    elif isinstance(root, (list, tuple)):
-        children += list(root)
-    elif isinstance(root, dict):
-        children += list(root.values())
-    elif hasattr(root, "__dict__") and not isinstance(root, (type, types.ModuleType)):
-        children += list(vars(root).values())
-    for c in children:
-        out += _collect(c, depth + 1, seen)
-    return out
-
-
-def _cell_full(cell: Any) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - raises ValueError on an empty cell
-    except ValueError:
-        return False
-    return True
-
-
 def stateful_ids(fn: Callable[..., Any], args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> set[int]:
-    return {id(o) for o in _collect([fn, list(args), kwargs])}
+    return {id(o) for o in collect_state([fn, list(args), kwargs])}
 
 
 def describe(fn: Callable[..., Any], args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> Copied:
     """The workload with the modules, optimizers and tensors it reaches (no copying)."""
-    import torch
-
-    found = _collect([fn, list(args), kwargs])
-    mods = [o for o in found if isinstance(o, torch.nn.Module)]
-    opts = [o for o in found if isinstance(o, torch.optim.Optimizer)]
-    tens = [o for o in found if isinstance(o, torch.Tensor)]
+    mods, opts, tens = reachable_state(fn, args, kwargs)
     return Copied(fn, args, kwargs, mods, opts, tens)
 
 
