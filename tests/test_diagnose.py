@@ -11,7 +11,7 @@ from torch import nn
 from gobrrr.api import diagnose, diagnose_workload
 from gobrrr.budget import compute_budget, fusable_bytes_saved
 from gobrrr.counting import count
-from gobrrr.experiments import BatchPoint, BatchScaling, _read_batch
+from gobrrr.experiments import BatchTime, BatchTimes, read_batch
 from gobrrr.hardware import Ceilings
 from gobrrr.trace import Kernel, ProfiledRun
 from gobrrr.workload import load_target
@@ -81,11 +81,10 @@ def test_fusion_estimate_cos_cos():
 
 
 def _batch(t1, t2, f1, f2, b1, b2, overhead, memory, compute):
-    out = BatchScaling(points=[BatchPoint(1, 1, t1, f1, b1), BatchPoint(2, 2, t2, f2, b2)])
+    times = BatchTimes((BatchTime(1, 1, t1), BatchTime(2, 2, t2)))
     budget = type("B", (), {"overhead_s": overhead, "memory_s": memory,
                             "compute_s": compute, "total_s": overhead + memory + compute})
-    _read_batch(out, budget)
-    return out
+    return read_batch(times, {1: (f1, b1), 2: (f2, b2)}, budget)
 
 
 def test_batch_reading_overhead():

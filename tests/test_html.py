@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from markupsafe import escape
 
 from gobrrr.cli import cli
-from gobrrr.html import Section, render_page, render_report, table
-from gobrrr.html.figures import plottable_rows, roofline_svg
+from gobrrr.show import Section, render_page, render_report, table
+from gobrrr.show.figures import plottable_rows, roofline_svg
 
 HOSTILE_OP = "aten::<script>alert('op')</script>"
 HOSTILE_MODULE = "</td><img src=x onerror=alert(1)>$x^2$"

@@ -282,7 +282,7 @@ def test_cli_json_and_html(tmp_path, one_thread):
 
 
 def test_html_escapes_strings():
-    from gobrrr.lab.report import render_html
+    from gobrrr.show.lab_page import render_html
 
     r = fusion.FusionResult(name="fusion", title="t", device="cpu", conclusion="<b>x</b>",
                             agrees_with_essay=None, n_elements=8, eager_s=2e-3,
@@ -296,7 +296,7 @@ def test_html_escapes_strings():
 
 
 def test_experiment_registry_matches_cli():
-    from gobrrr.cli_lab import _NAMES
+    from gobrrr.cli.lab import _NAMES
 
     assert tuple(_NAMES) == EXPERIMENTS
 

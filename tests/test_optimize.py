@@ -16,7 +16,6 @@ from gobrrr.cli import cli
 from gobrrr.remedies import catalog
 from gobrrr.remedies.attention import find_attention
 from gobrrr.remedies.base import STAGE_EXECUTION, RemedySpec
-from gobrrr.remedies.copying import copy_workload, stateful_ids
 from gobrrr.remedies.runner import optimize_workload
 from gobrrr.remedies.verify import (
     DynamoSnapshot,
@@ -25,6 +24,7 @@ from gobrrr.remedies.verify import (
     compile_problems,
     tolerance_for,
 )
+from gobrrr.state import copy_workload, stateful_ids
 from gobrrr.workload import from_callable
 
 

@@ -1,6 +1,6 @@
 """`gobrrr optimize --html`: the page from an OptimizeResult dict (synthetic, exact)."""
 
-from gobrrr.html.optimize import render_optimize
+from gobrrr.show.optimize_html import render_optimize
 
 
 def result(best_status="verified"):

@@ -10,11 +10,12 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from gobrrr.budget import compute_budget
 from gobrrr.cli import cli
 from gobrrr.counting import CountResult, OpRecord
 from gobrrr.hardware import Ceilings
-from gobrrr.perfetto import TID_IDLE, TID_KERNELS, TID_OPS, kernel_starts_us, trace_dict
-from gobrrr.trace import WINDOW, Kernel, ProfiledRun
+from gobrrr.show.perfetto import TID_IDLE, TID_KERNELS, TID_OPS, trace_dict
+from gobrrr.trace import Kernel, ProfiledRun, _device_starts, _with_starts
 
 
 def check_format(trace):
@@ -65,11 +66,18 @@ def test_cpu_trace_is_valid_and_annotated(cpu_trace):
                                          sum(e["dur"] for e in ops)), rel=1e-3)
 
 
-def test_trace_needs_a_live_run():
+def test_trace_needs_per_call_rows():
     from gobrrr.errors import UserError
 
-    with pytest.raises(UserError, match="no profiled run"):
-        trace_dict(SimpleNamespace(run=None))
+    with pytest.raises(UserError, match="no per-call rows"):
+        trace_dict({"budget": {}, "schema_version": "1.0"})
+
+
+def test_trace_from_a_saved_json_equals_the_live_one(cpu_trace, tmp_path):
+    # The trace is built from the report's dict alone, so `--json` output traces too.
+    trace, report = cpu_trace
+    again = trace_dict(json.loads(json.dumps(report)))
+    assert again["traceEvents"] == trace["traceEvents"]
 
 
 def rec(index, op, flops, nbytes, op_class="matmul", unit="fp32"):
@@ -79,39 +87,50 @@ def rec(index, op, flops, nbytes, op_class="matmul", unit="fp32"):
 
 
 class FakeEvent:
-    def __init__(self, name, start, end, device="CUDA"):
-        self.name = name
+    """The fields of a torch.autograd.profiler FunctionEvent that trace.py reads."""
+
+    def __init__(self, name, start, end, device="CUDA", id=0, linked=0, kernels=()):
+        self.name, self.id, self.linked_correlation_id = name, id, linked
         self.time_range = SimpleNamespace(start=start, end=end)
         self.device_type = SimpleNamespace(name=device)
+        self.kernels = [SimpleNamespace(name=k, duration=d) for k, d in kernels]
 
 
-def fake_cuda_report():
+def test_kernel_start_times_come_from_the_linked_device_events():
+    # A launch (correlation id 7) whose two kernels are linked to it; an unrelated kernel
+    # of another launch (8) with the same name must not be taken.
+    launch = FakeEvent("cudaLaunchKernel", 90.0, 91.0, "CPU", id=7,
+                       kernels=[("relu_kernel", 5.0), ("sgemm", 10.0)])
+    events = [launch, FakeEvent("sgemm", 100.0, 110.0, linked=7),
+              FakeEvent("relu_kernel", 115.0, 120.0, linked=7),
+              FakeEvent("relu_kernel", 10.0, 15.0, linked=8)]
+    got = [(k.name, t) for k, t in _with_starts(launch, _device_starts(events))]
+    assert got == [("relu_kernel", 115.0), ("sgemm", 100.0)]
+    # No link (an older torch): no start times, never a guess.
+    unlinked = [FakeEvent("sgemm", 100.0, 110.0)]
+    assert [t for _k, t in _with_starts(launch, _device_starts(unlinked))] == [None, None]
+
+
+def fake_cuda_report(starts=(100.0, 115.0, 120.0)):
     """Two ops, three kernels (us): mm 100-110, relu 115-120, relu's second kernel
-    120-130; an earlier call's mm at 10-20 (outside the counted window) must be ignored."""
+    120-130."""
     # mm: 2*M*N*K = 2*64*64*64 = 524288 FLOPs; bytes 3*64*64*4 = 49152.
     # relu: 0 FLOPs (no formula needed here), bytes 2*4096*4 = 32768.
     records = [rec(0, "aten::mm", 524288, 49152),
                rec(1, "aten::relu", 0, 32768, op_class="pointwise", unit=None)]
-    kernels = [Kernel("sgemm_64x64", 10e-6, 0), Kernel("relu_kernel", 5e-6, 1),
-               Kernel("relu_kernel", 10e-6, 1)]
-    raw = SimpleNamespace(events=lambda: [
-        FakeEvent("sgemm_64x64", 10.0, 20.0), FakeEvent(WINDOW, 90.0, 140.0, "CPU"),
-        FakeEvent("sgemm_64x64", 100.0, 110.0), FakeEvent("relu_kernel", 120.0, 130.0),
-        FakeEvent("relu_kernel", 115.0, 120.0)])
+    kernels = [Kernel("sgemm_64x64", 10e-6, 0, starts[0]),
+               Kernel("relu_kernel", 5e-6, 1, starts[1]),
+               Kernel("relu_kernel", 10e-6, 1, starts[2])]
     run = ProfiledRun(counts=CountResult(records), device="cuda",
-                      op_time_s={0: 10e-6, 1: 15e-6}, kernels=kernels, busy_s=25e-6, raw=raw)
+                      op_time_s={0: 10e-6, 1: 15e-6}, kernels=kernels, busy_s=25e-6)
     # 1 TFLOP/s fp32 and 1 TB/s: mm needs 0.524 us of math vs 0.049 us of memory.
     ceil = Ceilings(device="cuda", fingerprint={"name": "FakeGPU", "torch": "x"},
                     peak_flops_per_s={"fp32": 1e12}, bandwidth_bytes_per_s=1e12,
                     op_overhead_s=5e-6, python_ops_per_s=3e7, measured_at="t",
                     calibrate_s=0.0)
-    return SimpleNamespace(run=run, ceilings=ceil, budget=SimpleNamespace(wall_s=50e-6),
-                           workload={"name": "fake"}, regime="overhead", created="t")
-
-
-def test_kernel_start_times_come_from_the_device_events():
-    # relu kernels matched by duration, not by order: 5 us -> 115, 10 us -> 120.
-    assert kernel_starts_us(fake_cuda_report().run) == [100.0, 115.0, 120.0]
+    budget = compute_budget(run, 50e-6, ceil)
+    return {"budget": budget.to_dict(), "workload": {"name": "fake", "device": "cuda"},
+            "machine": ceil.to_dict(), "regime": budget.regime, "created": "t"}
 
 
 def test_cuda_trace_kernels_ops_and_idle_gaps():
@@ -137,10 +156,31 @@ def test_cuda_trace_kernels_ops_and_idle_gaps():
     assert meta["gobrrr.kernels_without_start_time"] == 0
 
 
+def test_trace_kernel_regimes_are_the_budgets():
+    # A conv-like op: a GEMM kernel plus a layout transpose. The budget gives the GEMM's
+    # time to compute and the transpose's to memory; each kernel in the trace says the
+    # same, and the two add up to the budget's split.
+    records = [rec(0, "aten::convolution", 10**9, 10**6, op_class="conv")]
+    run = ProfiledRun(counts=CountResult(records), device="cuda", op_time_s={0: 30e-6},
+                      kernels=[Kernel("sm90_xmma_fprop", 20e-6, 0, 0.0),
+                               Kernel("nchwToNhwcKernel", 10e-6, 0, 20.0)], busy_s=30e-6)
+    ceil = Ceilings(device="cuda", fingerprint={"name": "FakeGPU", "torch": "x"},
+                    peak_flops_per_s={"fp32": 1e12}, bandwidth_bytes_per_s=1e12,
+                    op_overhead_s=5e-6, python_ops_per_s=3e7, measured_at="t",
+                    calibrate_s=0.0)
+    budget = compute_budget(run, 40e-6, ceil)
+    report = {"budget": budget.to_dict(), "workload": {"name": "conv", "device": "cuda"},
+              "machine": ceil.to_dict(), "regime": budget.regime, "created": "t"}
+    trace = trace_dict(report)
+    by_kernel = {e["name"]: e["args"]["regime"] for e in trace["traceEvents"]
+                 if e["ph"] == "X" and e["tid"] == TID_KERNELS}
+    assert by_kernel == {"sm90_xmma_fprop": "compute", "nchwToNhwcKernel": "memory"}
+    assert budget.compute_s == pytest.approx(20e-6)
+    assert budget.memory_s == pytest.approx(10e-6)
+
+
 def test_cuda_trace_without_profiler_times_places_kernels_in_order():
-    r = fake_cuda_report()
-    r.run.raw = None
-    trace = trace_dict(r)
+    trace = trace_dict(fake_cuda_report(starts=(None, None, None)))
     check_format(trace)
     assert trace["otherData"]["gobrrr.kernels_without_start_time"] == 3
     kernels = [(e["ts"], e["dur"]) for e in trace["traceEvents"]

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gobrrr.report import Report
-from gobrrr.workload import Workload, from_callable, preserved_state
+from gobrrr.state import preserved_state
+from gobrrr.workload import Workload, from_callable
 
 __all__ = ["diagnose", "diagnose_workload", "optimize"]
 
@@ -32,16 +33,19 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
     from gobrrr.budget import compute_budget
     from gobrrr.experiments import (
         BatchScaling,
+        BatchTimes,
         GraphReplay,
+        GraphTiming,
         batch_counts,
         batch_times,
         graph_replay,
+        read_batch,
         read_graph,
     )
     from gobrrr.hardware import calibrate
-    from gobrrr.report import remedies_for, verdict_for
     from gobrrr.timing import measure
     from gobrrr.trace import profile_counted
+    from gobrrr.verdict import remedies_for, verdict_for
 
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
@@ -53,6 +57,8 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         return measure(lambda: work.run("timing"), device=work.device,
                        budget_s=time_budget_s)
 
+    graph_t: GraphTiming | None = None
+    batch_t: BatchTimes | None = None
     graph: GraphReplay | None = None
     batch: BatchScaling | None = None
     with preserved_state(w):
@@ -65,19 +71,22 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         if experiments:
             if w.device == "cuda":
                 say("experiment: CUDA-graph replay")
-            graph = graph_replay(w, wall, lambda f: measure(
+            graph_t = graph_replay(w, wall, lambda f: measure(
                 f, device=w.device, budget_s=time_budget_s))
-            batch = batch_times(w, wall, timer, say)
-            if batch.skipped:
-                notes.append(f"batch scaling skipped: {batch.skipped}")
+            batch_t = batch_times(w, wall, timer, say)
+            if batch_t.skipped:
+                notes.append(f"batch scaling skipped: {batch_t.skipped}")
         say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
                                                  else ", timing each op alone"))
         run = profile_counted(w, wall.median_s)
         budget = compute_budget(run, wall.median_s, ceil)
-        if graph is not None:
-            read_graph(graph, budget)
-        if batch is not None and not batch.skipped:
-            batch_counts(w, batch, run.counts.total_flops, run.counts.total_bytes, budget)
+        if graph_t is not None:
+            graph = read_graph(graph_t, budget)
+        if batch_t is not None:
+            counts = {1: (run.counts.total_flops, run.counts.total_bytes)}
+            if not batch_t.skipped:
+                counts |= batch_counts(w, batch_t)
+            batch = read_batch(batch_t, counts, budget)
     verdict = verdict_for(budget, run.counts, ceil, w.device, batch, graph)
     remedies = remedies_for(budget, run.counts, ceil, w.device, batch, graph)
     return Report(
@@ -85,7 +94,7 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
                   "batch_size": w.batch_size},
         ceilings=ceil, timing=wall, counts=run.counts, budget=budget, verdict=verdict,
         remedies=remedies, batch=batch, graph=graph,
-        diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes, run=run,
+        diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
     )
 
 

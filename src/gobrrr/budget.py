@@ -22,14 +22,56 @@ from typing import Any
 
 from gobrrr.counting import MATMUL_CLASSES, OpRecord
 from gobrrr.hardware import Ceilings
-from gobrrr.trace import ProfiledRun, split_kernel_time
+from gobrrr.trace import ProfiledRun, is_math_kernel, split_kernel_time
 
-__all__ = ["RowBudget", "Budget", "compute_budget", "peak_for", "BELOW_ROOF_FRACTION",
-           "FUSABLE_CLASSES", "fusable_bytes_saved"]
+__all__ = ["RowBudget", "CallRow", "KernelRow", "Budget", "compute_budget", "peak_for",
+           "BELOW_ROOF_FRACTION", "REGIMES", "FUSABLE_CLASSES", "fusable_bytes_saved"]
 
 # Ops achieving less than this fraction of their own roofline are flagged "below roof".
 BELOW_ROOF_FRACTION = 0.25
 REGIMES = ("overhead", "memory", "compute")
+
+
+@dataclass(frozen=True)
+class CallRow:
+    """One counted op call: its regime by the budget's rule and its share of time.
+    `time_s` is the budget's (scaled to fit T_wall when the profiled run overran it)."""
+
+    index: int
+    op: str
+    module: str
+    phase: str
+    op_class: str
+    regime: str  # compute | memory | overhead (no FLOPs, no bytes)
+    time_s: float
+    flops: int
+    bytes: int
+    floor_s: float
+
+    @property
+    def roofline_fraction(self) -> float | None:
+        return self.floor_s / self.time_s if self.time_s > 0 and self.floor_s > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"roofline_fraction": self.roofline_fraction}
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One CUDA kernel of the profiled call, with the regime the budget gave its time:
+    a matmul-class op's GEMM kernels are compute when the op is, its other kernels
+    (layout transposes, split-K reductions) memory; kernels outside any op memory.
+    `start_us` is relative to the first kernel (None: the profiler gave no start);
+    `duration_s` is as the profiler measured it (not scaled)."""
+
+    name: str
+    op_index: int | None
+    start_us: float | None
+    duration_s: float
+    regime: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -101,6 +143,11 @@ class Budget:
     # compute-bound time by the unit that did it (bf16 fp16 tf32 fp32, "vector" for
     # non-matmul math): what a tensor-core remedy can speed up
     compute_s_by_unit: dict[str, float] = field(default_factory=dict)
+    per_call: list[CallRow] = field(default_factory=list)  # in call order
+    kernels: list[KernelRow] = field(default_factory=list)  # CUDA: in start order
+    # CPU ops that could not be replayed alone: their execution time was not measured,
+    # so it sits inside overhead (T_wall - busy), which is then an upper bound.
+    unmeasured_ops: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -131,6 +178,9 @@ class Budget:
             "per_module": [r.to_dict() for r in self.per_module],
             "per_class": [r.to_dict() for r in self.per_class],
             "compute_s_by_unit": self.compute_s_by_unit,
+            "unmeasured_ops": self.unmeasured_ops,
+            "per_call": [r.to_dict() for r in self.per_call],
+            "kernels": [k.to_dict() for k in self.kernels],
             "notes": self.notes,
         }
 
@@ -174,6 +224,7 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
     per_class: dict[str, RowBudget] = {}
     compute_s = memory_s = view_s = floor_total = below_s = 0.0
     by_unit: dict[str, float] = {}
+    calls: list[CallRow] = []
     for rec in records:
         main_s, aux_s = split_kernel_time(run, rec.index, rec.op_class)
         main_s *= scale
@@ -185,10 +236,15 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
         c = m = o = 0.0
         if rec.flops == 0 and rec.bytes == 0:
             o = t_s  # views and bookkeeping: pure overhead
+            regime = "overhead"
         elif t_compute >= t_memory:
             c, m = main_s, aux_s
+            regime = "compute"
         else:
             m = t_s
+            regime = "memory"
+        calls.append(CallRow(rec.index, rec.op, rec.module, rec.phase, rec.op_class, regime,
+                             t_s, rec.flops, rec.bytes, floor_s))
         compute_s += c
         if c > 0:
             unit = rec.tensor_core_unit if rec.op_class in MATMUL_CLASSES else "vector"
@@ -209,6 +265,11 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
         memory_s += unattributed
         notes.append(f"{unattributed * 1e6:.1f} us of kernels ran outside any counted op; "
                      "counted as memory-bound")
+    if run.unreplayable:
+        names = sorted(set(run.unreplayable))
+        notes.append(f"{len(run.unreplayable)} op call(s) could not be replayed alone "
+                     f"({', '.join(names[:5])}): their time is unmeasured and sits in "
+                     "overhead, which is then an upper bound")
     busy_s = compute_s + memory_s + view_s
     overhead_s = max(0.0, wall_s - busy_s) + view_s
     order: Callable[[RowBudget], float] = lambda r: -r.time_s  # noqa: E731
@@ -219,8 +280,32 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
         per_module=sorted(per_module.values(), key=order),
         per_class=sorted(per_class.values(), key=order),
         compute_s_by_unit=by_unit,
+        per_call=calls,
+        kernels=_kernel_rows(run, {c.index: c for c in calls}),
+        unmeasured_ops=sorted(set(run.unreplayable)),
         notes=notes,
     )
+
+
+def _kernel_rows(run: ProfiledRun, calls: dict[int, CallRow]) -> list[KernelRow]:
+    """Each kernel with the regime `compute_budget` gave its time (see KernelRow)."""
+    known = [k.start_us for k in run.kernels if k.start_us is not None]
+    t0 = min(known) if known else 0.0
+    rows = []
+    for k in run.kernels:
+        call = calls.get(k.record_index) if k.record_index is not None else None
+        regime = "memory" if call is None else call.regime
+        if call is not None and regime == "compute" and call.op_class in MATMUL_CLASSES:
+            # split_kernel_time: GEMM kernels are the op's math, the rest moves bytes;
+            # an op none of whose kernels has a GEMM name keeps its time whole.
+            mains = [x for x in run.kernels_of(call.index) if is_math_kernel(x.name)]
+            if mains and not is_math_kernel(k.name):
+                regime = "memory"
+        rows.append(KernelRow(k.name, k.record_index,
+                              None if k.start_us is None else k.start_us - t0,
+                              k.duration_s, regime))
+    rows.sort(key=lambda r: (r.start_us is None, r.start_us or 0.0))
+    return rows
 
 
 # Ops whose intermediate results a fusing compiler can keep in registers.

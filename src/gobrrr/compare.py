@@ -16,8 +16,7 @@ from typing import Any
 
 from gobrrr.errors import UserError
 
-__all__ = ["OpChange", "Comparison", "load_report", "compare", "parse_percent",
-           "print_comparison"]
+__all__ = ["OpChange", "Comparison", "load_report", "compare", "parse_percent", "REGIMES"]
 
 REGIMES = ("overhead", "memory", "compute")
 
@@ -142,50 +141,3 @@ def compare(old: dict[str, Any], new: dict[str, Any], *, fail_above: float = 0.0
         c.notes.append("measured on different machines or software stacks ("
                        + ", ".join(f"{k}: {fo.get(k)} -> {fn.get(k)}" for k in diff) + ")")
     return c
-
-
-def _fmt_s(x: float | None) -> str:
-    from gobrrr.render import fmt_s
-
-    return "-" if x is None else fmt_s(x)
-
-
-def print_comparison(c: Comparison) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from gobrrr.render import console
-
-    out = console()
-    word = "slower" if c.change > 0 else "faster" if c.change < 0 else "(no change)"
-    style = "red" if c.regressed else "green" if c.change < 0 else "default"
-    out.print(f"[bold]gobrrr compare[/bold]  {escape(c.old_name)} -> {escape(c.new_name)}")
-    out.print(f"T_wall {_fmt_s(c.old_wall_s)} -> {_fmt_s(c.new_wall_s)}: "
-              f"[{style}]{100 * abs(c.change):.1f}% {word}[/]"
-              + (f" [dim](within noise, IQRs add to {100 * c.noise:.1f}%)[/dim]"
-                 if c.within_noise else ""))
-    t = Table(title="regime split", title_justify="left")
-    t.add_column("regime")
-    t.add_column("old", justify="right")
-    t.add_column("new", justify="right")
-    t.add_column("change", justify="right")
-    for r in REGIMES:
-        a, b = c.old_fractions[r], c.new_fractions[r]
-        t.add_row(r + (" *" if r == c.new_regime else ""), f"{100 * a:.0f}%", f"{100 * b:.0f}%",
-                  f"{100 * (b - a):+.0f} pts")
-    out.print(t)
-    if c.old_regime != c.new_regime:
-        out.print(f"regime changed: {c.old_regime}-bound -> {c.new_regime}-bound")
-    t = Table(title="top ops", title_justify="left")
-    for col, just in (("op", "left"), ("old", "right"), ("new", "right"),
-                      ("new/old", "right"), ("bound", "left")):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-    for o in c.ops:
-        bound = (o.new_bound or o.old_bound or "-") if o.old_bound == o.new_bound or \
-            None in (o.old_bound, o.new_bound) else f"{o.old_bound} -> {o.new_bound}"
-        t.add_row(escape(o.name), _fmt_s(o.old_s), _fmt_s(o.new_s),
-                  f"{o.ratio:.2f}x" if o.ratio is not None else
-                  "new" if o.old_s is None else "gone" if o.new_s is None else "-", bound)
-    out.print(t)
-    for note in c.notes:
-        out.print(f"[yellow]note:[/yellow] {escape(note)}")

@@ -342,11 +342,10 @@ def _tensor_core_unit(op_class: str, dtype: str, device_type: str) -> str | None
     if dtype in ("bf16", "fp16"):
         return dtype
     if dtype == "fp32" and device_type == "cuda":
-        # TF32 is used when the user's flags allow it: matmuls by
-        # torch.backends.cuda.matmul.allow_tf32, convs by cudnn.allow_tf32 (default on).
-        if op_class == "conv":
-            return "tf32" if torch.backends.cudnn.allow_tf32 else "fp32"
-        return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+        # TF32 is used when the user's settings allow it (convs: on by default).
+        from gobrrr.settings import tf32_enabled
+
+        return "tf32" if tf32_enabled("conv" if op_class == "conv" else "matmul") else "fp32"
     return dtype
 
 
@@ -423,8 +422,6 @@ class _CountingMode(TorchDispatchMode):
         else:
             module = self._module()
             phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
-        if op_class == "optimizer" or (phase == "optimizer" and op_class == "pointwise"):
-            op_class = "optimizer" if op_class == "optimizer" else "pointwise"
         first_out = _tensors(out)
         if self.calls is not None:
             self.calls.append((func, args, kwargs))

@@ -6,7 +6,9 @@
   intensity, not overhead);
 - CUDA-graph replay vs eager: the same kernels with the CPU out of the way.
 
-Each experiment also states what the budget predicts for it, and whether they agree.
+Each experiment first measures (`batch_times`, `graph_replay`: raw timings, before any
+profiling), then is read against the budget (`read_batch`, `read_graph`), which returns
+a new, finished value: what the budget predicts and whether the two agree.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from gobrrr.errors import UserError, WorkloadError
 from gobrrr.timing import Timing
 from gobrrr.workload import Workload
 
-__all__ = ["BatchPoint", "BatchScaling", "GraphReplay", "batch_times", "batch_counts",
-           "graph_replay", "read_graph", "capture_cuda_graph",
-           "AGREE_TOLERANCE"]
+__all__ = ["BatchTime", "BatchTimes", "BatchPoint", "BatchScaling", "GraphTiming",
+           "GraphReplay", "batch_times", "batch_counts", "read_batch", "graph_replay",
+           "read_graph", "capture_cuda_graph", "AGREE_TOLERANCE"]
 
 # Experiment and budget agree when the measured ratio is within this relative distance of
 # the predicted one: both sides carry noise of a few % and the budget's split is itself an
@@ -34,7 +36,25 @@ AGREE_TOLERANCE = 0.25
 Progress = Callable[[str], None]
 
 
-@dataclass
+@dataclass(frozen=True)
+class BatchTime:
+    """One timed batch (before any counting)."""
+
+    factor: int
+    batch_size: int | None
+    time_s: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchTimes:
+    """What `batch_times` measured: the base batch first."""
+
+    points: tuple[BatchTime, ...]
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
 class BatchPoint:
     batch_size: int | None
     factor: int
@@ -44,8 +64,10 @@ class BatchPoint:
     error: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class BatchScaling:
+    """The batch experiment read against the budget (`read_batch`)."""
+
     points: list[BatchPoint] = field(default_factory=list)
     time_ratio: float | None = None  # T(2B)/T(B)
     flops_ratio: float | None = None
@@ -59,8 +81,20 @@ class BatchScaling:
         return asdict(self)
 
 
-@dataclass
+@dataclass(frozen=True)
+class GraphTiming:
+    """What `graph_replay` measured: eager vs the replay of one captured call."""
+
+    possible: bool
+    reason: str | None = None
+    eager_s: float | None = None
+    replay_s: float | None = None
+
+
+@dataclass(frozen=True)
 class GraphReplay:
+    """Graph replay read against the budget (`read_graph`)."""
+
     possible: bool
     reason: str | None = None
     eager_s: float | None = None
@@ -91,27 +125,28 @@ BATCH_ROUNDS = 3
 
 
 def batch_times(w: Workload, base: Timing, timer: Callable[[Workload], Timing],
-                progress: Progress) -> BatchScaling:
+                progress: Progress) -> BatchTimes:
     """Time the workload at 2x (and 4x when 2x took under 50 ms per call) its batch,
     interleaved with the base batch; each point's time is scaled from the median of its
     per-round ratios to the base's median time.
 
     Run before any profiling: a profiler can leave tracing hooks that slow later kernel
     launches, which would bias an overhead-bound workload's times."""
-    out = BatchScaling(points=[BatchPoint(w.batch_size, 1, base.median_s, None, None)])
     base_times = [base.median_s]
+    scaled: list[BatchTime] = []
+    skipped: str | None = None
     for factor in (2, 4):
-        last = out.points[-1]
-        if factor == 4 and (last.time_s is None or last.time_s > 0.05):
+        last = scaled[-1] if scaled else None
+        if factor == 4 and (last is None or last.time_s is None or last.time_s > 0.05):
             break
         progress(f"experiment: batch scaling, {factor}x batch")
         try:
             big = w.scaled(factor)
         except UserError as exc:
-            out.skipped = str(exc)
-            return out
+            skipped = str(exc)
+            break
         except WorkloadError as exc:
-            out.points.append(BatchPoint(None, factor, None, None, None, str(exc.original)))
+            scaled.append(BatchTime(factor, None, None, str(exc.original)))
             break
         try:
             ratios = []
@@ -120,62 +155,63 @@ def batch_times(w: Workload, base: Timing, timer: Callable[[Workload], Timing],
                 if not (i == 0 and factor == 2):
                     base_times.append(t_base)
                 ratios.append(timer(big).median_s / t_base)
-            base_s = statistics.median(base_times)
-            out.points[0].time_s = base_s
-            out.points.append(BatchPoint(big.batch_size, factor,
-                                         base_s * statistics.median(ratios), None, None))
+            scaled.append(BatchTime(factor, big.batch_size,
+                                    statistics.median(base_times) * statistics.median(ratios)))
         except (WorkloadError, RuntimeError) as exc:
             # Out of memory (torch.OutOfMemoryError is a RuntimeError) or the workload
             # refusing the bigger batch: record it, release the memory, use what ran.
             original = exc.original if isinstance(exc, WorkloadError) else exc
-            out.points.append(BatchPoint(big.batch_size, factor, None, None, None,
-                                         f"{type(original).__name__}: {original}"))
+            scaled.append(BatchTime(factor, big.batch_size, None,
+                                    f"{type(original).__name__}: {original}"))
             break
         finally:
             del big
             _free_device_memory(w.device)
-    return out
+    first = BatchTime(1, w.batch_size, statistics.median(base_times))
+    return BatchTimes((first, *scaled), skipped)
 
 
-def batch_counts(w: Workload, out: BatchScaling, base_flops: int, base_bytes: int,
-                 budget: Budget) -> BatchScaling:
-    """Count FLOPs and bytes at each batch that ran, then read the experiment against
-    the budget."""
-    out.points[0].flops, out.points[0].bytes = base_flops, base_bytes
-    for p in out.points[1:]:
+def batch_counts(w: Workload, times: BatchTimes) -> dict[int, tuple[int, int]]:
+    """(FLOPs, bytes) at each scaled batch that ran, by factor."""
+    out: dict[int, tuple[int, int]] = {}
+    for p in times.points[1:]:
         if p.time_s is None:
             continue
         big = w.scaled(p.factor)
         try:
             counts = count(big.run, f"counting at {p.factor}x batch")
-            p.flops, p.bytes = counts.total_flops, counts.total_bytes
+            out[p.factor] = (counts.total_flops, counts.total_bytes)
         finally:
             del big
             _free_device_memory(w.device)
-    _read_batch(out, budget)
     return out
 
 
-def _read_batch(out: BatchScaling, budget: Budget) -> None:
-    base = out.points[0]
-    two = next((p for p in out.points if p.factor == 2 and p.time_s), None)
-    if two is None or not base.time_s or not base.flops or not base.bytes:
-        failed = next((p for p in out.points if p.error), None)
-        out.reading = (f"the 2x batch did not run: {failed.error}" if failed
-                       else "no 2x measurement")
-        return
-    assert two.time_s is not None and two.flops is not None and two.bytes is not None
-    out.time_ratio = two.time_s / base.time_s
-    out.flops_ratio = two.flops / base.flops
-    out.bytes_ratio = two.bytes / base.bytes
+def read_batch(times: BatchTimes, counts: dict[int, tuple[int, int]],
+               budget: Budget) -> BatchScaling:
+    """The batch experiment against the budget: `counts` holds (FLOPs, bytes) by factor,
+    the base batch's (factor 1) included."""
+    points = []
+    for p in times.points:
+        flops, nbytes = counts.get(p.factor, (None, None))
+        points.append(BatchPoint(p.batch_size, p.factor, p.time_s, flops, nbytes, p.error))
+    if times.skipped:
+        return BatchScaling(points, skipped=times.skipped)
+    base = points[0]
+    two = next((p for p in points if p.factor == 2 and p.time_s), None)
+    if two is None or not base.time_s or not base.flops or not base.bytes or \
+            two.flops is None or two.bytes is None or two.time_s is None:
+        failed = next((p for p in points if p.error), None)
+        return BatchScaling(points, reading=(f"the 2x batch did not run: {failed.error}"
+                                             if failed else "no 2x measurement"))
+    rt = two.time_s / base.time_s
+    rf = two.flops / base.flops
+    rb = two.bytes / base.bytes
     # The budget's prediction: overhead stays (same ops, same count), memory time scales
     # with bytes and compute time with FLOPs.
-    wall = budget.total_s
-    predicted = (budget.overhead_s + budget.memory_s * out.bytes_ratio
-                 + budget.compute_s * out.flops_ratio) / wall
-    out.predicted_time_ratio = predicted
-    out.agrees = _agree(out.time_ratio, predicted)
-    rt, rf, rb = out.time_ratio, out.flops_ratio, out.bytes_ratio
+    predicted = (budget.overhead_s + budget.memory_s * rb
+                 + budget.compute_s * rf) / budget.total_s
+    agrees = _agree(rt, predicted)
     text = f"2x batch cost {rt:.2f}x time for {rf:.2f}x FLOPs and {rb:.2f}x bytes"
     if rt < 1.3 and rb < 1.5 and rf > 1.8:
         text += (" (caveat B << D: bytes barely grew, so sub-linear time fits weight-"
@@ -184,17 +220,19 @@ def _read_batch(out: BatchScaling, budget: Budget) -> None:
         text += ": time barely grew while the work doubled: overhead-bound"
     elif rt > 1.7:
         text += ": time grew with the work: device-bound (compute or memory)"
-    text += (f"; budget predicted {predicted:.2f}x, "
-             f"{'agrees' if out.agrees else 'DISAGREES'}")
-    out.reading = text
+    text += f"; budget predicted {predicted:.2f}x, {'agrees' if agrees else 'DISAGREES'}"
+    return BatchScaling(points, rt, rf, rb, predicted, agrees, text)
 
 
-def read_graph(g: GraphReplay, budget: Budget) -> GraphReplay:
-    """The budget's prediction for graph replay: T_wall -> kernel time."""
-    g.predicted_speedup = budget.total_s / budget.busy_s if budget.busy_s > 0 else None
-    if g.speedup is not None and g.predicted_speedup is not None:
-        g.agrees = _agree(g.speedup, g.predicted_speedup)
-    return g
+def read_graph(g: GraphTiming, budget: Budget) -> GraphReplay:
+    """Graph replay against the budget's prediction: T_wall -> kernel time."""
+    predicted = budget.total_s / budget.busy_s if budget.busy_s > 0 else None
+    speedup = (g.eager_s / g.replay_s if g.possible and g.eager_s and g.replay_s
+               else None)
+    agrees = (_agree(speedup, predicted) if speedup is not None and predicted is not None
+              else None)
+    return GraphReplay(g.possible, g.reason, g.eager_s, g.replay_s, speedup, predicted,
+                       agrees)
 
 
 def capture_cuda_graph(fn: Callable[[], Any], warmup: int = 3) -> tuple[Any, Any]:
@@ -217,10 +255,10 @@ def capture_cuda_graph(fn: Callable[[], Any], warmup: int = 3) -> tuple[Any, Any
 
 
 def graph_replay(w: Workload, eager: Timing,
-                 timer: Callable[[Callable[[], Any]], Timing]) -> GraphReplay:
+                 timer: Callable[[Callable[[], Any]], Timing]) -> GraphTiming:
     """Capture one call in a CUDA graph and time its replay against eager."""
     if w.device != "cuda":
-        return GraphReplay(False, "CUDA graphs need a CUDA device")
+        return GraphTiming(False, "CUDA graphs need a CUDA device")
     import torch
 
     graph: Any = None
@@ -231,10 +269,9 @@ def graph_replay(w: Workload, eager: Timing,
         del graph
         _free_device_memory("cuda")
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return GraphReplay(False, f"capture failed: {type(exc).__name__}: {msg[:300]}")
+        return GraphTiming(False, f"capture failed: {type(exc).__name__}: {msg[:300]}")
     t = timer(graph.replay)
-    speedup = eager.median_s / t.median_s
-    result = GraphReplay(True, None, eager.median_s, t.median_s, speedup)
+    result = GraphTiming(True, None, eager.median_s, t.median_s)
     del graph
     _free_device_memory("cuda")
     return result

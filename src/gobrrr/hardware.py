@@ -15,12 +15,13 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gobrrr import datasheet
+from gobrrr.settings import tf32
 from gobrrr.timing import measure
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
     "calibrate",
     "fingerprint",
     "cache_dir",
-    "tf32_matmul",
     "SCHEMA_VERSION",
 ]
 
@@ -164,20 +164,6 @@ def _save_cache(path: Path, ceil: Ceilings, notes: list[str]) -> None:
 # ---------------------------------------------------------------- measurements
 
 
-@contextlib.contextmanager
-def tf32_matmul(enabled: bool) -> Iterator[None]:
-    """Set TF32 for CUDA matmuls and convs inside the block, restoring the user's flags."""
-    import torch
-
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
-
-
 def _matmul_flops_per_s(device: str, dtype_name: str, n: int, budget_s: float) -> float:
     import torch
 
@@ -186,7 +172,7 @@ def _matmul_flops_per_s(device: str, dtype_name: str, n: int, budget_s: float) -
     a = torch.randn(n, n, device=device, dtype=torch_dtype, generator=gen)
     b = torch.randn(n, n, device=device, dtype=torch_dtype, generator=gen)
     out = torch.empty(n, n, device=device, dtype=torch_dtype)
-    with tf32_matmul(dtype_name == "tf32") if device == "cuda" else contextlib.nullcontext():
+    with tf32(dtype_name == "tf32") if device == "cuda" else contextlib.nullcontext():
         # 0.3 s of warm-up lets the GPU reach its steady clocks; 20 ms samples amortize
         # the synchronize around each sample to well under 1%.
         t = measure(lambda: torch.mm(a, b, out=out), device=device, budget_s=budget_s,

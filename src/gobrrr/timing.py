@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Timing", "measure", "measure_fresh", "summarize", "device_sync", "l2_flusher"]
+__all__ = ["Timing", "measure", "summarize", "device_sync"]
 
 Clock = Callable[[], float]
 
@@ -70,21 +70,6 @@ def device_sync(device: str) -> Callable[[], None]:
     return lambda: None
 
 
-def l2_flusher(device: str, nbytes: int = 256 * 2**20) -> Callable[[], None] | None:
-    """A function that evicts the GPU's L2 cache by writing a buffer larger than it
-    (256 MiB > the 50-60 MB L2 of an H100/H200), for kernel-level timing of cold data."""
-    if not device.startswith("cuda"):
-        return None
-    import torch
-
-    buf = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
-
-    def flush() -> None:
-        buf.zero_()
-
-    return flush
-
-
 def measure(
     fn: Callable[[], Any],
     *,
@@ -97,21 +82,18 @@ def measure(
     max_rel_iqr: float = 0.05,
     min_sample_s: float = 1e-3,
     max_calls_per_sample: int = 10_000,
-    setup: Callable[[], Any] | None = None,
-    l2_flush: bool = False,
     clock: Clock = time.perf_counter,
     sync: Callable[[], None] | None = None,
 ) -> Timing:
     """Time `fn()` per call.
 
-    setup: run before every call, untimed (clone inputs a workload mutates, reset `.grad`);
-        with a setup each sample is a single call.
-    l2_flush: evict the GPU L2 before each sample (kernel-level timing); single calls.
+    No L2 flush between calls, on purpose: T_wall is what back-to-back calls cost, as in
+    a training loop, where a small kernel's inputs are often still in L2 because the
+    previous kernel just wrote them (benchmarks/l2_flush.py measures the difference).
     clock, sync: injectable so tests can drive the timer with a stub clock.
     """
     if sync is None:
         sync = device_sync(device)
-    flush = l2_flusher(device) if l2_flush else None
 
     # Warm-up: at least `warmup_calls` calls and `warmup_s` seconds, but never past the
     # budget once the minimum calls are in. The fastest warm call estimates the call time.
@@ -119,8 +101,6 @@ def measure(
     n_warm = 0
     est_s = math.inf
     while True:
-        if setup is not None:
-            setup()
         sync()
         t0 = clock()
         fn()
@@ -135,20 +115,13 @@ def measure(
     if not math.isfinite(est_s):
         est_s = dt
 
-    if setup is not None or flush is not None:
-        calls_per_sample = 1
-    else:
-        want = min_sample_s / est_s if est_s > 0 else max_calls_per_sample
-        calls_per_sample = int(min(max(1, math.ceil(want)), max_calls_per_sample))
+    want = min_sample_s / est_s if est_s > 0 else max_calls_per_sample
+    calls_per_sample = int(min(max(1, math.ceil(want)), max_calls_per_sample))
 
     samples: list[float] = []
     start = clock()
     rel = math.inf
     while True:
-        if flush is not None:
-            flush()
-        if setup is not None:
-            setup()
         sync()
         t0 = clock()
         for _ in range(calls_per_sample):
@@ -175,32 +148,3 @@ def measure(
         rel_iqr=rel,
         samples_s=tuple(samples),
     )
-
-
-def measure_fresh(
-    fn: Callable[..., Any],
-    args: Sequence[Any],
-    *,
-    modules: Sequence[Any] = (),
-    **measure_kwargs: Any,
-) -> Timing:
-    """Time `fn(*args)` for a workload that mutates its inputs: before every call, untimed,
-    tensor arguments are cloned from the originals (which stay untouched) and the `.grad`
-    of every parameter of `modules` is reset to None, so each call starts from the same
-    state. Single-call samples (see `measure`'s `setup`)."""
-    import torch
-
-    originals = tuple(args)
-    current: list[tuple[Any, ...]] = [originals]
-
-    def setup() -> None:
-        current[0] = tuple(
-            a.detach().clone().requires_grad_(a.requires_grad)
-            if isinstance(a, torch.Tensor) else a
-            for a in originals
-        )
-        for m in modules:
-            for p in m.parameters():
-                p.grad = None
-
-    return measure(lambda: fn(*current[0]), setup=setup, **measure_kwargs)

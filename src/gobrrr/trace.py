@@ -49,7 +49,7 @@ class Kernel:
     name: str
     duration_s: float
     record_index: int | None  # the counted op that launched it (None: outside any)
-    start_us: float = 0.0
+    start_us: float | None = None  # device start, profiler clock (None: not linked)
 
 
 @dataclass
@@ -62,7 +62,6 @@ class ProfiledRun:
     empty_range_cost_s: float = 0.0  # CPU only: dispatch cost subtracted from each op
     unattributed_s: float = 0.0  # kernel time outside any counted op
     unreplayable: list[str] = field(default_factory=list)  # CPU ops that failed to replay
-    raw: Any = None  # the profiler object, for exporting a trace
     _by_index: dict[int, list[Kernel]] | None = None
 
     def kernels_of(self, index: int) -> list[Kernel]:
@@ -120,17 +119,18 @@ def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
                 holder["c"] = count_marked(w.run, "the profiled run", mark_ranges=True)
                 torch.cuda.synchronize()
     counts = holder["c"]
-    run = ProfiledRun(counts=counts, device=w.device, op_time_s={}, raw=prof)
+    run = ProfiledRun(counts=counts, device=w.device, op_time_s={})
     events = prof.events()
     window = next((e for e in events if e.name == WINDOW), None)
+    starts = _device_starts(events)
     attributed: set[int] = set()
     for e in events:
         idx = _range_index(e.name)
         if idx is None:
             continue
         for sub in _walk(e):
-            for k in getattr(sub, "kernels", ()):
-                run.kernels.append(Kernel(k.name, k.duration * 1e-6, idx))
+            for k, start in _with_starts(sub, starts):
+                run.kernels.append(Kernel(k.name, k.duration * 1e-6, idx, start))
                 attributed.add(id(k))
     # Kernels launched inside the window but outside any counted op (e.g. the autograd
     # engine's gradient accumulation, or work dispatched below the Python key).
@@ -140,9 +140,9 @@ def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
                 or not (window.time_range.start <= e.time_range.start
                         <= window.time_range.end)):
             continue
-        for k in getattr(e, "kernels", ()):
+        for k, start in _with_starts(e, starts):
             if id(k) not in attributed and not _inside_range(e):
-                run.kernels.append(Kernel(k.name, k.duration * 1e-6, None))
+                run.kernels.append(Kernel(k.name, k.duration * 1e-6, None, start))
                 attributed.add(id(k))
     for k in run.kernels:
         if k.record_index is not None:
@@ -151,6 +151,32 @@ def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
             run.unattributed_s += k.duration_s
     run.busy_s = sum(k.duration_s for k in run.kernels)
     return run
+
+
+def _device_starts(events: Iterable[Any]) -> dict[int, list[tuple[str, float]]]:
+    """(name, start time in us on the profiler clock) of the CUDA kernels, by the
+    correlation id of the CPU event that launched them: the profiler links a kernel to
+    its launch by `linked_correlation_id`, as torch does to build each CPU event's
+    `kernels` list. Empty on a torch whose events do not carry the link."""
+    out: dict[int, list[tuple[str, float]]] = {}
+    for e in events:
+        corr = getattr(e, "linked_correlation_id", 0)
+        dt = getattr(e, "device_type", None)
+        if corr and getattr(dt, "name", str(dt)).upper().endswith("CUDA"):
+            out.setdefault(corr, []).append((e.name, float(e.time_range.start)))
+    return out
+
+
+def _with_starts(event: Any, starts: dict[int, list[tuple[str, float]]]
+                 ) -> list[tuple[Any, float | None]]:
+    """The kernels an event launched, each with its device start time when linked
+    (matched by name among the event's linked device events, earliest first)."""
+    found = sorted(starts.get(getattr(event, "id", -1), []), key=lambda p: p[1])
+    out: list[tuple[Any, float | None]] = []
+    for k in getattr(event, "kernels", ()):
+        i = next((j for j, (name, _t) in enumerate(found) if name == k.name), None)
+        out.append((k, None if i is None else found.pop(i)[1]))
+    return out
 
 
 def _signature(func: Any, args: tuple, kwargs: dict) -> tuple:

@@ -1,5 +1,5 @@
-"""Workloads: "a callable and its arguments", loaded from a target string, scaled in batch,
-and the user's state protected while gobrrr runs it.
+"""Workloads: "a callable and its arguments", loaded from a target string and scaled in
+batch. The user's state while gobrrr runs it is state.py's job.
 
 Targets:
   None or "examples:NAME"   a built-in workload (examples.py)
@@ -10,21 +10,17 @@ Targets:
 from __future__ import annotations
 
 import contextlib
-import copy
 import importlib.util
 import inspect
 import sys
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gobrrr.errors import UserError, WorkloadError
 
-__all__ = ["Workload", "load_target", "from_callable", "preserved_state", "DEFAULT_EXAMPLE",
-           "reachable_state", "collect_state", "is_state", "global_names",
-           "MAX_STATE_DEPTH"]
+__all__ = ["Workload", "load_target", "from_callable", "DEFAULT_EXAMPLE"]
 
 DEFAULT_EXAMPLE = "mlp"
 Factory = Callable[..., Any]
@@ -190,140 +186,3 @@ def load_target(target: str | None, device: str, batch_size: int | None = None) 
     if batch_size is not None:
         raise UserError(f"--batch-size given but {target} takes no batch_size argument")
     return _call_factory(target, factory, None, device)
-
-
-# ---------------------------------------------------------------- protecting user state
-
-
-# Closures of closures of ...: state nested deeper than this is not found (optimize
-# reports what stays shared; see remedies/copying.py).
-MAX_STATE_DEPTH = 6
-
-
-def is_state(obj: Any) -> bool:
-    import torch
-
-    return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer, torch.Tensor))
-
-
-def global_names(code: types.CodeType) -> set[str]:
-    """Global names a function's code (and its inner functions and lambdas) uses."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= global_names(const)
-    return names
-
-
-def _cell_full(cell: Any) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - raises ValueError on an empty cell
-    except ValueError:
-        return False
-    return True
-
-
-def collect_state(root: Any, depth: int = 0, seen: set[int] | None = None) -> list[Any]:
-    """Modules, optimizers and tensors reachable from `root`: closures, bound self,
-    containers, object attributes and the module globals a function's code names (a
-    training step in a script usually reaches its model and optimizer as globals)."""
-    seen = set() if seen is None else seen
-    out: list[Any] = []
-    if id(root) in seen or depth > MAX_STATE_DEPTH:
-        return out
-    seen.add(id(root))
-    if is_state(root):
-        out.append(root)
-        return out
-    children: list[Any] = []
-    if isinstance(root, types.FunctionType):
-        children += [c.cell_contents for c in root.__closure__ or () if _cell_full(c)]
-        children += [root.__globals__[n] for n in global_names(root.__code__)
-                     if n in root.__globals__ and (is_state(root.__globals__[n]) or
-                                                   isinstance(root.__globals__[n],
-                                                              types.FunctionType))]
-    elif isinstance(root, types.MethodType):
-        children += [root.__func__, root.__self__]
-    elif isinstance(root, (list, tuple)):
-        children += list(root)
-    elif isinstance(root, dict):
-        children += list(root.values())
-    elif hasattr(root, "__dict__") and not isinstance(root, (type, types.ModuleType)):
-        children += list(vars(root).values())
-    for c in children:
-        out += collect_state(c, depth + 1, seen)
-    return out
-
-
-def reachable_state(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-                    ) -> tuple[list[Any], list[Any], list[Any]]:
-    """(modules, optimizers, tensors) the call `fn(*args, **kwargs)` can reach."""
-    import torch
-
-    found = collect_state([fn, list(args), kwargs])
-    return ([o for o in found if isinstance(o, torch.nn.Module)],
-            [o for o in found if isinstance(o, torch.optim.Optimizer)],
-            [o for o in found if isinstance(o, torch.Tensor)])
-
-
-def _read_flags() -> dict[tuple[Any, str], Any]:
-    """The torch.backends switches a remedy or a measurement may flip. torch >= 2.9 also
-    has per-backend `fp32_precision` strings, and refuses to read some of them once the
-    legacy `allow_tf32` flags were set: read what can be read, restore exactly that."""
-    import torch
-
-    b = torch.backends
-    candidates = [(b.cuda.matmul, "allow_tf32"), (b.cudnn, "allow_tf32"),
-                  (b.cudnn, "benchmark"), (b.cudnn, "deterministic"),
-                  (b.cuda.matmul, "allow_bf16_reduced_precision_reduction"),
-                  (b.cuda.matmul, "allow_fp16_reduced_precision_reduction")]
-    flags: dict[tuple[Any, str], Any] = {}
-    for obj, attr in candidates:
-        try:
-            flags[(obj, attr)] = getattr(obj, attr)
-        except (AttributeError, RuntimeError):
-            continue
-    return flags
-
-
-@contextlib.contextmanager
-def preserved_state(w: Workload) -> Iterator[None]:
-    """Run gobrrr's many calls of the workload without leaving a trace on the user's
-    things: parameters, buffers, gradients, optimizer state, input tensors, RNG state and
-    the torch.backends flags are restored on exit."""
-    import torch
-
-    modules, optims, tensors = reachable_state(w.fn, w.args, w.kwargs)
-    with torch.no_grad():
-        mod_state = [
-            ({k: v.detach().clone() for k, v in m.state_dict(keep_vars=True).items()},
-             [(p, None if p.grad is None else p.grad.detach().clone())
-              for p in m.parameters()])
-            for m in modules
-        ]
-        opt_state = [(o, copy.deepcopy(o.state_dict())) for o in optims]
-        tensor_state = [(t, t.detach().clone(), None if t.grad is None else t.grad.clone())
-                        for t in tensors]
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    flags = _read_flags()
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for m, (sd, grads) in zip(modules, mod_state, strict=True):
-                current = m.state_dict(keep_vars=True)
-                for k, v in sd.items():
-                    current[k].data.copy_(v)
-                for p, g in grads:
-                    p.grad = g
-            for o, sd_o in opt_state:
-                o.load_state_dict(sd_o)
-            for t, saved, g in tensor_state:
-                t.data.copy_(saved)
-                t.grad = g
-        torch.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
-        for (obj, attr), value in flags.items():
-            setattr(obj, attr, value)

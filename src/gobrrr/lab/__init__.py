@@ -72,8 +72,8 @@ def run_lab(
     An experiment that raises is recorded in `errors` with its traceback's last line and
     the others still run: one broken experiment must not cost a whole GPU session.
     """
+    from gobrrr import settings
     from gobrrr.hardware import calibrate
-    from gobrrr.lab.common import restore_torch_settings
 
     names = list(names or EXPERIMENTS)
     bad = unknown_names(names)
@@ -92,7 +92,7 @@ def run_lab(
             continue
         say(f"lab {name}")
         try:
-            with restore_torch_settings():
+            with settings.preserved():  # grad mode, TF32, Inductor config
                 report.results.append(experiment_module(name).run(ctx))
             ctx.free()  # the experiment's tensors died with its frame
         except Exception as exc:  # noqa: BLE001 - recorded and reported, exit code 1

@@ -50,7 +50,7 @@ class ActivationsResult(LabResult):
     ops_per_element_break_even: float = 0.0  # vector FLOP/s / elements loaded per s
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.render import fmt_bytes_per_s, fmt_s
+        from gobrrr.units import fmt_bytes_per_s, fmt_s
 
         return ["op", "time", "bandwidth", "% of copy bw", "vs ReLU"], [
             [o.op, fmt_s(o.time_s), fmt_bytes_per_s(o.bytes_per_s),

@@ -56,7 +56,7 @@ class BatchResult(LabResult):
     plateau_end_batch: int = 0
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.render import fmt_s
+        from gobrrr.units import fmt_s
 
         rows = [[str(p.batch), fmt_s(p.time_s), f"{p.flops / 1e6:.4g} M",
                  f"{p.bytes / 2**20:.3g} MiB", fmt_s(p.compute_s), fmt_s(p.memory_s),
@@ -76,7 +76,7 @@ def plateau_end(batches: Sequence[int], times_s: Sequence[float]) -> int:
 
 
 def conclude(r: BatchResult) -> tuple[str, bool | None]:
-    from gobrrr.render import fmt_s
+    from gobrrr.units import fmt_s
 
     first = r.points[0]
     end = next(p for p in r.points if p.batch == r.plateau_end_batch)

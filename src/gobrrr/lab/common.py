@@ -7,8 +7,7 @@ ceiling through `gobrrr.hardware.calibrate`, every FLOP/byte through `gobrrr.cou
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,10 +22,7 @@ __all__ = [
     "EssayRef",
     "LabContext",
     "LabResult",
-    "pct_diff",
-    "restore_torch_settings",
     "geometric",
-    "fmt_pct",
 ]
 
 # Where the essay numbers shown beside ours come from.
@@ -123,29 +119,6 @@ class LabContext:
             torch.cuda.empty_cache()
 
 
-def pct_diff(a: float, b: float) -> float:
-    """How much a is above b, in percent of b."""
-    return 100.0 * (a - b) / b
-
-
-@contextlib.contextmanager
-def restore_torch_settings() -> Iterator[None]:
-    """Restore the global torch settings an experiment could touch: grad mode and the TF32
-    flags (read and written through the same legacy API as hardware.tf32_matmul: mixing
-    it with torch >= 2.9's fp32_precision API raises). Dynamo's caches are reset by the
-    compiled experiments themselves, see lab/compiled.py."""
-    import torch
-
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.is_grad_enabled())
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved[0]
-        torch.backends.cudnn.allow_tf32 = saved[1]
-        torch.set_grad_enabled(saved[2])
-
-
 def geometric(lo: int, hi: int, factor: int = 2) -> list[int]:
     """lo, lo*factor, ... up to hi inclusive."""
     out = []
@@ -154,7 +127,3 @@ def geometric(lo: int, hi: int, factor: int = 2) -> list[int]:
         out.append(v)
         v *= factor
     return out
-
-
-def fmt_pct(x: float) -> str:
-    return f"{x:+.1f}%"

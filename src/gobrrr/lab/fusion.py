@@ -41,7 +41,7 @@ class FusionResult(LabResult):
     compile_status: str = ""
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.render import fmt_bytes_per_s, fmt_s
+        from gobrrr.units import fmt_bytes_per_s, fmt_s
 
         def row(what: str, t: float | None, nbytes: int) -> list[str]:
             if t is None:

@@ -99,7 +99,7 @@ class OpClassesResult(LabResult):
     op_class_of: dict[str, str] = field(default_factory=dict)
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.render import fmt_flops
+        from gobrrr.units import fmt_flops
 
         rows = []
         for c in self.classes:

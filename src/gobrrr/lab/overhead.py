@@ -44,7 +44,7 @@ class OverheadResult(LabResult):
     kernel_small_us: float | None = None  # mean kernel duration in the small-tensor trace
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.render import fmt_flops, fmt_s
+        from gobrrr.units import fmt_flops, fmt_s
 
         def opt(x: float | None, f: Any) -> str:
             return "-" if x is None else f(x)
@@ -64,7 +64,7 @@ class OverheadResult(LabResult):
 
 
 def conclude(r: OverheadResult) -> tuple[str, bool | None]:
-    from gobrrr.render import fmt_s
+    from gobrrr.units import fmt_s
 
     head = (f"the {r.device_dtype} matmul peak does {r.flops_per_python_op / 1e6:.3g} M "
             f"FLOPs per Python add (essay 9.75 M); eager tiny op {fmt_s(r.op_overhead_s)} "

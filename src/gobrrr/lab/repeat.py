@@ -100,7 +100,7 @@ class RepeatResult(LabResult):
     fell_back: list[int] = field(default_factory=list)
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.render import fmt_bytes_per_s, fmt_flops, fmt_s
+        from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_s
 
         bw = max((p.bytes_per_s or 0.0 for p in self.points), default=0.0) or 1.0
         rows = []
@@ -115,7 +115,7 @@ class RepeatResult(LabResult):
 
 
 def conclude(r: RepeatResult) -> tuple[str, bool | None]:
-    from gobrrr.render import fmt_flops, fmt_s
+    from gobrrr.units import fmt_flops, fmt_s
 
     kn = r.knee
     pred = (f"ridge {r.ridge_flops_per_byte:.1f} FLOP/byte predicts k~{r.k_ridge_mul:.0f} "

@@ -20,7 +20,6 @@ from gobrrr.remedies.base import (
     RemedySpec,
     switches_on,
 )
-from gobrrr.remedies.copying import Copied, clone_tree, copy_workload, restore, snapshot
 from gobrrr.remedies.verify import (
     ab_time,
     compare,
@@ -28,6 +27,7 @@ from gobrrr.remedies.verify import (
     dynamo_snapshot,
     tolerance_for,
 )
+from gobrrr.state import Copied, clone_tree, copy_workload, restore, snapshot
 from gobrrr.timing import device_sync
 
 __all__ = ["Reference", "make_reference", "evaluate", "SEED", "WARM_CALLS"]

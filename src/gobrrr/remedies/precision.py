@@ -6,13 +6,12 @@ the budget unchanged. Outputs change by design, so they are verified under the
 lower-precision tolerance of verify.py (relative L2, cosine reported).
 
 TF32 is a global switch: it is set only while the candidate runs (around each timed
-block) and the previous matmul precision and cuDNN flag are restored in a finally.
+block), through gobrrr.settings, which restores the user's settings by the API they used.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from gobrrr.remedies.base import (
@@ -21,49 +20,11 @@ from gobrrr.remedies.base import (
     Context,
     RemedySpec,
 )
+from gobrrr.settings import tf32, tf32_enabled
 
-__all__ = ["SPECS", "tf32_on", "autocast_wrap", "read_flag"]
+__all__ = ["SPECS", "autocast_wrap"]
 
 _MATMUL_CLASSES = ("matmul", "conv", "attention")
-
-
-def read_flag(obj: Any, attr: str) -> Any:
-    """A torch.backends flag, or None: torch >= 2.9 refuses to read some legacy flags
-    once the new per-backend fp32_precision API was used."""
-    try:
-        return getattr(obj, attr)
-    except (AttributeError, RuntimeError):
-        return None
-
-
-@contextlib.contextmanager
-def tf32_on() -> Iterator[None]:
-    import torch
-
-    b = torch.backends
-    prev = {(o, a): read_flag(o, a) for o, a in ((b.cuda.matmul, "allow_tf32"),
-                                                 (b.cudnn, "allow_tf32"))}
-    try:
-        precision: str | None = torch.get_float32_matmul_precision()
-    except RuntimeError:
-        precision = None
-    try:
-        torch.set_float32_matmul_precision("high")
-    except RuntimeError:
-        b.cuda.matmul.allow_tf32 = True
-    b.cudnn.allow_tf32 = True
-    try:
-        yield
-    finally:
-        # precision first: it also sets allow_tf32, which the next lines restore exactly
-        if precision is not None:
-            try:
-                torch.set_float32_matmul_precision(precision)
-            except RuntimeError:
-                pass
-        for (obj, attr), value in prev.items():
-            if value is not None:
-                setattr(obj, attr, value)
 
 
 def autocast_wrap(fn: Callable[..., Any], device: str) -> Callable[..., Any]:
@@ -82,13 +43,11 @@ def _fp32_matmuls(ctx: Context) -> int:
 
 
 def _applies_tf32(ctx: Context) -> str | None:
-    import torch
-
     if ctx.device != "cuda":
         return "TF32 is a CUDA tensor-core format"
     if not _fp32_matmuls(ctx):
         return "no fp32 matmul or convolution to run in TF32"
-    if read_flag(torch.backends.cuda.matmul, "allow_tf32"):
+    if tf32_enabled("matmul"):
         return "TF32 is already enabled"
     return None
 
@@ -108,7 +67,7 @@ def _predict(prefix: str) -> Callable[[Context], tuple[float | None, str]]:
 
 
 def _apply_tf32(cand: Candidate, ctx: Context) -> Candidate:
-    cand.switches.append(tf32_on)
+    cand.switches.append(tf32)
     cand.precision = "bf16" if cand.precision == "bf16" else "tf32"
     return cand
 

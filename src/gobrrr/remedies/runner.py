@@ -19,11 +19,10 @@ from typing import Any
 
 from gobrrr.remedies import catalog
 from gobrrr.remedies.base import Candidate, Context, RemedyResult, RemedySpec, switches_on
-from gobrrr.remedies.copying import Copied, copy_workload, describe, stateful_ids
 from gobrrr.remedies.evaluate import Reference, evaluate, make_reference
-from gobrrr.remedies.precision import read_flag
 from gobrrr.remedies.result import OptimizeResult
-from gobrrr.workload import Workload, preserved_state
+from gobrrr.state import Copied, copy_workload, describe, preserved_state, stateful_ids
+from gobrrr.workload import Workload
 
 __all__ = ["optimize_workload"]
 
@@ -149,15 +148,14 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
 
 
 def _reference_precision(ctx: Context) -> str | None:
-    import torch
+    from gobrrr.settings import tf32_enabled
 
     if ctx.device != "cuda":
         return None
     fp32 = [r for r in ctx.records if r.dtype == "fp32"]
     convs = any(r.op_class == "conv" for r in fp32)
     mms = any(r.op_class == "matmul" for r in fp32)
-    if (convs and read_flag(torch.backends.cudnn, "allow_tf32")) or (
-            mms and read_flag(torch.backends.cuda.matmul, "allow_tf32")):
+    if (convs and tf32_enabled("conv")) or (mms and tf32_enabled("matmul")):
         return "tf32"
     return None
 

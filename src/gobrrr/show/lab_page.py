@@ -1,6 +1,5 @@
-"""Presentation of a lab run: terminal tables (rich), figures (matplotlib, Agg canvas, no
-pyplot state) and one self-contained HTML file (jinja2, autoescaped, SVG inline, no
-network). Measures nothing."""
+"""A lab run as figures (matplotlib, Agg canvas, no pyplot state) and one self-contained
+HTML page (the shared page builder, show/page.py). Measures nothing."""
 
 from __future__ import annotations
 
@@ -12,43 +11,7 @@ if TYPE_CHECKING:
     from gobrrr.lab import LabReport
     from gobrrr.lab.common import LabResult
 
-__all__ = ["print_report", "figure", "svg", "write_plots", "render_html"]
-
-
-def print_report(report: LabReport) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from gobrrr.render import console, fmt_s
-
-    out = console()
-    fp = report.fingerprint
-    out.print(f"[bold]gobrrr lab[/bold] on {fp.get('name', report.device)} ({report.device}), "
-              f"torch {fp.get('torch')}{', --quick' if report.quick else ''}")
-    for r in report.results:
-        out.rule(f"{r.name}: {r.title}")
-        cols, rows = r.table()
-        t = Table(show_edge=False)
-        for c in cols:
-            t.add_column(c)
-        for row in rows:
-            t.add_row(*map(escape, row))
-        out.print(t)
-        e = Table(title="essay (A100)", title_justify="left", show_edge=False)
-        e.add_column("claim")
-        e.add_column("essay")
-        for ref in r.essay:
-            e.add_row(escape(ref.what), escape(ref.essay))
-        out.print(e)
-        mark = {True: "[green]agrees[/green]", False: "[red]differs[/red]",
-                None: "[dim]n/a[/dim]"}[r.agrees_with_essay]
-        out.print(f"[bold]conclusion[/bold] ({mark}): {escape(r.conclusion)}")
-        for note in r.notes:
-            out.print(f"[dim]note: {escape(note)}[/dim]")
-        out.print(f"[dim]{fmt_s(r.elapsed_s)}[/dim]")
-    for name, err in report.errors.items():
-        out.print(f"[red]{name} failed:[/red] {escape(err)}")
-    out.print(f"[dim]lab wall time {fmt_s(report.wall_s)}[/dim]")
+__all__ = ["figure", "svg", "write_plots", "render_html"]
 
 
 def _plot_into(result: LabResult, axes: Any) -> None:

@@ -9,8 +9,8 @@ inline SVG, inline CSS and a tiny inline table sorter. No network, no external f
 
 from __future__ import annotations
 
-from gobrrr.html.page import Section, figure, paragraph, render_page, table
-from gobrrr.html.report import render_report, report_sections, rows_table, write_report
+from gobrrr.show.page import Section, figure, paragraph, render_page, table
+from gobrrr.show.report_html import render_report, report_sections, rows_table, write_report
 
 __all__ = ["Section", "figure", "paragraph", "render_page", "table", "render_report",
            "report_sections", "rows_table", "write_report"]

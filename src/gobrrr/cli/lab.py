@@ -43,12 +43,12 @@ def lab(names: tuple[str, ...], device: str, quick: bool, as_json: bool,
         progress = progress_printer(quiet)
         report = run_lab(list(names) or None, device=dev, quick=quick, progress=progress)
         if out_dir is not None:
-            from gobrrr.lab.report import write_plots
+            from gobrrr.show.lab_page import write_plots
 
             for p in write_plots(report, out_dir):
                 progress(f"wrote {p}")
         if html_path is not None:
-            from gobrrr.lab.report import render_html
+            from gobrrr.show.lab_page import render_html
 
             html_path.parent.mkdir(parents=True, exist_ok=True)
             html_path.write_text(render_html(report), encoding="utf-8")
@@ -56,10 +56,10 @@ def lab(names: tuple[str, ...], device: str, quick: bool, as_json: bool,
         if as_json:
             emit_json(report.to_dict())
         else:
-            from gobrrr.lab.report import print_report
+            from gobrrr.show.terminal import print_lab
 
             finish_progress()
-            print_report(report)
+            print_lab(report)
         return 1 if report.errors else 0
 
     code = run_guarded(body)

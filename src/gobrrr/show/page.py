@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gobrrr.units import fmt_pct, fmt_s
+
 if TYPE_CHECKING:
     import jinja2
     from markupsafe import Markup
 
-__all__ = ["Section", "Cell", "render_page", "table", "figure", "paragraph", "environment",
-           "fmt_s", "pct"]
+__all__ = ["Section", "Cell", "render_page", "table", "figure", "paragraph", "environment"]
 
 # A table cell: its text, or (text, sort key) where the key is the raw number behind a
 # formatted text ("1.2 ms" -> 0.0012) so sorting is by value. Text is always escaped.
@@ -44,23 +45,11 @@ def environment() -> jinja2.Environment:
         import jinja2
 
         _env = jinja2.Environment(
-            loader=jinja2.PackageLoader("gobrrr.html", "."),
+            loader=jinja2.PackageLoader("gobrrr.show", "templates"),
             autoescape=True, undefined=jinja2.StrictUndefined,
             trim_blocks=True, lstrip_blocks=True)
-        _env.globals.update(fmt_s=fmt_s, pct=pct)
+        _env.globals.update(fmt_s=fmt_s, pct=fmt_pct)
     return _env
-
-
-def fmt_s(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if x >= 1:
-        return f"{x:.3g} s"
-    return f"{x * 1e3:.3g} ms" if x >= 1e-3 else f"{x * 1e6:.3g} us"
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
 
 
 def _slug(text: str) -> str:

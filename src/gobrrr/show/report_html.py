@@ -10,24 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gobrrr.html.figures import (
+from gobrrr.show.figures import (
     batch_scaling_svg,
     budget_bar_svg,
     plottable_rows,
     roofline_svg,
 )
-from gobrrr.html.page import Section, environment, figure, fmt_s, paragraph, render_page, table
+from gobrrr.show.page import Section, environment, figure, paragraph, render_page, table
+from gobrrr.units import fmt_num, fmt_s
 
 __all__ = ["report_sections", "render_report", "write_report", "rows_table", "title_of"]
-
-def _fmt_num(x: float | None, unit: str = "") -> str:
-    if x is None:
-        return "-"
-    for suffix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {suffix}{unit}"
-    return f"{x:.3g} {unit}".rstrip()
-
 
 def rows_table(rows: list[dict[str, Any]], total_s: float, numbered: bool = False) -> Any:
     """Per-op / per-module / per-class rows (budget.RowBudget dicts), sortable."""
@@ -38,14 +30,14 @@ def rows_table(rows: list[dict[str, Any]], total_s: float, numbered: bool = Fals
     for i, r in enumerate(rows):
         ach = (r["achieved_flops_per_s"] if r["bound"] == "compute"
                else r["achieved_bytes_per_s"])
-        ach_txt = (_fmt_num(r["achieved_flops_per_s"], "FLOP/s") if r["bound"] == "compute"
-                   else _fmt_num(r["achieved_bytes_per_s"], "B/s"))
+        ach_txt = (fmt_num(r["achieved_flops_per_s"], "FLOP/s") if r["bound"] == "compute"
+                   else fmt_num(r["achieved_bytes_per_s"], "B/s"))
         frac = r["roofline_fraction"]
         cells: list[Any] = [(str(i + 1), i + 1)] if numbered else []
         cells += [
             r["name"], (str(r["calls"]), r["calls"]), (fmt_s(r["time_s"]), r["time_s"]),
             (f"{100 * r['time_s'] / total_s:.1f}%" if total_s > 0 else "-", r["time_s"]),
-            (_fmt_num(r["flops"]), r["flops"]), (_fmt_num(r["bytes"], "B"), r["bytes"]),
+            (fmt_num(r["flops"]), r["flops"]), (fmt_num(r["bytes"], "B"), r["bytes"]),
             (f"{r['intensity_flops_per_byte']:.3g}"
              if r["intensity_flops_per_byte"] is not None else "-",
              r["intensity_flops_per_byte"] if r["intensity_flops_per_byte"] is not None
@@ -106,11 +98,11 @@ def _ceilings_table(m: dict[str, Any]) -> Any:
     rows = []
     for dtype, v in m["peak_flops_per_s"].items():
         s = (sheet.get("peak_flops_per_s") or {}).get(dtype)
-        rows.append([f"matmul {dtype}", _fmt_num(v, "FLOP/s"),
-                     _fmt_num(s, "FLOP/s") if s else "-", f"{100 * v / s:.0f}%" if s else "-"])
+        rows.append([f"matmul {dtype}", fmt_num(v, "FLOP/s"),
+                     fmt_num(s, "FLOP/s") if s else "-", f"{100 * v / s:.0f}%" if s else "-"])
     bw, sbw = m["bandwidth_bytes_per_s"], sheet.get("bandwidth_bytes_per_s")
-    rows.append(["copy bandwidth (read + write)", _fmt_num(bw, "B/s"),
-                 _fmt_num(sbw, "B/s") if sbw else "-", f"{100 * bw / sbw:.0f}%" if sbw else "-"])
+    rows.append(["copy bandwidth (read + write)", fmt_num(bw, "B/s"),
+                 fmt_num(sbw, "B/s") if sbw else "-", f"{100 * bw / sbw:.0f}%" if sbw else "-"])
     rows.append(["eager cost of one tiny op", fmt_s(m["op_overhead_s"]), "-", "-"])
     return table(["ceiling", "measured here", "datasheet", "% of datasheet"], rows,
                  sortable=False)

@@ -36,7 +36,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, as_json: boo
 
     def body() -> None:
         from gobrrr.api import diagnose_workload
-        from gobrrr.render import print_report
+        from gobrrr.show.terminal import print_report
         from gobrrr.workload import load_target
 
         dev = resolve_device(device)

@@ -132,7 +132,7 @@ def calibrate(device: str, force: bool, as_json: bool, quiet: bool) -> None:
 
     def body() -> None:
         from gobrrr.hardware import calibrate as _calibrate
-        from gobrrr.render import print_ceilings
+        from gobrrr.show.terminal import print_ceilings
 
         dev = resolve_device(device)
         progress = progress_printer(quiet)
@@ -150,15 +150,14 @@ def calibrate(device: str, force: bool, as_json: bool, quiet: bool) -> None:
 
 # Commands that live in their own modules (one job each); each module has
 # `register(group)` and imports nothing heavy at module level.
-_COMMAND_MODULES: tuple[str, ...] = ("cli_doctor", "cli_lab", "cli_compare",
-                                      "cli_optimize")
+_COMMAND_MODULES: tuple[str, ...] = ("doctor", "lab", "compare", "optimize")
 
 
 def _register_optional_commands() -> None:
     import importlib
 
     for name in _COMMAND_MODULES:
-        importlib.import_module(f"gobrrr.{name}").register(cli)
+        importlib.import_module(f"gobrrr.cli.{name}").register(cli)
 
 
 _register_optional_commands()

@@ -5,14 +5,21 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_s
+
 if TYPE_CHECKING:
     from rich.console import Console
 
     from gobrrr.budget import RowBudget
+    from gobrrr.compare import Comparison
     from gobrrr.hardware import Ceilings
+    from gobrrr.lab import LabReport
+    from gobrrr.remedies.result import OptimizeResult
     from gobrrr.report import Report
 
-__all__ = ["console", "print_ceilings", "print_report", "fmt_flops", "fmt_bytes_per_s", "fmt_s"]
+__all__ = ["console", "print_ceilings", "print_report", "print_optimize", "print_comparison",
+           "print_lab"]
+
 
 
 def console() -> Console:
@@ -29,28 +36,6 @@ def console() -> Console:
     if width is None and not os.environ.get("COLUMNS") and c.width > 100:
         c.width = 100
     return c
-
-
-def fmt_flops(x: float) -> str:
-    for unit, scale in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9)):
-        if x >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x / 1e6:.3g} MFLOP/s"
-
-
-def fmt_bytes_per_s(x: float) -> str:
-    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9)):
-        if x >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x / 1e6:.3g} MB/s"
-
-
-def fmt_s(x: float) -> str:
-    if x >= 1:
-        return f"{x:.3g} s"
-    if x >= 1e-3:
-        return f"{x * 1e3:.3g} ms"
-    return f"{x * 1e6:.3g} us"
 
 
 def print_ceilings(ceil: Ceilings) -> None:
@@ -177,3 +162,134 @@ def print_report(report: Report) -> None:
               f"{r.timing.calls_per_sample} calls (IQR {100 * r.timing.rel_iqr:.1f}%); "
               f"ceilings {r.ceilings.source} {r.ceilings.measured_at}; "
               f"diagnosed in {r.diagnose_s:.1f} s[/dim]")
+
+
+_STATUS_STYLE = {"verified": "green", "rejected": "red", "failed": "red", "slower": "yellow",
+                 "no significant change": "dim", "not applicable": "dim", "advice": "cyan"}
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def print_optimize(res: OptimizeResult) -> None:
+    """The ranked table, each remedy's reason, the winner and its code (stdout)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    out = console()
+    w = res.workload
+    title = (f"optimize {w['name']} on {w['device']}" +
+             (f" (batch {w['batch_size']})" if w.get("batch_size") else "") +
+             (f", diagnosed {res.regime}-bound" if res.regime else ""))
+    table = Table(title=title, title_justify="left", pad_edge=False)
+    table.add_column("remedy", overflow="fold")
+    table.add_column("status", overflow="fold")
+    table.add_column("pred.", justify="right")
+    table.add_column("meas.", justify="right")
+    table.add_column("95% int.", justify="right")
+    table.add_column("prep s", justify="right")
+    rank = {"verified": 0, "no significant change": 1, "slower": 2, "advice": 3,
+            "rejected": 4, "failed": 5, "not applicable": 6}
+    rows = sorted(res.remedies, key=lambda r: (rank.get(r.status, 9),
+                                               -(r.measured_speedup or 0)))
+    for r in rows:
+        style = _STATUS_STYLE.get(r.status, "")
+        iv = f"{r.interval[0]:.2f}-{r.interval[1]:.2f}" if r.interval else "-"
+        status = "no sig. change" if r.status == "no significant change" else r.status
+        table.add_row(escape(r.name), f"[{style}]{status}[/]" if style else status,
+                      _x(r.predicted_speedup), _x(r.measured_speedup), iv,
+                      "-" if r.compile_s is None else f"{r.compile_s:.1f}")
+    out.print(table)
+    for r in rows:
+        if r.reason:
+            out.print(f"  [bold]{escape(r.name)}[/]: {escape(r.reason)}")
+        breaks = r.checks.get("graph_breaks")
+        if breaks:
+            out.print(f"    {breaks} graph break(s): "
+                      f"{escape('; '.join(r.checks.get('break_reasons', [])))}")
+    best = res.best
+    if best is None:
+        out.print("\n[bold]Best:[/] eager as it is: no remedy was verified faster.")
+    else:
+        pred = f", predicted {_x(best.predicted_speedup)}" if best.predicted_speedup else ""
+        out.print(f"\n[bold]Best:[/] {escape(best.name)}: {_x(best.measured_speedup)} "
+                  f"measured{pred}; outputs verified ({escape(best.tolerance)}).")
+    out.print(escape(res.snippet), soft_wrap=True)
+    for note in res.notes:
+        out.print(f"[dim]note: {escape(note)}[/dim]")
+
+
+def print_comparison(c: Comparison) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from gobrrr.compare import REGIMES
+
+    out = console()
+    word = "slower" if c.change > 0 else "faster" if c.change < 0 else "(no change)"
+    style = "red" if c.regressed else "green" if c.change < 0 else "default"
+    out.print(f"[bold]gobrrr compare[/bold]  {escape(c.old_name)} -> {escape(c.new_name)}")
+    out.print(f"T_wall {fmt_s(c.old_wall_s)} -> {fmt_s(c.new_wall_s)}: "
+              f"[{style}]{100 * abs(c.change):.1f}% {word}[/]"
+              + (f" [dim](within noise, IQRs add to {100 * c.noise:.1f}%)[/dim]"
+                 if c.within_noise else ""))
+    t = Table(title="regime split", title_justify="left")
+    t.add_column("regime")
+    t.add_column("old", justify="right")
+    t.add_column("new", justify="right")
+    t.add_column("change", justify="right")
+    for r in REGIMES:
+        a, b = c.old_fractions[r], c.new_fractions[r]
+        t.add_row(r + (" *" if r == c.new_regime else ""), f"{100 * a:.0f}%", f"{100 * b:.0f}%",
+                  f"{100 * (b - a):+.0f} pts")
+    out.print(t)
+    if c.old_regime != c.new_regime:
+        out.print(f"regime changed: {c.old_regime}-bound -> {c.new_regime}-bound")
+    t = Table(title="top ops", title_justify="left")
+    for col, just in (("op", "left"), ("old", "right"), ("new", "right"),
+                      ("new/old", "right"), ("bound", "left")):
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    for o in c.ops:
+        bound = (o.new_bound or o.old_bound or "-") if o.old_bound == o.new_bound or \
+            None in (o.old_bound, o.new_bound) else f"{o.old_bound} -> {o.new_bound}"
+        t.add_row(escape(o.name), fmt_s(o.old_s), fmt_s(o.new_s),
+                  f"{o.ratio:.2f}x" if o.ratio is not None else
+                  "new" if o.old_s is None else "gone" if o.new_s is None else "-", bound)
+    out.print(t)
+    for note in c.notes:
+        out.print(f"[yellow]note:[/yellow] {escape(note)}")
+
+
+def print_lab(report: LabReport) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    out = console()
+    fp = report.fingerprint
+    out.print(f"[bold]gobrrr lab[/bold] on {fp.get('name', report.device)} ({report.device}), "
+              f"torch {fp.get('torch')}{', --quick' if report.quick else ''}")
+    for r in report.results:
+        out.rule(f"{r.name}: {r.title}")
+        cols, rows = r.table()
+        t = Table(show_edge=False)
+        for c in cols:
+            t.add_column(c)
+        for row in rows:
+            t.add_row(*map(escape, row))
+        out.print(t)
+        e = Table(title="essay (A100)", title_justify="left", show_edge=False)
+        e.add_column("claim")
+        e.add_column("essay")
+        for ref in r.essay:
+            e.add_row(escape(ref.what), escape(ref.essay))
+        out.print(e)
+        mark = {True: "[green]agrees[/green]", False: "[red]differs[/red]",
+                None: "[dim]n/a[/dim]"}[r.agrees_with_essay]
+        out.print(f"[bold]conclusion[/bold] ({mark}): {escape(r.conclusion)}")
+        for note in r.notes:
+            out.print(f"[dim]note: {escape(note)}[/dim]")
+        out.print(f"[dim]{fmt_s(r.elapsed_s)}[/dim]")
+    for name, err in report.errors.items():
+        out.print(f"[red]{name} failed:[/red] {escape(err)}")
+    out.print(f"[dim]lab wall time {fmt_s(report.wall_s)}[/dim]")

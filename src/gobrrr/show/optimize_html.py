@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gobrrr.html.page import Section, paragraph, render_page, table
+from gobrrr.show.page import Section, paragraph, render_page, table
 
 __all__ = ["render_optimize", "write_optimize"]
 

@@ -2,72 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
 
-if TYPE_CHECKING:
-    from gobrrr.remedies.result import OptimizeResult
-
-__all__ = ["register", "print_optimize"]
-
-_STATUS_STYLE = {"verified": "green", "rejected": "red", "failed": "red", "slower": "yellow",
-                 "no significant change": "dim", "not applicable": "dim", "advice": "cyan"}
-
-
-def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
-def print_optimize(res: OptimizeResult) -> None:
-    """The ranked table, each remedy's reason, the winner and its code (stdout)."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    from gobrrr.render import console
-
-    out = console()
-    w = res.workload
-    title = (f"optimize {w['name']} on {w['device']}" +
-             (f" (batch {w['batch_size']})" if w.get("batch_size") else "") +
-             (f", diagnosed {res.regime}-bound" if res.regime else ""))
-    table = Table(title=title, title_justify="left", pad_edge=False)
-    table.add_column("remedy", overflow="fold")
-    table.add_column("status", overflow="fold")
-    table.add_column("pred.", justify="right")
-    table.add_column("meas.", justify="right")
-    table.add_column("95% int.", justify="right")
-    table.add_column("prep s", justify="right")
-    rank = {"verified": 0, "no significant change": 1, "slower": 2, "advice": 3,
-            "rejected": 4, "failed": 5, "not applicable": 6}
-    rows = sorted(res.remedies, key=lambda r: (rank.get(r.status, 9),
-                                               -(r.measured_speedup or 0)))
-    for r in rows:
-        style = _STATUS_STYLE.get(r.status, "")
-        iv = f"{r.interval[0]:.2f}-{r.interval[1]:.2f}" if r.interval else "-"
-        status = "no sig. change" if r.status == "no significant change" else r.status
-        table.add_row(escape(r.name), f"[{style}]{status}[/]" if style else status,
-                      _x(r.predicted_speedup), _x(r.measured_speedup), iv,
-                      "-" if r.compile_s is None else f"{r.compile_s:.1f}")
-    out.print(table)
-    for r in rows:
-        if r.reason:
-            out.print(f"  [bold]{escape(r.name)}[/]: {escape(r.reason)}")
-        breaks = r.checks.get("graph_breaks")
-        if breaks:
-            out.print(f"    {breaks} graph break(s): "
-                      f"{escape('; '.join(r.checks.get('break_reasons', [])))}")
-    best = res.best
-    if best is None:
-        out.print("\n[bold]Best:[/] eager as it is: no remedy was verified faster.")
-    else:
-        pred = f", predicted {_x(best.predicted_speedup)}" if best.predicted_speedup else ""
-        out.print(f"\n[bold]Best:[/] {escape(best.name)}: {_x(best.measured_speedup)} "
-                  f"measured{pred}; outputs verified ({escape(best.tolerance)}).")
-    out.print(escape(res.snippet), soft_wrap=True)
-    for note in res.notes:
-        out.print(f"[dim]note: {escape(note)}[/dim]")
-
+__all__ = ["register"]
 
 @click.command()
 @click.argument("target", required=False)
@@ -110,7 +47,7 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
         res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                 only=list(only) or None, progress=say)
         if html_path:
-            from gobrrr.html.optimize import write_optimize
+            from gobrrr.show.optimize_html import write_optimize
 
             try:
                 write_optimize(res.to_dict(), html_path)
@@ -121,6 +58,8 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
             emit_json(res.to_dict())
         else:
             finish_progress()
+            from gobrrr.show.terminal import print_optimize
+
             print_optimize(res)
 
     run_guarded(body)

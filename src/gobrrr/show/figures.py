@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+from gobrrr.units import fmt_flops, fmt_s
+
 __all__ = ["REGIME_COLORS", "svg_of", "budget_bar_svg", "roofline_svg",
            "batch_scaling_svg", "plottable_rows"]
 
@@ -69,19 +71,6 @@ def _append(tag: str, m: re.Match[str]) -> str:
     return m.group(1) + tag
 
 
-def _fmt_s(x: float) -> str:
-    if x >= 1:
-        return f"{x:.3g} s"
-    return f"{x * 1e3:.3g} ms" if x >= 1e-3 else f"{x * 1e6:.3g} us"
-
-
-def _fmt_flops(x: float) -> str:
-    for unit, scale in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9)):
-        if x >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x / 1e6:.3g} MFLOP/s"
-
-
 def budget_bar_svg(budget: dict[str, Any]) -> str:
     """Two stacked bars: wall time split overhead / memory / compute, and the busy
     (memory + compute) time split by whether its ops reach a quarter of their roofline."""
@@ -99,7 +88,7 @@ def budget_bar_svg(budget: dict[str, Any]) -> str:
                     edgecolor="white")
             if share >= 0.06:  # a label only where it fits inside its segment
                 ax.text(left + share / 2, 1, f"{regime} {100 * share:.0f}%\n"
-                        f"{_fmt_s(budget[f'{regime}_s'])}", ha="center", va="center",
+                        f"{fmt_s(budget[f'{regime}_s'])}", ha="center", va="center",
                         color="white", fontsize=8.5, fontweight="bold")
             left += share
         if busy > 0:
@@ -166,7 +155,7 @@ def roofline_svg(rows: Sequence[dict[str, Any]], machine: dict[str, Any],
             # Roofs close together (bf16 and fp16 differ by ~5%) would print their labels
             # on top of each other: keep labels at least 0.17 decades apart, downwards.
             label_log_y = min(math.log10(peak), label_log_y - 0.17)
-            ax.annotate(f"{dtype} {_fmt_flops(peak)}", (x_hi, peak),
+            ax.annotate(f"{dtype} {fmt_flops(peak)}", (x_hi, peak),
                         xytext=(x_hi * 1.1, 10**label_log_y), textcoords="data",
                         va="center", fontsize=8, annotation_clip=False)
         order = sorted(range(len(on)), key=lambda k: -rows[on[k]]["time_s"])
@@ -178,8 +167,8 @@ def roofline_svg(rows: Sequence[dict[str, Any]], machine: dict[str, Any],
             ax.scatter([xs[k]], [ys[k]], s=area, color=REGIME_COLORS.get(r["bound"], "#888"),
                        alpha=0.75, edgecolors="black", linewidths=0.5, gid=gid, zorder=3)
             frac = r.get("roofline_fraction")
-            titles[gid] = (f"#{i + 1} {r['name']}: {_fmt_s(r['time_s'])} in {r['calls']} "
-                           f"calls, {xs[k]:.3g} FLOP/B, {_fmt_flops(ys[k])}, {r['bound']}"
+            titles[gid] = (f"#{i + 1} {r['name']}: {fmt_s(r['time_s'])} in {r['calls']} "
+                           f"calls, {xs[k]:.3g} FLOP/B, {fmt_flops(ys[k])}, {r['bound']}"
                            + (f", {100 * frac:.0f}% of roofline" if frac else ""))
             if rank < label_top:
                 ax.annotate(str(i + 1), (xs[k], ys[k]), xytext=(5, 4),

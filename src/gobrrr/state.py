@@ -1,29 +1,117 @@
-"""Independent copies of a workload, so remedies never touch the user's objects.
+"""The state a workload reaches, and how gobrrr leaves it as it found it.
 
 A workload is a callable and its arguments; its state (modules, optimizers, tensors)
-hides in closures, bound `self`, arguments and module globals. `copy_callable` rebuilds
-the callable with every such object deep-copied through one shared memo, so a copied
-optimizer refers to the copied parameters (deepcopy maps them through the memo).
-Functions are rebuilt (same code, copied closure cells; a fresh globals dict where a
-global holds state); modules of code, classes and builtins are shared (stateless).
+hides in closures, bound `self`, arguments and module globals. One walker
+(`collect_state`) finds it, for three uses:
 
-`snapshot` / `restore` put a candidate back to its starting state *in place*: after a
-CUDA-graph capture the graph reads and writes those exact tensors, so restoring must
-copy values into them rather than replace them.
+- `preserved_state`: diagnose and optimize run the user's workload many times; the
+  user's parameters, buffers, gradients, optimizer state, inputs, RNG and backend flags
+  are restored on exit.
+- `copy_workload`: optimize's independent copies, so remedies never touch the user's
+  objects. The callable is rebuilt with every such object deep-copied through one shared
+  memo, so a copied optimizer refers to the copied parameters. Functions are rebuilt
+  (same code, copied closure cells; a fresh globals dict where a global holds state);
+  modules of code, classes and builtins are shared (stateless).
+- `snapshot` / `restore`: put a candidate back to its starting state *in place*: after a
+  CUDA-graph capture the graph reads and writes those exact tensors, so restoring must
+  copy values into them rather than replace them.
 """
+
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gobrrr.workload import MAX_STATE_DEPTH, collect_state, global_names, is_state, reachable_state
+from gobrrr.settings import restore as restore_settings
+from gobrrr.settings import snapshot as snapshot_settings
+
+if TYPE_CHECKING:
+    from gobrrr.workload import Workload
+
 
 __all__ = ["Copied", "copy_workload", "describe", "stateful_ids", "snapshot", "restore",
-           "clone_tree"]
+           "clone_tree", "preserved_state", "reachable_state", "collect_state", "is_state",
+           "global_names", "MAX_STATE_DEPTH"]
+
+# ---------------------------------------------------------------- finding state
+
+# Closures of closures of ...: state nested deeper than this is not found (optimize
+# reports what stays shared).
+MAX_STATE_DEPTH = 6
+
+
+def is_state(obj: Any) -> bool:
+    import torch
+
+    return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer, torch.Tensor))
+
+
+def global_names(code: types.CodeType) -> set[str]:
+    """Global names a function's code (and its inner functions and lambdas) uses."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= global_names(const)
+    return names
+
+
+def _cell_full(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - raises ValueError on an empty cell
+    except ValueError:
+        return False
+    return True
+
+
+def collect_state(root: Any, depth: int = 0, seen: set[int] | None = None) -> list[Any]:
+    """Modules, optimizers and tensors reachable from `root`: closures, bound self,
+    containers, object attributes and the module globals a function's code names (a
+    training step in a script usually reaches its model and optimizer as globals)."""
+    seen = set() if seen is None else seen
+    out: list[Any] = []
+    if id(root) in seen or depth > MAX_STATE_DEPTH:
+        return out
+    seen.add(id(root))
+    if is_state(root):
+        out.append(root)
+        return out
+    children: list[Any] = []
+    if isinstance(root, types.FunctionType):
+        children += [c.cell_contents for c in root.__closure__ or () if _cell_full(c)]
+        children += [root.__globals__[n] for n in global_names(root.__code__)
+                     if n in root.__globals__ and (is_state(root.__globals__[n]) or
+                                                   isinstance(root.__globals__[n],
+                                                              types.FunctionType))]
+    elif isinstance(root, types.MethodType):
+        children += [root.__func__, root.__self__]
+    elif isinstance(root, (list, tuple)):
+        children += list(root)
+    elif isinstance(root, dict):
+        children += list(root.values())
+    elif hasattr(root, "__dict__") and not isinstance(root, (type, types.ModuleType)):
+        children += list(vars(root).values())
+    for c in children:
+        out += collect_state(c, depth + 1, seen)
+    return out
+
+
+def reachable_state(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                    ) -> tuple[list[Any], list[Any], list[Any]]:
+    """(modules, optimizers, tensors) the call `fn(*args, **kwargs)` can reach."""
+    import torch
+
+    found = collect_state([fn, list(args), kwargs])
+    return ([o for o in found if isinstance(o, torch.nn.Module)],
+            [o for o in found if isinstance(o, torch.optim.Optimizer)],
+            [o for o in found if isinstance(o, torch.Tensor)])
+
+
+# ---------------------------------------------------------------- copies
 
 _LIBRARIES = {"torch", "numpy", "transformers", "torchvision", "functools", "builtins",
               "math", "operator"}
@@ -182,3 +270,48 @@ def clone_tree(out: Any) -> Any:
     from torch.utils._pytree import tree_map
 
     return tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, out)
+
+
+# ---------------------------------------------------------------- preserving the user's state
+
+
+@contextlib.contextmanager
+def preserved_state(w: Workload) -> Iterator[None]:
+    """Run gobrrr's many calls of the workload without leaving a trace on the user's
+    things: parameters, buffers, gradients, optimizer state, input tensors, RNG state and
+    the torch.backends flags are restored on exit."""
+    import torch
+
+    modules, optims, tensors = reachable_state(w.fn, w.args, w.kwargs)
+    with torch.no_grad():
+        mod_state = [
+            ({k: v.detach().clone() for k, v in m.state_dict(keep_vars=True).items()},
+             [(p, None if p.grad is None else p.grad.detach().clone())
+              for p in m.parameters()])
+            for m in modules
+        ]
+        opt_state = [(o, copy.deepcopy(o.state_dict())) for o in optims]
+        tensor_state = [(t, t.detach().clone(), None if t.grad is None else t.grad.clone())
+                        for t in tensors]
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    settings = snapshot_settings()
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for m, (sd, grads) in zip(modules, mod_state, strict=True):
+                current = m.state_dict(keep_vars=True)
+                for k, v in sd.items():
+                    current[k].data.copy_(v)
+                for p, g in grads:
+                    p.grad = g
+            for o, sd_o in opt_state:
+                o.load_state_dict(sd_o)
+            for t, saved, g in tensor_state:
+                t.data.copy_(saved)
+                t.grad = g
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        restore_settings(settings)

@@ -31,7 +31,8 @@ def compare(old: Path, new: Path, fail_above: str, top: int, as_json: bool,
 
     def body() -> bool:
         from gobrrr.compare import compare as _compare
-        from gobrrr.compare import load_report, parse_percent, print_comparison
+        from gobrrr.compare import load_report, parse_percent
+        from gobrrr.show.terminal import print_comparison
 
         threshold = parse_percent(fail_above)
         c = _compare(load_report(old), load_report(new), fail_above=threshold, top=top)

@@ -1,0 +1,169 @@
+"""The global torch settings gobrrr reads, sets and restores: one place for all of them.
+
+Precision. torch >= 2.9 has two APIs for TF32: the legacy booleans
+(`torch.backends.cuda.matmul.allow_tf32`, `torch.backends.cudnn.allow_tf32`,
+`torch.set_float32_matmul_precision`) and per-backend `fp32_precision` strings
+(`torch.backends.cuda.matmul.fp32_precision = "tf32"`, where "none" inherits from the
+level above). Writing a legacy flag after the new API was used, even writing back the
+value it already had, puts torch into a "mixed" state in which
+`torch.get_float32_matmul_precision()` and the legacy getters raise. So where the new API
+exists, gobrrr reads, sets and restores *only* the `fp32_precision` strings (which always
+read and write cleanly, whichever API the user used), and uses the legacy flags only on
+torch < 2.9 where they are the only API.
+
+Other settings restored with them: cuDNN's `benchmark` and `deterministic`, the
+reduced-precision-reduction switches, grad mode, and `torch._inductor.config` when
+Inductor is already imported (never imported just to save it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Settings", "read_flag", "snapshot", "restore", "preserved", "tf32",
+           "tf32_enabled", "has_precision_api"]
+
+# The `fp32_precision` owners of torch >= 2.9, by attribute path under torch.backends.
+_PRECISION_PATHS = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn",
+                    "mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn")
+# Booleans restored on every torch: (attribute path, flag).
+_FLAGS = (("cudnn", "benchmark"), ("cudnn", "deterministic"),
+          ("cuda.matmul", "allow_bf16_reduced_precision_reduction"),
+          ("cuda.matmul", "allow_fp16_reduced_precision_reduction"))
+# The legacy TF32 booleans, read and written only on torch < 2.9.
+_LEGACY_TF32 = (("cuda.matmul", "allow_tf32"), ("cudnn", "allow_tf32"))
+
+
+def _backend(path: str) -> Any:
+    import torch
+
+    obj: Any = torch.backends
+    for part in filter(None, path.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def read_flag(obj: Any, attr: str) -> Any:
+    """A torch.backends attribute, or None where it does not exist or torch refuses to
+    read it (the legacy getters raise in the mixed-API state)."""
+    try:
+        return getattr(obj, attr)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def has_precision_api() -> bool:
+    """torch >= 2.9: per-backend `fp32_precision` strings."""
+    import torch
+
+    return isinstance(read_flag(torch.backends.cuda.matmul, "fp32_precision"), str)
+
+
+def _effective_precision(path: str) -> str:
+    """The fp32 precision in force at `path` ("none" inherits from the parent level)."""
+    parts = path.split(".")
+    for i in range(len(parts), -1, -1):
+        value = read_flag(_backend(".".join(parts[:i])), "fp32_precision")
+        if isinstance(value, str) and value != "none":
+            return value
+    return "ieee"
+
+
+def tf32_enabled(kind: str) -> bool:
+    """Whether fp32 `kind` ("matmul" or "conv") runs in TF32 on CUDA under the current
+    settings (cuDNN convolutions default to TF32; cuBLAS matmuls do not)."""
+    if has_precision_api():
+        return _effective_precision("cuda.matmul" if kind == "matmul" else
+                                    "cudnn.conv") == "tf32"
+    import torch
+
+    obj = torch.backends.cuda.matmul if kind == "matmul" else torch.backends.cudnn
+    return bool(read_flag(obj, "allow_tf32"))
+
+
+@dataclass
+class Settings:
+    """A snapshot of every setting gobrrr may change; `restore` puts it back."""
+
+    precision: dict[str, str] = field(default_factory=dict)  # path -> fp32_precision
+    flags: dict[tuple[str, str], Any] = field(default_factory=dict)
+    matmul_precision: str | None = None  # legacy API only (torch < 2.9)
+    grad_enabled: bool = True
+    inductor: dict[str, Any] | None = None
+
+
+def snapshot() -> Settings:
+    import torch
+
+    s = Settings(grad_enabled=torch.is_grad_enabled())
+    if has_precision_api():
+        for path in _PRECISION_PATHS:
+            value = read_flag(_backend(path), "fp32_precision")
+            if isinstance(value, str):
+                s.precision[path] = value
+    else:
+        for path, attr in _LEGACY_TF32:
+            s.flags[(path, attr)] = read_flag(_backend(path), attr)
+        s.matmul_precision = torch.get_float32_matmul_precision()
+    for path, attr in _FLAGS:
+        value = read_flag(_backend(path), attr)
+        if value is not None:
+            s.flags[(path, attr)] = value
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        s.inductor = inductor.get_config_copy()
+    return s
+
+
+def restore(s: Settings) -> None:
+    """Write back exactly what `snapshot` read, through the same API it read it with."""
+    import torch
+
+    if s.matmul_precision is not None:
+        # Legacy API: the precision first, since it also sets cuda.matmul.allow_tf32,
+        # which the flags below then restore exactly.
+        torch.set_float32_matmul_precision(s.matmul_precision)
+    for path, value in s.precision.items():
+        _backend(path).fp32_precision = value
+    for (path, attr), value in s.flags.items():
+        if value is not None:
+            setattr(_backend(path), attr, value)
+    torch.set_grad_enabled(s.grad_enabled)
+    if s.inductor is not None:
+        import torch._inductor.config as inductor
+
+        inductor.load_config(s.inductor)
+
+
+@contextlib.contextmanager
+def preserved() -> Iterator[None]:
+    """Every setting above is as it was when the block exits (also on an exception)."""
+    s = snapshot()
+    try:
+        yield
+    finally:
+        restore(s)
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool = True) -> Iterator[None]:
+    """TF32 for CUDA fp32 matmuls and convolutions inside the block (or plain fp32 with
+    enabled=False); the user's settings come back on exit, through the API they used."""
+    s = snapshot()
+    try:
+        if has_precision_api():
+            value = "tf32" if enabled else "ieee"
+            _backend("cuda.matmul").fp32_precision = value
+            _backend("cudnn.conv").fp32_precision = value
+        else:
+            import torch
+
+            torch.backends.cuda.matmul.allow_tf32 = enabled
+            torch.backends.cudnn.allow_tf32 = enabled
+        yield
+    finally:
+        restore(s)
