@@ -6,7 +6,7 @@ optimize.txt (versions and progress). Stays under ~4.5 minutes: each workload tr
 only the remedies its case is about (--only), and later workloads are skipped, with a
 note, once the global deadline nears.
 
-Known cases from the optimize issue / MEASURED.md: x.cos().cos() fused ~1.8x; MLP batch
+Known cases from the optimize issue / docs/reference.md: x.cos().cos() fused ~1.8x; MLP batch
 16 with CUDA graphs >= 2x; fp32 matmul with TF32 >= 5x; an Adam step captured
 (capturable) or compiled.
 """
@@ -29,7 +29,7 @@ DEADLINE_S = 250.0  # stop starting workloads after this; the last one has budge
 def cos_cos() -> tuple:
     import torch
 
-    x = torch.randn(2**28, device=DEV)  # 1 GiB fp32, as in MEASURED.md
+    x = torch.randn(2**28, device=DEV)  # 1 GiB fp32, as in docs/reference.md
     return (lambda x: x.cos().cos()), (x,)
 
 

@@ -77,6 +77,13 @@ def test_mlp_forward_backward():
     assert mods["Sequential.0"].flops == 1280 + 1280 + 80
     assert mods["Sequential.2"].flops == 640 + 640 + 640 + 20
     assert r.uncounted_ops == []
+    # By op class: the three addmm/mm groups are matmul (1280 + 640 forward, 640 + 640 +
+    # 1280 backward), relu and its backward pointwise (80 + 80), the sums reductions
+    # (forward 20; backward grad-b 20 + 80).
+    classes = r.by_class()
+    assert classes["matmul"].flops == 1280 + 640 + 640 + 640 + 1280
+    assert classes["pointwise"].flops == 80 + 80
+    assert classes["reduction"].flops == 20 + 20 + 80
 
 
 def test_adam_step():

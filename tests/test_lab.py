@@ -1,5 +1,5 @@
 """gobrrr lab: conclusion logic on synthetic numbers (exact), the cheap experiments for
-real on CPU, the CLI, the HTML report; CUDA checks against MEASURED.md on the GPU."""
+real on CPU, the CLI, the HTML report; CUDA checks against docs/reference.md on the GPU."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_knee_on_a_roofline_curve():
 
 
 def test_knee_on_measured_h200_numbers():
-    # MEASURED.md, ms: k=1..32 flat ~0.507, 64: 0.613, 128: 1.104.
+    # docs/reference.md (H200), ms: k=1..32 flat ~0.507, 64: 0.613, 128: 1.104.
     ks = [1, 2, 4, 8, 16, 32, 64, 128]
     times = [0.507, 0.507, 0.508, 0.507, 0.508, 0.508, 0.613, 1.104]
     kn = repeat.find_knee(ks, times)
@@ -121,7 +121,7 @@ def _fusion(eager_s, fused_s, one_s, eager_bw=4e12, copy_bw=4.25e12):
 
 
 def test_fusion_conclusion_h200_numbers():
-    text, agrees = _fusion(1.014e-3, 0.565e-3, 0.508e-3)  # MEASURED.md
+    text, agrees = _fusion(1.014e-3, 0.565e-3, 0.508e-3)  # docs/reference.md (H200)
     assert agrees is True
     assert text.startswith("fused is 1.79x faster than eager (bytes 2:1 predict 2.00x)")
     assert "costs 1.11x one x.cos()" in text
@@ -158,7 +158,7 @@ def test_activations_gelu_costlier_disagrees():
 
 def test_batch_plateau_on_measured_h200_numbers():
     bs = [1, 4, 16, 64, 256, 1024, 4096, 16384]
-    us = [62, 58, 57, 74, 87, 113, 228, 799]  # MEASURED.md
+    us = [62, 58, 57, 74, 87, 113, 228, 799]  # docs/reference.md (H200)
     assert batch.plateau_end(bs, us) == 64  # 74 <= 1.25 * 62 = 77.5 < 87
 
 
@@ -277,7 +277,8 @@ def test_cli_json_and_html(tmp_path, one_thread):
     assert data["errors"] == {}
     page = html.read_text()
     assert "<svg" in page  # inline: nothing is fetched from anywhere
-    assert 'src="http' not in page and "<link" not in page and "<script" not in page
+    assert 'src="http' not in page and "<link" not in page and "<script src" not in page
+    assert 'class="gobrrr-report"' in page  # the shared page builder's shell
     assert (tmp_path / "lab.png").stat().st_size > 1000 and (tmp_path / "lab.svg").exists()
 
 
@@ -291,7 +292,7 @@ def test_html_escapes_strings():
     rep = LabReport(device="cpu", quick=True, fingerprint={"name": "<cpu>"},
                     ceilings=cpu_ceilings().to_dict(), started_at="now", results=[r])
     page = render_html(rep)
-    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "<script>alert" not in page and "&lt;script&gt;alert" in page
     assert "&lt;b&gt;x&lt;/b&gt;" in page and "&lt;cpu&gt;" in page
 
 
@@ -321,7 +322,7 @@ def cuda_report():
 def test_cuda_lab_agrees_with_measured(cuda_report):
     ex = cuda_report["experiments"]
     assert cuda_report["errors"] == {}
-    # MEASURED.md (H200): knee between 32 and 64 (fit 58.8); all k ran compiled.
+    # docs/reference.md (H200): knee between 32 and 64 (fit 58.8); all k ran compiled.
     assert ex["repeat"]["fell_back"] == []
     assert 32 <= ex["repeat"]["knee"]["k_fit"] <= 96
     # fusion ~1.8x; GELU within 3% of ReLU (5% tolerance: one run, a few % of noise).

@@ -52,7 +52,7 @@ def _mlp_module(width: int, depth: int, device: str, act: Any = None) -> Any:
 def mlp(batch_size: int = 1, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
     """4 x [Linear(D, D), GELU (ReLU on CPU)], inference, D = 512 on CUDA, 64 on CPU. At batch 1
     each op is a few hundred kFLOP, far less than the time to dispatch it, so overhead
-    dominates (MEASURED.md: flat ~60 us on an H200 up to batch ~64). On a CPU the 512-wide
+    dominates (docs/reference.md: flat ~60 us on an H200 up to batch ~64). On a CPU the 512-wide
     weights (4 MB) would make weight reads the bottleneck instead; 64 wide (16 kB)
     keeps the example about overhead there too."""
     import torch

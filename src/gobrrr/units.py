@@ -7,10 +7,17 @@ from __future__ import annotations
 __all__ = ["fmt_s", "fmt_flops", "fmt_bytes_per_s", "fmt_num", "fmt_pct"]
 
 
+def _sig3(x: float) -> float:
+    """x rounded to the three significant digits it will be shown with, so that the unit
+    is chosen after rounding (999.99e9 B/s is '1 TB/s', never '1e+03 GB/s')."""
+    return float(f"{x:.3g}")
+
+
 def fmt_s(x: float | None) -> str:
     """Seconds: '1.5 s', '2.35 ms', '38 us'; '-' for no value."""
     if x is None:
         return "-"
+    x = _sig3(x)
     if x >= 1:
         return f"{x:.3g} s"
     if x >= 1e-3:
@@ -20,6 +27,7 @@ def fmt_s(x: float | None) -> str:
 
 def fmt_flops(x: float) -> str:
     """A rate of floating-point operations: '681 TFLOP/s'."""
+    x = _sig3(x)
     for unit, scale in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9)):
         if x >= scale:
             return f"{x / scale:.3g} {unit}"
@@ -28,6 +36,7 @@ def fmt_flops(x: float) -> str:
 
 def fmt_bytes_per_s(x: float) -> str:
     """A bandwidth in decimal units, as datasheets state it: '4.26 TB/s'."""
+    x = _sig3(x)
     for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9)):
         if x >= scale:
             return f"{x / scale:.3g} {unit}"
@@ -38,6 +47,7 @@ def fmt_num(x: float | None, unit: str = "") -> str:
     """A count with an SI prefix: '12.9 GFLOP', '1.07 GB'; '-' for no value."""
     if x is None:
         return "-"
+    x = _sig3(x)
     for suffix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
             return f"{x / scale:.3g} {suffix}{unit}"

@@ -13,7 +13,7 @@ from gobrrr.budget import FUSABLE_CLASSES, Budget, fusable_bytes_saved
 from gobrrr.counting import CountResult
 from gobrrr.experiments import BatchScaling, GraphReplay
 from gobrrr.hardware import Ceilings
-from gobrrr.units import fmt_pct, fmt_s
+from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_pct, fmt_s
 
 __all__ = ["Remedy", "Verdict", "remedies_for", "verdict_for"]
 
@@ -57,15 +57,15 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                   f"({n_ops} ops; one tiny op costs {fmt_s(ceil.op_overhead_s)} here)")
     if regime == "memory" and b.memory_s > 0:
         mem_bytes = sum(r.bytes for r in b.per_op if r.memory_s > 0)
-        ev.append(f"memory-bound ops moved {mem_bytes / 1e6:.3g} MB at "
-                  f"{mem_bytes / b.memory_s / 1e9:.3g} GB/s = "
+        ev.append(f"memory-bound ops moved {fmt_num(mem_bytes, 'B')} at "
+                  f"{fmt_bytes_per_s(mem_bytes / b.memory_s)} = "
                   f"{fmt_pct(mem_bytes / b.memory_s / ceil.bandwidth_bytes_per_s)} of the "
                   "measured copy bandwidth")
     if regime == "compute" and b.compute_s > 0:
         flops = sum(r.flops for r in b.per_op if r.compute_s > 0)
         unit = max(b.compute_s_by_unit, key=lambda k: b.compute_s_by_unit[k])
         peak = ceil.peak_flops_per_s.get(unit, ceil.vector_flops_per_s())
-        ev.append(f"compute-bound ops ran at {flops / b.compute_s / 1e12:.3g} TFLOP/s = "
+        ev.append(f"compute-bound ops ran at {fmt_flops(flops / b.compute_s)} = "
                   f"{fmt_pct(flops / b.compute_s / peak)} of the measured {unit} peak")
     if batch is not None and batch.time_ratio is not None:
         ev.append(batch.reading)
@@ -137,8 +137,8 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         saved_s = fusable_mem_s * saved_bytes / fusable_bytes
         out.append(Remedy(
             "operator fusion (torch.compile)", "memory", _speedup(total, saved_s),
-            f"fusing pointwise/norm chains cuts their bytes {fusable_bytes / 1e6:.3g} MB -> "
-            f"{(fusable_bytes - saved_bytes) / 1e6:.3g} MB: {fmt_s(saved_s)} of "
+            f"fusing pointwise/norm chains cuts their bytes {fmt_num(fusable_bytes, 'B')} -> "
+            f"{fmt_num(fusable_bytes - saved_bytes, 'B')}: {fmt_s(saved_s)} of "
             f"{fmt_s(fusable_mem_s)} memory-bound time",
             "torch.compile(model): Inductor fuses pointwise and reduction chains",
         ))

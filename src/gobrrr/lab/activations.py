@@ -1,6 +1,6 @@
 """Experiment 3, `activations`: ReLU, GELU, cos and a heavier pointwise op on one large
 tensor. Each reads and writes every element once; when that traffic, not the math, sets
-the time, they all cost the same (ESSAY.md claim 4)."""
+the time, they all cost the same (essay claim 4, docs/reference.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from gobrrr.lab.common import EssayRef, LabContext, LabResult
 
 __all__ = ["OpTime", "ActivationsResult", "conclude", "run", "plot", "SAME_COST_PCT"]
 
-SAME_COST_PCT = 5.0  # "same cost": within 5% of ReLU (MEASURED.md: GELU 0% on the H200)
+SAME_COST_PCT = 5.0  # "same cost": within 5% of ReLU (H200: GELU 0%, docs/reference.md)
 
 ESSAY = [
     EssayRef("GELU vs ReLU", "same cost: bytes, not math, set the time of a pointwise op"),

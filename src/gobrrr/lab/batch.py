@@ -95,7 +95,8 @@ def conclude(r: BatchResult) -> tuple[str, bool | None]:
 
 
 def build_mlp(device: str, hidden: int = HIDDEN, layers: int = LAYERS) -> Any:
-    """MEASURED.md's MLP: layers x [Linear(hidden, hidden), GELU], fp32, random weights."""
+    """The reference MLP (docs/reference.md): layers x [Linear(hidden, hidden), GELU],
+    fp32, random weights."""
     import torch
     from torch import nn
 

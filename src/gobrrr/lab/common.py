@@ -27,8 +27,8 @@ __all__ = [
 
 # Where the essay numbers shown beside ours come from.
 ESSAY_SOURCE = (
-    "Horace He, 'Making Deep Learning Go Brrrr From First Principles' (2022), A100; "
-    "as listed in /work/shared/ESSAY.md"
+    "Horace He, 'Making Deep Learning Go Brrrr From First Principles' (2022), "
+    "https://horace.io/brrr_intro.html; numbers on an A100"
 )
 
 Progress = Callable[[str], None]
@@ -40,7 +40,7 @@ class EssayRef:
 
     what: str
     essay: str  # the essay's value, as the essay states it (A100 unless said)
-    source: str = "ESSAY.md"
+    source: str = "essay"
 
 
 @dataclass(kw_only=True)

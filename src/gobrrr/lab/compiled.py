@@ -1,6 +1,6 @@
 """torch.compile with a check that the variant really ran compiled.
 
-The trap (MEASURED.md): compiling one Python function per size in a loop reuses one code
+The trap (docs/reference.md): compiling one Python function per size in a loop reuses one code
 object; after dynamo's recompile limit (8) the next variants silently run *eagerly*, and
 a benchmark reports eager times as compiled ones (129 ms instead of ~1 ms on the H200).
 Three guards here:

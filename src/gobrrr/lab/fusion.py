@@ -1,8 +1,8 @@
 """Experiment 2, `fusion`: `x.cos().cos()` eager (two kernels) vs compiled (one).
 
 Eager reads x, writes a temporary, reads it back and writes the result: 4 accesses per
-element. Fused: 2 (ESSAY.md claim 3). When both run at the memory roof the fused version
-is 2x faster and costs about one `x.cos()`.
+element. Fused: 2 (essay claim 3, docs/reference.md). When both run at the memory roof
+the fused version is 2x faster and costs about one `x.cos()`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Experiment 6, `opclasses`: share of FLOPs vs share of time by op class, for a
-BERT-base-like encoder layer (ESSAY.md claim 2, after Ivanov et al. 2020).
+BERT-base-like encoder layer (essay claim 2, docs/reference.md; after Ivanov et al. 2020).
 
 The layer is plain torch with random weights: hidden 768, 12 heads, FFN 3072, GELU,
 post-LayerNorm, and *hand-written* attention (QK^T, softmax, PV as separate ops, not

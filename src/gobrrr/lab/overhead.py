@@ -1,4 +1,4 @@
-"""Experiment 5, `overhead`: what the time outside kernels costs (ESSAY.md claim 7).
+"""Experiment 5, `overhead`: what the time outside kernels costs (essay claim 7, docs/reference.md).
 
 Python's scalar op rate against the device's FLOP rate; the eager cost of one tiny op;
 an eager loop of small ops against its CUDA-graph replay (same kernels, no Python or

@@ -2,7 +2,8 @@
 
 Each call reads x once and writes the result once (8 bytes per fp32 element) whatever k
 is, and does k FLOPs per element: intensity k/8 FLOP/byte. Below the ridge point the
-runtime is the memory time and stays flat; above it, it grows with k (ESSAY.md claim 6).
+runtime is the memory time and stays flat; above it, it grows with k (essay claim 6,
+docs/reference.md).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ of intermediates (bytes before / bytes after), CUDA graphs save the GPU's idle t
 different kinds add (they come out of different parts of the budget).
 
 Health checks (verify.compile_problems): dynamo is reset before each variant (the
-recompile-limit trap of MEASURED.md accumulates cache entries on one code object),
+recompile-limit trap (docs/reference.md) accumulates cache entries on one code object),
 graph breaks come from torch._dynamo.explain once per run, and recompiles or an eager
 fallback during timing void the measurement.
 """

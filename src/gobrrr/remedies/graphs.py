@@ -1,8 +1,8 @@
 """CUDA graphs: capture one call, replay it; the CPU's dispatch and launch work is done
 once at capture, so an overhead-bound step runs at the speed of its kernels
-(predicted: T_wall -> T_gpu, from the budget; MEASURED.md: MLP batch 16, 106 -> 38 us).
+(predicted: T_wall -> T_gpu, from the budget; docs/reference.md, H200: MLP batch 16, 106 -> 38 us).
 
-Optimizers are made capturable first (MEASURED.md: Adam refuses capture with
+Optimizers are made capturable first (docs/reference.md: Adam refuses capture with
 "param_groups' capturable is False"): `capturable=True` keeps the step count on the GPU,
 so no host sync happens inside the step. Capture follows torch.cuda.graphs' recipe:
 warm up on a side stream, then capture; inputs are the copy's own tensors (static), the

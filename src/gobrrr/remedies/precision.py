@@ -1,7 +1,7 @@
 """Lower-precision math on tensor cores: TF32 for fp32 matmuls/convs, bf16 autocast.
 
 Predicted (report.remedies_for): the fp32 matmul time runs at the measured tf32 or bf16
-peak instead (MEASURED.md on the H200: fp32 51, tf32 360, bf16 ~700 TFLOP/s), the rest of
+peak instead (docs/reference.md, on an H200: fp32 51, tf32 360, bf16 ~700 TFLOP/s), the rest of
 the budget unchanged. Outputs change by design, so they are verified under the
 lower-precision tolerance of verify.py (relative L2, cosine reported).
 

@@ -230,7 +230,7 @@ class DynamoSnapshot:
 def dynamo_snapshot() -> DynamoSnapshot:
     """Dynamo's counters now. A compiled function whose guards pass never enters the
     frame callback, so `frames_total` growing while timing means recompiles; the
-    recompile-limit trap (MEASURED.md) leaves an "unimplemented" entry naming it and
+    recompile-limit trap (docs/reference.md) leaves an "unimplemented" entry naming it and
     then runs the frame eagerly, silently."""
     from torch._dynamo.utils import counters
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from gobrrr.lab import LabReport
     from gobrrr.lab.common import LabResult
 
-__all__ = ["figure", "svg", "write_plots", "render_html"]
+__all__ = ["figure_of", "svg", "write_plots", "render_html"]
 
 
 def _plot_into(result: LabResult, axes: Any) -> None:
@@ -20,7 +20,7 @@ def _plot_into(result: LabResult, axes: Any) -> None:
     experiment_module(result.name).plot(result, axes)
 
 
-def figure(results: list[LabResult]) -> Any:
+def figure_of(results: list[LabResult]) -> Any:
     """One Figure with a row of two panels per experiment, on an Agg canvas (no pyplot,
     no global backend switch)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -46,69 +46,46 @@ def svg(fig: Any) -> str:
 def write_plots(report: LabReport, out_dir: Path) -> list[Path]:
     """lab.svg and lab.png in out_dir: every experiment's panels in one figure."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig = figure(report.results)
+    fig = figure_of(report.results)
     paths = [out_dir / "lab.svg", out_dir / "lab.png"]
     fig.savefig(paths[0], format="svg", metadata={"Date": None})
     fig.savefig(paths[1], format="png", dpi=80)
     return paths
 
 
-_TEMPLATE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>gobrrr lab: {{ fp.get('name', report.device) }}</title>
-<style>
-body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;
-text-align:right}td:first-child,th:first-child{text-align:left}.agrees{color:#080}
-.differs{color:#b00}.na{color:#777}.note{color:#666;font-size:90%}svg{max-width:100%;height:auto}
-</style></head><body>
-<h1>gobrrr lab</h1>
-<p>{{ fp.get('name', report.device) }} ({{ report.device }}), torch {{ fp.get('torch') }},
-python {{ fp.get('python') }}{% if report.quick %}, quick sizes{% endif %};
-started {{ report.started_at }}, {{ '%.1f' % report.wall_s }} s.
-Ceilings: {% for d, v in report.ceilings['peak_flops_per_s'].items() %}matmul {{ d }}
-{{ '%.3g' % (v / 1e12) }} TFLOP/s, {% endfor %}copy
-{{ '%.3g' % (report.ceilings['bandwidth_bytes_per_s'] / 1e9) }} GB/s, eager op
-{{ '%.3g' % (report.ceilings['op_overhead_s'] * 1e6) }} us.</p>
-<p class="note">Essay numbers: {{ essay_source }}.</p>
-<h2>Conclusions</h2><ul>
-{% for r in report.results %}<li><b>{{ r.name }}</b>
-<span class="{{ cls[r.agrees_with_essay] }}">[{{ word[r.agrees_with_essay] }}]</span>
-{{ r.conclusion }}</li>{% endfor %}
-{% for name, err in report.errors.items() %}<li><b>{{ name }}</b> failed: {{ err }}</li>
-{% endfor %}</ul>
-{% for item in items %}{% set r = item.result %}
-<h2 id="{{ r.name }}">{{ r.name }}: {{ r.title }}</h2>
-<p><b>Conclusion</b> <span class="{{ cls[r.agrees_with_essay] }}">[{{ word[r.agrees_with_essay]
-}}]</span>: {{ r.conclusion }}</p>
-{{ item.svg }}
-<table><tr>{% for c in item.cols %}<th>{{ c }}</th>{% endfor %}</tr>
-{% for row in item.rows %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>
-{% endfor %}</table>
-<table><tr><th>essay claim</th><th>essay (A100)</th></tr>
-{% for e in r.essay %}<tr><td>{{ e.what }}</td><td>{{ e.essay }}</td></tr>{% endfor %}
-</table>
-{% for n in r.notes %}<p class="note">note: {{ n }}</p>{% endfor %}
-{% endfor %}
-</body></html>
-"""
+_WORD = {True: "agrees", False: "differs", None: "n/a"}
 
 
 def render_html(report: LabReport) -> str:
-    """One self-contained page: every string autoescaped; only matplotlib's own SVG
-    (built from our numbers) is inserted as markup."""
-    import jinja2
+    """One self-contained page from the shared page builder (show/page.py): every string
+    escaped; only matplotlib's own SVG (built from our numbers) is inserted as markup."""
     from markupsafe import Markup
 
     from gobrrr.lab.common import ESSAY_SOURCE
+    from gobrrr.show.page import Section, figure, paragraph, render_page, table
+    from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_s
 
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    items = []
+    fp = report.fingerprint
+    c = report.ceilings
+    peaks = ", ".join(f"matmul {d} {fmt_flops(v)}" for d, v in c["peak_flops_per_s"].items())
+    subtitle = (f"{fp.get('name', report.device)} ({report.device}), torch {fp.get('torch')}, "
+                f"python {fp.get('python')}{', quick sizes' if report.quick else ''}; "
+                f"started {report.started_at}, {report.wall_s:.1f} s. Ceilings: {peaks}, "
+                f"copy {fmt_bytes_per_s(c['bandwidth_bytes_per_s'])}, eager op "
+                f"{fmt_s(c['op_overhead_s'])}.")
+    conclusions = [[r.name, _WORD[r.agrees_with_essay], r.conclusion] for r in report.results]
+    conclusions += [[name, "failed", err] for name, err in report.errors.items()]
+    sections = [Section("conclusions", "Conclusions",
+                        table(["experiment", "vs essay", "conclusion"], conclusions,
+                              sortable=False, text_columns=(0, 1, 2)))]
     for r in report.results:
         cols, rows = r.table()
-        items.append({"result": r, "cols": cols, "rows": rows,
-                      "svg": Markup(svg(figure([r])))})  # noqa: S704 - our own SVG
-    return env.from_string(_TEMPLATE).render(
-        report=report, fp=report.fingerprint, items=items, essay_source=ESSAY_SOURCE,
-        cls={True: "agrees", False: "differs", None: "na"},
-        word={True: "agrees", False: "differs", None: "n/a"})
+        parts = [paragraph(f"Conclusion [{_WORD[r.agrees_with_essay]}]: {r.conclusion}"),
+                 figure(svg(figure_of([r]))),
+                 table(cols, rows, sortable=False),
+                 table(["essay claim", "essay (A100)"], [[e.what, e.essay] for e in r.essay],
+                       sortable=False, text_columns=(0, 1))]
+        parts += [paragraph(f"note: {n}", "note") for n in r.notes]
+        sections.append(Section(r.name, f"{r.name}: {r.title}", Markup("").join(parts)))
+    return render_page("gobrrr lab", sections, subtitle=subtitle,
+                       footer=f"Essay numbers: {ESSAY_SOURCE}.")

@@ -1,0 +1,65 @@
+"""Record small raw `torch.profiler` traces on a GPU, for tests that read saved traces
+(tests/data/traces/). Plain torch: no gobrrr code runs while recording, so the files are
+what a user's own profiler run would write.
+
+Usage: python3 benchmarks/record_traces.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, schedule
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(512, 512), nn.GELU())]).cuda()
+
+
+def record(name: str, step, out: Path, steps: int = 2) -> None:
+    for _ in range(3):  # warm-up outside the profiler: cuBLAS handles, lazy init
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=steps)) as prof:
+        for _ in range(1 + steps):
+            step()
+            torch.cuda.synchronize()
+            prof.step()
+    raw = out / f"{name}.json"
+    prof.export_chrome_trace(str(raw))
+    with raw.open("rb") as src, gzip.open(out / f"{name}.json.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
+    print(name, (out / f"{name}.json.gz").stat().st_size, "bytes")
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    model = mlp()
+    x1 = torch.randn(1, 512, device="cuda")
+    with torch.no_grad():
+        record("mlp_b1_forward", lambda: model(x1), out)
+    train = mlp()
+    opt = torch.optim.Adam(train.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 512, device="cuda"), torch.randn(64, 512, device="cuda")
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(train(x), y).backward()
+        opt.step()
+
+    record("mlp_train_step", step, out)
+    big = torch.randn(2**24, device="cuda")
+    record("pointwise_chain", lambda: ((big * 2).sin() + 1).relu(), out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""The verdict's sentences and every remedy's predicted gain, with exact arithmetic:
+budgets built by hand, so each number in a sentence is known in advance."""
+
+import pytest
+import torch
+
+from gobrrr.budget import Budget, RowBudget
+from gobrrr.counting import CountResult, count
+from gobrrr.experiments import BatchPoint, BatchScaling, GraphReplay
+from gobrrr.hardware import Ceilings
+from gobrrr.verdict import remedies_for, verdict_for
+
+
+def ceilings(device="cuda"):
+    # fp32 50, tf32 350, bf16 700 TFLOP/s; 1 TB/s; 5 us per tiny op.
+    return Ceilings(device=device, fingerprint={"name": "test"},
+                    peak_flops_per_s={"fp32": 50e12, "tf32": 350e12, "bf16": 700e12},
+                    bandwidth_bytes_per_s=1e12, op_overhead_s=5e-6, python_ops_per_s=1e7,
+                    measured_at="t", calibrate_s=0.0)
+
+
+def budget(overhead_s, memory_s, compute_s, by_unit=None, per_class=()):
+    busy = memory_s + compute_s
+    return Budget(wall_s=overhead_s + busy, busy_s=busy, overhead_s=overhead_s,
+                  memory_s=memory_s, compute_s=compute_s, floor_s=0.0, below_roof_s=0.0,
+                  per_class=list(per_class), compute_s_by_unit=by_unit or {})
+
+
+def four_ops():
+    x = torch.randn(8)
+    return count(lambda: x.cos().sin().exp().neg())  # 4 counted ops, no views
+
+
+def by_name(remedies):
+    return {r.name: r for r in remedies}
+
+
+def test_verdict_on_cuda_overhead_with_agreeing_graph_replay():
+    b = budget(80e-6, 15e-6, 5e-6)
+    graph = GraphReplay(True, None, 100e-6, 25e-6, 4.0, 5.0, True)
+    v = verdict_for(b, four_ops(), ceilings(), "cuda", None, graph)
+    assert v.regime == "overhead" and v.share == pytest.approx(0.8)
+    # idle = 1 - busy / total = 1 - 20/100 = 80%
+    assert v.evidence[0] == ("GPU idle 80% of wall time (100 us per call, 20 us of kernels "
+                             "from 4 ops)")
+    assert v.evidence[1] == "CUDA-graph replay 4.00x faster than eager (budget predicted 5.00x)"
+    assert v.agreement == "experiments agree with the budget"
+
+
+def test_verdict_on_cuda_compute_names_the_unit_and_its_peak():
+    x, w = torch.randn(64, 32), torch.randn(32, 16)
+    counts = count(lambda: x @ w)  # 2*64*32*16 = 65536 FLOPs
+    b = budget(0.0, 0.0, 2e-9, by_unit={"fp32": 2e-9})
+    b.per_op = [RowBudget("aten::mm", 1, 2e-9, 65536, 0, 0.0, 2e-9, 0.0, 0.0)]
+    v = verdict_for(b, counts, ceilings(), "cuda", None, None)
+    assert v.regime == "compute"
+    # 65536 FLOPs / 2 ns = 32.8 TFLOP/s = 65.5% of the 50 TFLOP/s fp32 peak
+    assert v.evidence[1] == ("compute-bound ops ran at 32.8 TFLOP/s = 66% of the measured "
+                             "fp32 peak")
+    assert v.agreement == "no experiment could check the budget"
+
+
+def test_verdict_memory_evidence_and_disagreeing_batch():
+    x = torch.randn(1024)
+    counts = count(lambda: x.cos())
+    b = budget(10e-6, 90e-6, 0.0)
+    b.per_op = [RowBudget("aten::cos", 1, 90e-6, 1024, 9e7, 0.0, 0.0, 90e-6, 0.0)]
+    batch = BatchScaling([BatchPoint(1, 1, 100e-6, 1, 1), BatchPoint(2, 2, 110e-6, 2, 2)],
+                         1.1, 2.0, 2.0, 1.9, False, "reading")
+    v = verdict_for(b, counts, ceilings(), "cuda", batch, None)
+    # 9e7 bytes in 90 us = 1e12 B/s = 1 TB/s = 100% of the measured 1 TB/s
+    assert v.evidence[1] == ("memory-bound ops moved 90 MB at 1 TB/s = 100% of the "
+                             "measured copy bandwidth")
+    assert v.agreement == ("experiments DISAGREE with the budget: batch scaling measured "
+                           "1.10x where the budget predicted 1.90x")
+
+
+def test_verdict_on_cpu_names_the_dispatch_cost():
+    b = budget(60e-6, 40e-6, 0.0)
+    v = verdict_for(b, four_ops(), ceilings("cpu"), "cpu", None, None)
+    assert v.evidence[0] == ("ops execute 40% of wall time (100 us per call); the rest is "
+                             "Python and dispatch (4 ops; one tiny op costs 5 us here)")
+
+
+def test_predicted_gain_cuda_graphs():
+    # T_wall 100 us, kernels 20 us: graphs leave the kernels, 100 / 20 = 5.00x
+    r = by_name(remedies_for(budget(80e-6, 15e-6, 5e-6), four_ops(), ceilings(), "cuda",
+                             None, None))
+    assert r["CUDA graphs / torch.compile(mode='reduce-overhead')"].predicted_speedup == \
+        pytest.approx(5.0)
+
+
+def test_predicted_gain_compile_on_cpu():
+    # overhead 60 of 100 us removed: 100 / 40 = 2.50x
+    r = by_name(remedies_for(budget(60e-6, 40e-6, 0.0), four_ops(), ceilings("cpu"), "cpu",
+                             None, None))
+    assert r["torch.compile (fewer dispatched ops)"].predicted_speedup == pytest.approx(2.5)
+
+
+def test_predicted_gain_tf32_and_bf16():
+    b = budget(20e-6, 40e-6, 40e-6, by_unit={"fp32": 40e-6})
+    r = by_name(remedies_for(b, CountResult(), ceilings(), "cuda", None, None))
+    # TF32: 40 us of fp32 matmul at 350/50 = 7x the rate saves 40 * 6/7 = 34.2857 us:
+    # 100 / (100 - 34.2857) = 1.5217x
+    assert r["TF32 matmuls"].predicted_speedup == pytest.approx(100 / (100 - 40 * 6 / 7))
+    # bf16 from fp32: 700/50 = 14x saves 40 * 13/14 = 37.1429 us: 100 / 62.857 = 1.5909x
+    assert r["bf16 autocast"].predicted_speedup == pytest.approx(100 / (100 - 40 * 13 / 14))
+
+
+def test_predicted_gain_bf16_from_tf32():
+    # matmuls already in TF32 (no fp32 time): bf16 at 700/350 = 2x saves half of 40 us
+    b = budget(60e-6, 0.0, 40e-6, by_unit={"tf32": 40e-6})
+    r = by_name(remedies_for(b, CountResult(), ceilings(), "cuda", None, None))
+    assert "TF32 matmuls" not in r
+    assert r["bf16 autocast"].predicted_speedup == pytest.approx(100 / 80)
+
+
+def test_predicted_gain_fusion_cos_cos():
+    x = torch.randn(1024)
+    counts = count(lambda: x.cos().cos())
+    # unfused 4 * 4096 B, fused 2 * 4096 B: half of the pointwise class's 10 us is saved;
+    # total 20 us -> 20 / 15 = 1.333x
+    b = budget(10e-6, 10e-6, 0.0,
+               per_class=[RowBudget("pointwise", 2, 10e-6, 2048, 16384, 0.0, 0.0, 10e-6)])
+    r = by_name(remedies_for(b, counts, ceilings(), "cuda", None, None))
+    assert r["operator fusion (torch.compile)"].predicted_speedup == pytest.approx(20 / 15)
+
+
+def test_batch_advice_only_above_ten_percent():
+    def batch(ratio):
+        return BatchScaling([BatchPoint(1, 1, 1.0, 1, 1), BatchPoint(2, 2, ratio, 2, 2)],
+                            ratio, 2.0, 2.0, ratio, True, "")
+
+    b = budget(60e-6, 40e-6, 0.0)
+    # 2x batch in 1.25x time: 2 / 1.25 = 1.60x samples per second
+    r = by_name(remedies_for(b, four_ops(), ceilings("cpu"), "cpu", batch(1.25), None))
+    assert r["larger batch (advice only)"].predicted_speedup == pytest.approx(1.6)
+    # 2 / 1.85 = 1.08x: under the 10% bar, no advice
+    r = by_name(remedies_for(b, four_ops(), ceilings("cpu"), "cpu", batch(1.85), None))
+    assert "larger batch (advice only)" not in r
+
+
+def test_remedies_are_sorted_by_predicted_gain():
+    b = budget(20e-6, 40e-6, 40e-6, by_unit={"fp32": 40e-6})
+    gains = [r.predicted_speedup or 0 for r in
+             remedies_for(b, CountResult(), ceilings(), "cuda", None, None)]
+    assert gains == sorted(gains, reverse=True)
+
+
+def test_units_choose_the_unit_after_rounding():
+    from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_pct, fmt_s
+
+    assert fmt_bytes_per_s(9e7 / 90e-6) == "1 TB/s"  # 999.99...e9 rounds to 1.00e12
+    assert fmt_bytes_per_s(4.26e12) == "4.26 TB/s"
+    assert fmt_flops(681e12) == "681 TFLOP/s"
+    assert fmt_s(0.9999) == "1 s" and fmt_s(2.35e-3) == "2.35 ms" and fmt_s(38e-6) == "38 us"
+    assert fmt_s(None) == "-"
+    assert fmt_num(1.07e9, "B") == "1.07 GB" and fmt_num(12, "B") == "12 B"
+    assert fmt_pct(0.825) == "82%"  # round half to even
