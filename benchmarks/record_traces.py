@@ -26,14 +26,16 @@ def record(name: str, step, out: Path, steps: int = 2) -> None:
     for _ in range(3):  # warm-up outside the profiler: cuBLAS handles, lazy init
         step()
     torch.cuda.synchronize()
+    raw = out / f"{name}.json"
+    # The trace is written when the active steps end (on_trace_ready): the profiler
+    # clears its events at the end of each cycle, so exporting after the block is empty.
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
-                 schedule=schedule(wait=0, warmup=1, active=steps)) as prof:
+                 schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
         for _ in range(1 + steps):
             step()
             torch.cuda.synchronize()
             prof.step()
-    raw = out / f"{name}.json"
-    prof.export_chrome_trace(str(raw))
     with raw.open("rb") as src, gzip.open(out / f"{name}.json.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     raw.unlink()
