@@ -259,13 +259,3 @@ def test_table_fits_80_columns(monkeypatch):
     assert r.exit_code == 0, r.output
     assert "compile_max_autotune" in r.stdout and "not applicable" in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
-
-
-def test_tf32_switch_is_restored_even_on_error():
-    from gobrrr.remedies.precision import tf32_on
-
-    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
-    with pytest.raises(ValueError), tf32_on():
-        assert torch.get_float32_matmul_precision() == "high"
-        raise ValueError("the workload failed")
-    assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == before

@@ -89,26 +89,42 @@ def rec(index, op, flops, nbytes, op_class="matmul", unit="fp32"):
 class FakeEvent:
     """The fields of a torch.autograd.profiler FunctionEvent that trace.py reads."""
 
-    def __init__(self, name, start, end, device="CUDA", id=0, linked=0, kernels=()):
+    def __init__(self, name, start, end, device="CUDA", id=0, linked=0, kernels=(),
+                 children=()):
         self.name, self.id, self.linked_correlation_id = name, id, linked
         self.time_range = SimpleNamespace(start=start, end=end)
         self.device_type = SimpleNamespace(name=device)
         self.kernels = [SimpleNamespace(name=k, duration=d) for k, d in kernels]
+        self.cpu_children = list(children)
 
 
-def test_kernel_start_times_come_from_the_linked_device_events():
-    # A launch (correlation id 7) whose two kernels are linked to it; an unrelated kernel
-    # of another launch (8) with the same name must not be taken.
+def test_kernel_starts_linked_as_torch_2_13_does():
+    # The launch (correlation 7) lists its kernels; each kernel event names the launch in
+    # linked_correlation_id. An unrelated kernel of launch 8 with the same name is not
+    # taken.
     launch = FakeEvent("cudaLaunchKernel", 90.0, 91.0, "CPU", id=7,
                        kernels=[("relu_kernel", 5.0), ("sgemm", 10.0)])
-    events = [launch, FakeEvent("sgemm", 100.0, 110.0, linked=7),
-              FakeEvent("relu_kernel", 115.0, 120.0, linked=7),
-              FakeEvent("relu_kernel", 10.0, 15.0, linked=8)]
+    events = [launch, FakeEvent("sgemm", 100.0, 110.0, id=3, linked=7),
+              FakeEvent("relu_kernel", 115.0, 120.0, id=4, linked=7),
+              FakeEvent("relu_kernel", 10.0, 15.0, id=5, linked=8)]
     got = [(k.name, t) for k, t in _with_starts(launch, _device_starts(events))]
     assert got == [("relu_kernel", 115.0), ("sgemm", 100.0)]
-    # No link (an older torch): no start times, never a guess.
-    unlinked = [FakeEvent("sgemm", 100.0, 110.0)]
-    assert [t for _k, t in _with_starts(launch, _device_starts(unlinked))] == [None, None]
+
+
+def test_kernel_starts_linked_as_torch_2_11_does():
+    # Seen on the H200 (torch 2.11): the aten op lists the kernels, its runtime-call child
+    # has the correlation id, and the kernel event carries that id as its own `id`.
+    launch = FakeEvent("cudaLaunchKernelExC", 209.5, 210.0, "CPU", id=11)
+    mm = FakeEvent("aten::mm", 209.2, 212.0, "CPU", id=2, kernels=[("sm80_xmma_gemm", 3.0)],
+                   children=[launch])
+    events = [mm, launch, FakeEvent("sm80_xmma_gemm", 2757.1, 2760.1, id=11)]
+    assert [t for _k, t in _with_starts(mm, _device_starts(events))] == [2757.1]
+
+
+def test_kernel_without_a_link_gets_no_start_time():
+    launch = FakeEvent("cudaLaunchKernel", 90.0, 91.0, "CPU", id=7, kernels=[("sgemm", 1.0)])
+    unlinked = [FakeEvent("sgemm", 100.0, 110.0, id=99)]
+    assert [t for _k, t in _with_starts(launch, _device_starts(unlinked))] == [None]
 
 
 def fake_cuda_report(starts=(100.0, 115.0, 120.0)):

@@ -154,24 +154,29 @@ def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
 
 
 def _device_starts(events: Iterable[Any]) -> dict[int, list[tuple[str, float]]]:
-    """(name, start time in us on the profiler clock) of the CUDA kernels, by the
-    correlation id of the CPU event that launched them: the profiler links a kernel to
-    its launch by `linked_correlation_id`, as torch does to build each CPU event's
-    `kernels` list. Empty on a torch whose events do not carry the link."""
+    """(name, start time in us on the profiler clock) of the CUDA kernels, by correlation
+    id: a kernel's event carries the correlation id of its launch (the runtime call,
+    e.g. `cudaLaunchKernel`), as `id` (seen on torch 2.11) or as `linked_correlation_id`
+    (torch 2.13), so it is filed under both."""
     out: dict[int, list[tuple[str, float]]] = {}
     for e in events:
-        corr = getattr(e, "linked_correlation_id", 0)
         dt = getattr(e, "device_type", None)
-        if corr and getattr(dt, "name", str(dt)).upper().endswith("CUDA"):
+        if not getattr(dt, "name", str(dt)).upper().endswith("CUDA"):
+            continue
+        ids = {getattr(e, "id", 0), getattr(e, "linked_correlation_id", 0)} - {0, None}
+        for corr in ids:
             out.setdefault(corr, []).append((e.name, float(e.time_range.start)))
     return out
 
 
 def _with_starts(event: Any, starts: dict[int, list[tuple[str, float]]]
                  ) -> list[tuple[Any, float | None]]:
-    """The kernels an event launched, each with its device start time when linked
-    (matched by name among the event's linked device events, earliest first)."""
-    found = sorted(starts.get(getattr(event, "id", -1), []), key=lambda p: p[1])
+    """The kernels an event lists, each with its device start time where a launch inside
+    the event (the event itself or a runtime call below it, `cu*`) links to a kernel of
+    the same name; earliest first. None where nothing links: never a guess."""
+    launches = [x for x in _walk(event) if str(x.name).startswith("cu")]
+    found = sorted((p for x in launches for p in starts.get(getattr(x, "id", -1), [])),
+                   key=lambda p: p[1])
     out: list[tuple[Any, float | None]] = []
     for k in getattr(event, "kernels", ()):
         i = next((j for j, (name, _t) in enumerate(found) if name == k.name), None)

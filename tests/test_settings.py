@@ -1,0 +1,60 @@
+"""gobrrr.settings: the user's precision settings survive gobrrr, through the API they
+used. On torch >= 2.9 writing a legacy TF32 flag after the new per-backend API was used
+(even writing back its own value) breaks `torch.get_float32_matmul_precision()`."""
+
+import pytest
+import torch
+
+from gobrrr import settings
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_state():
+    saved = settings.snapshot()
+    yield
+    settings.restore(saved)
+
+
+@pytest.mark.parametrize("user", ["highest", "high", "medium"])
+def test_matmul_precision_survives_tf32_block_and_error(user):
+    torch.set_float32_matmul_precision(user)
+    with pytest.raises(ValueError), settings.tf32(True):
+        assert settings.tf32_enabled("matmul") and settings.tf32_enabled("conv")
+        raise ValueError("the workload failed")
+    assert torch.get_float32_matmul_precision() == user  # readable: no mixed-API state
+    assert settings.tf32_enabled("matmul") == (user != "highest")
+
+
+def test_legacy_flag_set_by_the_user_survives():
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = False
+    with settings.tf32(False):
+        assert not settings.tf32_enabled("matmul")
+    with settings.preserved():
+        torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
+    assert torch.backends.cuda.matmul.allow_tf32 is True
+    assert torch.backends.cudnn.allow_tf32 is False
+    assert torch.get_float32_matmul_precision() == "high"
+
+
+@pytest.mark.skipif(not settings.has_precision_api(), reason="torch < 2.9")
+def test_new_api_set_by_the_user_survives():
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    with settings.tf32(True):
+        assert settings.tf32_enabled("conv")
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    assert settings.tf32_enabled("matmul") and not settings.tf32_enabled("conv")
+
+
+def test_grad_mode_cudnn_and_inductor_config_are_restored():
+    import torch._inductor.config as inductor
+
+    before = (torch.is_grad_enabled(), torch.backends.cudnn.benchmark, inductor.freezing)
+    with settings.preserved():
+        torch.set_grad_enabled(False)
+        torch.backends.cudnn.benchmark = not before[1]
+        inductor.freezing = not before[2]
+    assert (torch.is_grad_enabled(), torch.backends.cudnn.benchmark,
+            inductor.freezing) == before
