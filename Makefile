@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint setup clean
+.PHONY: demo test lint setup clean package-check
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +25,11 @@ test: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/mypy src
+
+# Build the wheel and sdist, install the wheel with CPU torch into a fresh venv in a temp dir
+# and run its console script (.ci/package-check says what it checks). CI runs it after tests.
+package-check: $(VENV)/.installed
+	PY=$(PY) TORCH_SPEC="$(TORCH_SPEC)" bash .ci/package-check
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info
