@@ -97,3 +97,39 @@ def test_larger_batch_that_fails_is_reported_and_the_verdict_stands():
     assert points[1]["time_s"] is None and "out of memory" in points[1]["error"]
     assert "did not run" in d["experiments"]["batch_scaling"]["reading"]
     assert d["regime"] == max(d["fractions"], key=d["fractions"].get)
+
+
+def test_unwritable_output_is_refused_before_any_work(tmp_path, monkeypatch):
+    import gobrrr.api
+
+    def never(*a, **k):
+        raise AssertionError("diagnose must not start")
+
+    monkeypatch.setattr(gobrrr.api, "diagnose_workload", never)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    r = run("examples:mlp", "--device", "cpu", "-q", "--html", str(a_file / "r.html"))
+    assert r.exit_code == 2
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "is not a writable directory" in lines[0], r.output
+    # A folder given as the file: click's own usage error (exit 2), as for any option.
+    r = run("examples:mlp", "--device", "cpu", "-q", "--html", str(tmp_path))
+    assert r.exit_code == 2 and "is a directory" in r.output
+    r = run("examples:mlp", "--device", "cpu", "-q", "--trace", str(a_file / "t.json"))
+    assert r.exit_code == 2 and "cannot write" in r.output
+
+
+def test_a_write_that_fails_at_the_end_still_prints_the_report(tmp_path, monkeypatch):
+    import errno
+
+    from gobrrr.report import Report
+
+    def disk_full(self, path):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Report, "save_html", disk_full)
+    r = run("examples:mlp", "--device", "cpu", "-q", "--json", "--no-experiments",
+            "--time-budget", "0.1", "--html", str(tmp_path / "r.html"))
+    assert r.exit_code == 2
+    assert json.loads(r.stdout)["schema"] == "gobrrr.report"  # the result is not lost
+    assert "No space left on device" in r.stderr and "the result is on stdout" in r.stderr

@@ -225,3 +225,19 @@ def test_state_reached_through_module_globals_is_restored():
     # the step ran hundreds of SGD updates at lr 0.5: without a restore the weight moves
     assert torch.equal(mod.model.weight, before)
     assert mod.model.weight.grad is None
+
+
+def test_ops_that_cannot_be_replayed_are_shown_as_unmeasured():
+    x = torch.randn(100)
+    counts = count(lambda: x.cos().sin())
+    # the sin could not be replayed alone: no time measured for it (0 s, so its real
+    # time lands in overhead), and the budget says so by name.
+    run = ProfiledRun(counts=counts, device="cpu", op_time_s={0: 3e-6, 1: 0.0},
+                      unreplayable=["aten::sin"])
+    run.busy_s = 3e-6
+    b_ = compute_budget(run, wall_s=10e-6, ceil=ceilings(device="cpu"))
+    assert b_.unmeasured_ops == ["aten::sin"]
+    assert b_.overhead_s == pytest.approx(7e-6)
+    assert any("could not be replayed alone (aten::sin)" in n and "upper bound" in n
+               for n in b_.notes)
+    assert b_.to_dict()["unmeasured_ops"] == ["aten::sin"]

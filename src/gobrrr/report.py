@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gobrrr import __version__
@@ -87,7 +88,7 @@ class Report:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)
 
-    def save_html(self, path: str) -> None:
+    def save_html(self, path: str | Path) -> None:
         """One self-contained HTML file: verdict, budget, roofline, experiments, tables,
         remedies, machine (gobrrr.html)."""
         from gobrrr.show import write_report
@@ -100,7 +101,7 @@ class Report:
 
         return render_report(self.to_dict(), standalone=False)
 
-    def save_trace(self, path: str) -> None:
+    def save_trace(self, path: str | Path) -> None:
         """A Chrome/Perfetto JSON trace of the profiled run, annotated per op and kernel
         (gobrrr.show.perfetto)."""
         from gobrrr.show.perfetto import write_trace

@@ -98,7 +98,7 @@ def parse_trace(data: Any, source: str = "trace") -> RawTrace:
         ext = _int(a.get("External id"))
         kernels.append(TraceKernel(str(e["name"]), float(e["ts"]), float(e.get("dur", 0.0)),
                                    _int(a.get("stream")), _int(a.get("correlation")), ext,
-                                   by_ext.get(ext)))
+                                   None if ext is None else by_ext.get(ext)))
     kernels.sort(key=lambda k: k.ts_us)
     ops.sort(key=lambda o: o.ts_us)
     steps.sort(key=lambda s: s.ts_us)

@@ -27,7 +27,7 @@ EXIT_REGRESSION = 1
 def compare(old: Path, new: Path, fail_above: str, top: int, as_json: bool,
             quiet: bool) -> None:
     """Compare two `gobrrr doctor --json` reports: wall time, regime split, top ops."""
-    from gobrrr.cli import emit_json, run_guarded
+    from gobrrr.cli.common import emit_json, run_guarded
 
     def body() -> bool:
         from gobrrr.compare import compare as _compare

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -32,13 +34,22 @@ def doctor(target: str | None, device: str, batch_size: int | None, as_json: boo
     TARGET is FILE.py:NAME (NAME() or NAME(batch_size) returns (callable, args)) or
     examples:NAME (mlp, matmul, pointwise, transformer, mlp_train); default examples:mlp.
     """
-    from gobrrr.cli import emit_json, finish_progress, progress_printer, resolve_device, run_guarded
+    from gobrrr.cli.common import (
+        check_writable,
+        deliver,
+        emit_json,
+        finish_progress,
+        progress_printer,
+        resolve_device,
+        run_guarded,
+    )
 
     def body() -> None:
         from gobrrr.api import diagnose_workload
         from gobrrr.show.terminal import print_report
         from gobrrr.workload import load_target
 
+        check_writable(html_path, trace_path)
         dev = resolve_device(device)
         say = progress_printer(quiet)
         w = load_target(target, dev, batch_size)
@@ -47,17 +58,20 @@ def doctor(target: str | None, device: str, batch_size: int | None, as_json: boo
                                    time_budget_s=time_budget_s, progress=say)
         for note in report.notes:
             say(note)
+        writes: list[tuple[Path, Callable[[Path], Any]]] = []
         if html_path is not None:
-            report.save_html(str(html_path))
-            say(f"wrote {html_path}")
+            writes.append((html_path, report.save_html))
         if trace_path is not None:
-            report.save_trace(str(trace_path))
-            say(f"wrote {trace_path}")
-        if as_json:
-            emit_json(report.to_dict())
-        else:
-            finish_progress()
-            print_report(report)
+            writes.append((trace_path, report.save_trace))
+
+        def show() -> None:
+            if as_json:
+                emit_json(report.to_dict())
+            else:
+                finish_progress()
+                print_report(report)
+
+        deliver(writes, show, say)
 
     run_guarded(body)
 

@@ -29,7 +29,15 @@ def lab(names: tuple[str, ...], device: str, quick: bool, as_json: bool,
     overhead, opclasses (all when no NAME is given)."""
     import sys
 
-    from gobrrr.cli import emit_json, finish_progress, progress_printer, resolve_device, run_guarded
+    from gobrrr.cli.common import (
+        check_writable,
+        deliver,
+        emit_json,
+        finish_progress,
+        progress_printer,
+        resolve_device,
+        run_guarded,
+    )
     from gobrrr.errors import UserError
 
     def body() -> int:
@@ -39,27 +47,31 @@ def lab(names: tuple[str, ...], device: str, quick: bool, as_json: bool,
                             f"choose from {', '.join(_NAMES)}")
         from gobrrr.lab import run_lab
 
+        check_writable(html_path, out_dir / "lab.svg" if out_dir is not None else None)
         dev = resolve_device(device)
         progress = progress_printer(quiet)
         report = run_lab(list(names) or None, device=dev, quick=quick, progress=progress)
+        writes: list = []
         if out_dir is not None:
             from gobrrr.show.lab_page import write_plots
 
-            for p in write_plots(report, out_dir):
-                progress(f"wrote {p}")
+            writes.append((out_dir / "lab.svg", lambda p: write_plots(report, p.parent)))
         if html_path is not None:
             from gobrrr.show.lab_page import render_html
 
-            html_path.parent.mkdir(parents=True, exist_ok=True)
-            html_path.write_text(render_html(report), encoding="utf-8")
-            progress(f"wrote {html_path}")
-        if as_json:
-            emit_json(report.to_dict())
-        else:
-            from gobrrr.show.terminal import print_lab
+            writes.append((html_path, lambda p: p.write_text(render_html(report),
+                                                             encoding="utf-8")))
 
-            finish_progress()
-            print_lab(report)
+        def show() -> None:
+            if as_json:
+                emit_json(report.to_dict())
+            else:
+                from gobrrr.show.terminal import print_lab
+
+                finish_progress()
+                print_lab(report)
+
+        deliver(writes, show, progress)
         return 1 if report.errors else 0
 
     code = run_guarded(body)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 __all__ = ["register"]
@@ -19,11 +21,12 @@ __all__ = ["register"]
 @click.option("--no-diagnose", is_flag=True,
               help="Skip diagnose: faster, but no predicted speedups.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None,
               metavar="FILE", help="Also write a self-contained HTML page here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def optimize(target: str | None, device: str, batch_size: int | None, budget_s: float,
-             only: tuple[str, ...], no_diagnose: bool, as_json: bool, html_path: str | None,
+             only: tuple[str, ...], no_diagnose: bool, as_json: bool, html_path: Path | None,
              quiet: bool) -> None:
     """Apply the essay's remedies to a copy of a workload, verify outputs and speed,
     and rank them: CUDA graphs, torch.compile, TF32, bf16, channels_last, fused
@@ -31,36 +34,45 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
 
     TARGET is FILE.py:NAME or examples:NAME, as for `gobrrr doctor`.
     """
-    from gobrrr.cli import emit_json, finish_progress, progress_printer, resolve_device, run_guarded
+    from gobrrr.cli.common import (
+        check_writable,
+        deliver,
+        emit_json,
+        finish_progress,
+        progress_printer,
+        resolve_device,
+        run_guarded,
+    )
 
     def body() -> None:
-        from gobrrr.errors import UserError
         from gobrrr.remedies import catalog
         from gobrrr.remedies.runner import optimize_workload
         from gobrrr.workload import load_target
 
         catalog.select(list(only))  # unknown names: one line, exit 2, before any work
+        check_writable(html_path)
         dev = resolve_device(device)
         say = progress_printer(quiet)
         w = load_target(target, dev, batch_size)
         say(f"workload {w.name} (batch {w.batch_size}) on {w.device}")
         res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                 only=list(only) or None, progress=say)
+        writes = []
         if html_path:
             from gobrrr.show.optimize_html import write_optimize
 
-            try:
-                write_optimize(res.to_dict(), html_path)
-            except OSError as exc:
-                raise UserError(f"cannot write {html_path}: {exc.strerror or exc}") from exc
-            say(f"wrote {html_path}")
-        if as_json:
-            emit_json(res.to_dict())
-        else:
-            finish_progress()
-            from gobrrr.show.terminal import print_optimize
+            writes.append((html_path, lambda p: write_optimize(res.to_dict(), p)))
 
-            print_optimize(res)
+        def show() -> None:
+            if as_json:
+                emit_json(res.to_dict())
+            else:
+                from gobrrr.show.terminal import print_optimize
+
+                finish_progress()
+                print_optimize(res)
+
+        deliver(writes, show, say)
 
     run_guarded(body)
 

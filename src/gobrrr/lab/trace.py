@@ -54,15 +54,7 @@ def profile_op_times_us(fn: Callable[[], Any], cuda: bool, repeats: int = 3) -> 
     """Per aten op name: self time in us summed over `repeats` calls: device (kernel)
     time on CUDA, CPU time on CPU. Kernels count toward the innermost op that launched
     them, so composite wrappers (aten::linear) get 0 and aten::addmm gets the GEMM."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=acts) as prof:
-        for _ in range(repeats):
-            fn()
-        if cuda:
-            torch.cuda.synchronize()
+    prof = _profiled(fn, repeats, cuda)
     out: dict[str, float] = {}
     for ev in prof.key_averages():
         if cuda:
@@ -76,7 +68,8 @@ def profile_op_times_us(fn: Callable[[], Any], cuda: bool, repeats: int = 3) -> 
     return out
 
 
-def _chrome_trace(fn: Callable[[], Any], repeats: int, cuda: bool) -> dict[str, Any]:
+def _profiled(fn: Callable[[], Any], repeats: int, cuda: bool) -> Any:
+    """The finished profiler of `repeats` calls of `fn` (device work synchronized)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -86,6 +79,11 @@ def _chrome_trace(fn: Callable[[], Any], repeats: int, cuda: bool) -> dict[str, 
             fn()
         if cuda:
             torch.cuda.synchronize()
+    return prof
+
+
+def _chrome_trace(fn: Callable[[], Any], repeats: int, cuda: bool) -> dict[str, Any]:
+    prof = _profiled(fn, repeats, cuda)
     fd, path = tempfile.mkstemp(suffix=".json", prefix="gobrrr-trace-")
     os.close(fd)
     try:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gobrrr.state import Copied
+
 __all__ = ["Context", "Candidate", "RemedySpec", "RemedyResult", "STATUSES",
            "STAGE_MUTATE", "STAGE_PRECISION", "STAGE_EXECUTION", "speedup_from_saved",
            "switches_on"]
@@ -62,15 +64,10 @@ class Context:
 
 
 @dataclass
-class Candidate:
-    """A copy of the workload with remedies applied. `call()` is one call of it."""
+class Candidate(Copied):
+    """A copy of the workload (the fields of state.Copied) with remedies applied.
+    `call()` is one call of it."""
 
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    modules: list[Any]
-    optimizers: list[Any]
-    tensors: list[Any]
     switches: list[Callable[[], contextlib.AbstractContextManager[Any]]] = \
         field(default_factory=list)
     prepare: list[Callable[[Candidate], None]] = field(default_factory=list)

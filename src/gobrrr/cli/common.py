@@ -1,0 +1,157 @@
+"""What every command shares: the device option, progress on stderr, one error style,
+and delivering results (files written, then stdout) so that a failed write never loses the
+result.
+
+Data (tables, JSON) goes to stdout, progress and notes to stderr. Bad input: one line on
+stderr and exit code 2. A workload that raises: the user's own traceback and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from gobrrr.errors import UserError, WorkloadError, user_traceback
+
+__all__ = ["DEVICE", "resolve_device", "progress_printer", "run_guarded", "finish_progress",
+           "emit_json", "check_writable", "deliver"]
+
+DEVICE = click.Choice(["auto", "cpu", "cuda"])
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    click.echo(f"gobrrr: error: {message}", err=True)
+    sys.exit(code)
+
+
+def resolve_device(device: str) -> str:
+    """'auto' is CUDA when present; an explicit 'cuda' without CUDA is a user error."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available here (torch "
+                        f"{torch.__version__}, cuda={torch.version.cuda})")
+    return device
+
+
+_ACTIVE_PROGRESS: list[Any] = []
+
+
+class _LiveProgress:
+    """On a terminal: a spinner with the current step and its elapsed time, finished steps
+    printed above it, all on stderr. Closed by run_guarded when the command ends."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                 TimeElapsedColumn(), console=Console(stderr=True),
+                                 transient=True)
+        self.task: Any = None
+        self.last = ""
+
+    def __call__(self, msg: str) -> None:
+        from rich.markup import escape
+
+        if self.task is None:
+            self.progress.start()
+            self.task = self.progress.add_task(escape(msg))
+        else:
+            self.progress.console.print(f"[dim]gobrrr: {escape(self.last)}[/dim]",
+                                        highlight=False)
+            self.progress.update(self.task, description=escape(msg))
+        self.last = msg
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.progress.stop()
+            self.task = None
+
+
+def progress_printer(quiet: bool) -> Callable[[str], None]:
+    """Progress on stderr, so stdout stays data (e.g. --json): a live spinner line on a
+    terminal, plain lines otherwise (logs, CI, pipes)."""
+    if quiet:
+        return lambda _msg: None
+    if sys.stderr.isatty():
+        live = _LiveProgress()
+        _ACTIVE_PROGRESS.append(live)
+        return live
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(stderr=True)
+    return lambda msg: console.print(f"[dim]gobrrr: {escape(msg)}[/dim]", highlight=False)
+
+
+def run_guarded(action: Callable[[], Any]) -> Any:
+    """Run a command body, mapping our error types to one style of message and exit."""
+    try:
+        return action()
+    except UserError as exc:
+        finish_progress()
+        _fail(str(exc), exc.exit_code)
+    except WorkloadError as exc:
+        finish_progress()
+        click.echo(user_traceback(exc.original), err=True)
+        _fail(str(exc), exc.exit_code)
+
+
+def finish_progress() -> None:
+    """Stop any live progress line before a command prints its results."""
+    while _ACTIVE_PROGRESS:
+        _ACTIVE_PROGRESS.pop().close()
+
+
+
+
+def emit_json(data: Any) -> None:
+    finish_progress()
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def check_writable(*paths: Path | str | None) -> None:
+    """Before any work: each output path must be creatable (its nearest existing folder
+    writable) and not a folder. One line, exit 2, instead of a failure after minutes."""
+    for raw in paths:
+        if raw is None:
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            raise UserError(f"cannot write {path}: it is a directory")
+        if path.exists():
+            if not os.access(path, os.W_OK):
+                raise UserError(f"cannot write {path}: permission denied")
+            continue
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise UserError(f"cannot write {path}: {parent} is not a writable directory")
+
+
+def deliver(writes: Sequence[tuple[Path, Callable[[Path], Any]]],
+            show: Callable[[], None], say: Callable[[str], None]) -> None:
+    """Write each file (creating its folder), then show the result on stdout; a write
+    that fails (disk full) still lets stdout have the result, then exits 2 with one line
+    naming what could not be written."""
+    failed: list[str] = []
+    for path, write in writes:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(path)
+            say(f"wrote {path}")
+        except OSError as exc:
+            failed.append(f"cannot write {path}: {exc.strerror or exc}")
+    show()
+    if failed:
+        raise UserError("; ".join(failed) + " (the result is on stdout)")
