@@ -231,10 +231,10 @@ def test_output_and_json(tmp_path, base):
     assert "gate --fail-above 5%: pass: not a significant change" in r.stdout
 
 
-def test_help_names_the_statistic():
+def test_help_names_force_and_the_statistic():
     r = CliRunner().invoke(cli, ["compare", "--help"])
     assert r.exit_code == 0
-    assert "bootstrap" in r.stdout
+    assert "--force" in r.stdout and "bootstrap" in r.stdout
 
 
 # --- few samples: the medians alone, said so ----------------------------------------------
@@ -260,12 +260,32 @@ def test_few_samples_fall_back_to_medians(tmp_path, base, n_new):
 
 # --- what may be compared ------------------------------------------------------------------
 
-def test_different_machines_are_flagged(base):
+@pytest.mark.parametrize("key, value, what", [("name", "examples:other", "workloads"),
+                                              ("device", "cuda", "devices")])
+def test_different_workloads_or_devices_are_refused(tmp_path, base, key, value, what):
+    new = copy.deepcopy(base)
+    new["workload"][key] = value
+    with pytest.raises(UserError, match=f"different {what}"):
+        compare(base, new)
+    r = run_compare(tmp_path, base, new)
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and f"different {what}" in lines[0] and "--force" in lines[0]
+    r = run_compare(tmp_path, base, new, "--force")
+    assert r.exit_code == 0, r.output
+    assert f"different {what}" in r.stdout
+    assert any(f"different {what}" in n for n in compare(base, new, force=True).notes)
+
+
+def test_different_software_stacks_are_allowed_with_a_note(base):
     new = copy.deepcopy(base)
     new["machine"]["fingerprint"]["torch"] = "9.9.9"
     c = compare(base, new)
-    assert any("different machines or software stacks" in n and "9.9.9" in n
-               for n in c.notes)
+    assert any("different software stack" in n and "9.9.9" in n for n in c.notes)
+    assert not any("hardware" in n for n in c.notes)
+    new["machine"]["fingerprint"]["name"] = "Some Other CPU"
+    assert any("different hardware" in n and "Some Other CPU" in n
+               for n in compare(base, new).notes)
 
 
 def test_different_batch_sizes_are_noted(base):

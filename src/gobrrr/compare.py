@@ -216,16 +216,37 @@ def _rows(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in d["budget"]["per_op"]}
 
 
+# Fingerprint keys that name the hardware; the others (torch, python, CUDA runtime and
+# driver, CPU threads) are the software stack.
+_HARDWARE_KEYS = ("device", "name", "capability", "machine")
+
+
+def _check_same_workload(old: dict[str, Any], new: dict[str, Any], force: bool,
+                         notes: list[str]) -> None:
+    """Different workloads or devices: refused (the gate would compare apples with
+    pears) unless forced, then noted."""
+    for key, what in (("name", "workloads"), ("device", "devices")):
+        a, b = old["workload"].get(key), new["workload"].get(key)
+        if a != b:
+            if not force:
+                raise UserError(f"OLD and NEW measure different {what} ({a} vs {b}): "
+                                "their times are not comparable; --force compares anyway")
+            notes.append(f"different {what}: {a} vs {b} (compared with --force)")
+
+
 def compare(old: dict[str, Any], new: dict[str, Any], *, fail_above: float = 0.05,
-            top: int = 8) -> Comparison:
-    """Compare two report dicts (Report.to_dict())."""
+            top: int = 8, force: bool = False) -> Comparison:
+    """Compare two report dicts (Report.to_dict()). Raises UserError for reports of
+    different workloads or devices unless `force`."""
+    notes: list[str] = []
+    _check_same_workload(old, new, force, notes)
     ot, nt = old["timing"], new["timing"]
     c = Comparison(
         old_name=old["workload"]["name"], new_name=new["workload"]["name"],
         old_wall_s=ot["median_s"], new_wall_s=nt["median_s"],
         old_fractions=old["fractions"], new_fractions=new["fractions"],
         old_regime=old["regime"], new_regime=new["regime"],
-        noise=ot["rel_iqr"] + nt["rel_iqr"], fail_above=fail_above,
+        noise=ot["rel_iqr"] + nt["rel_iqr"], fail_above=fail_above, notes=notes,
         old_n=len(ot["samples_s"]), new_n=len(nt["samples_s"]))
     if c.old_wall_s <= 0:
         raise UserError("OLD report has a wall time of 0: nothing to compare against")
@@ -252,15 +273,22 @@ def compare(old: dict[str, Any], new: dict[str, Any], *, fail_above: float = 0.0
         o, n = o_rows.get(name), n_rows.get(name)
         c.ops.append(OpChange(name, o["time_s"] if o else None, n["time_s"] if n else None,
                               o["bound"] if o else None, n["bound"] if n else None))
-    if c.old_name != c.new_name:
-        c.notes.append(f"different workloads: {c.old_name} vs {c.new_name}")
     ow, nw = old["workload"], new["workload"]
     if ow.get("batch_size") != nw.get("batch_size"):
         c.notes.append(f"different batch sizes: {ow.get('batch_size')} vs "
                        f"{nw.get('batch_size')} (time per call is not per sample)")
     fo, fn = old["machine"]["fingerprint"], new["machine"]["fingerprint"]
     diff = [k for k in sorted(set(fo) | set(fn)) if fo.get(k) != fn.get(k)]
-    if diff:
-        c.notes.append("measured on different machines or software stacks ("
-                       + ", ".join(f"{k}: {fo.get(k)} -> {fn.get(k)}" for k in diff) + ")")
+    hw = [k for k in diff if k in _HARDWARE_KEYS]
+    sw = [k for k in diff if k not in _HARDWARE_KEYS]
+
+    def changes(keys: list[str]) -> str:
+        return ", ".join(f"{k}: {fo.get(k)} -> {fn.get(k)}" for k in keys)
+
+    if hw:
+        c.notes.append(f"measured on different hardware ({changes(hw)}): the change is "
+                       "the machine's as much as the code's")
+    if sw:
+        c.notes.append(f"different software stack ({changes(sw)}): the change includes "
+                       "the upgrade's effect")
     return c

@@ -22,15 +22,18 @@ EXIT_REGRESSION = 1
               help="Exit 1 when NEW's wall time is more than PCT above OLD's with 97.5% "
                    "confidence: the low end of a 95% bootstrap interval of the ratio of "
                    "medians, from both runs' samples, is above PCT.")
+@click.option("--force", is_flag=True,
+              help="Compare reports of different workloads or devices (refused otherwise).")
 @click.option("--top", type=click.IntRange(min=1), default=8, show_default=True,
               help="Top ops (by time) of each report to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No verdict line on stderr.")
-def compare(old: Path, new: Path, fail_above: str, top: int, as_json: bool,
+def compare(old: Path, new: Path, fail_above: str, force: bool, top: int, as_json: bool,
             quiet: bool) -> None:
     """Compare two `gobrrr doctor --json` reports: wall time with its confidence interval,
     regime split, top ops. Exit codes: 0 pass, 1 NEW significantly slower than
-    --fail-above, 2 bad input."""
+    --fail-above, 2 bad input (including different workloads or devices without
+    --force)."""
     from gobrrr.cli import emit_json, run_guarded
 
     def body() -> bool:
@@ -39,7 +42,8 @@ def compare(old: Path, new: Path, fail_above: str, top: int, as_json: bool,
         from gobrrr.show.terminal import print_comparison
 
         threshold = parse_percent(fail_above)
-        c = _compare(load_report(old), load_report(new), fail_above=threshold, top=top)
+        c = _compare(load_report(old), load_report(new), fail_above=threshold, top=top,
+                     force=force)
         if as_json:
             emit_json(c.to_dict())
         else:
