@@ -2,23 +2,98 @@
 regime split, and in the top ops; and whether NEW is slower than a threshold allows, so
 `gobrrr compare` can gate CI.
 
-The gate reads T_wall (the honest timer's median per call). Differences smaller than the
-two runs' spread (their relative IQRs added) are reported as within noise, but the gate
-still applies the threshold the user chose: the threshold *is* the noise allowance.
+The gate reads T_wall (the honest timer's median per call) and, to tell a slowdown from
+noise, both runs' recorded samples (`timing.samples_s`). Comparing two medians against
+the threshold alone cried wolf: back-to-back runs of one workload failed a 5% gate in
+about a quarter of pairs on CPU, because two medians of noisy samples differ by more
+than 5% by chance.
+
+The statistic: a bootstrap of the ratio of medians (NEW / OLD). Each of RESAMPLES rounds
+resamples each run's samples with replacement (independently: the runs are separate)
+and takes the ratio of the two resampled medians; the 2.5th and 97.5th percentiles of
+those ratios are a 95% two-sided interval for the change. Why the median and a
+bootstrap: T_wall is a median, timing noise is skewed (stalls make a long right tail),
+and the bootstrap needs no assumption about the distribution (and no scipy). Why 95%
+two-sided: its lower end is a 97.5% one-sided lower bound, which is what a one-sided
+gate needs; with no real change the lower end clears 0 in nominally 2.5% of pairs and a
+threshold of 5% far more rarely (0 to 1 in 100 pairs of 5 to 100 samples with a 20%
+spread, tests/test_compare.py); the upper end shows how large the change could be. The
+generator has a fixed seed, so one pair of reports always gets the same answer.
+
+- `significant`: the interval excludes "no change" (a bootstrap test at the 5% level,
+  two-sided).
+- `regressed` (fails the gate): a significant slowdown whose interval's lower end is
+  above --fail-above: NEW is slower than the threshold allows with 97.5% confidence.
+- The price: a slowdown the runs' noise cannot resolve passes. To catch a 20% slowdown
+  at a 5% threshold when samples spread by 20%, both runs need about 100 samples (the
+  timer's maximum, which it reaches on noisy workloads when the time budget allows), and
+  even then it is caught in about 95% of pairs; quiet runs (2% spread) need only 5.
+- With fewer than MIN_SAMPLES samples in either run there is no interval: the gate falls
+  back to comparing the medians against the threshold, and a note says so.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gobrrr.errors import UserError
 
-__all__ = ["OpChange", "Comparison", "load_report", "compare", "parse_percent", "REGIMES"]
+__all__ = ["OpChange", "Comparison", "load_report", "compare", "parse_percent",
+           "ratio_interval", "REGIMES", "CONFIDENCE", "RESAMPLES", "SEED", "MIN_SAMPLES",
+           "SCHEMA_VERSION"]
 
 REGIMES = ("overhead", "memory", "compute")
+SCHEMA_VERSION = "1.1"  # 1.1: change_low/high, significant, method, sample counts
+CONFIDENCE = 0.95  # two-sided; its lower end is a 97.5% one-sided lower bound
+RESAMPLES = 4000  # another seed moves the interval's ends by ~4% of the ratio's std error
+SEED = 0  # fixed: one pair of reports always gets one answer
+MIN_SAMPLES = 3  # fewer in either run: no interval, medians only
+_CELLS = 2_000_000  # resampled values held at once (16 MB of float64)
+
+
+def _sample_problem(samples: Sequence[float]) -> str | None:
+    """Why these samples cannot give an interval, or None."""
+    if len(samples) < MIN_SAMPLES:
+        return f"{len(samples)} sample{'s' * (len(samples) != 1)}"
+    if not all(math.isfinite(s) and s > 0 for s in samples):
+        return "samples of 0 s or not finite"
+    return None
+
+
+def _resampled_medians(samples: Sequence[float], rng: np.random.Generator,
+                       resamples: int) -> np.ndarray:
+    """The medians of `resamples` resamples (with replacement) of `samples`."""
+    x = np.asarray(samples, dtype=np.float64)
+    n = len(x)
+    out = np.empty(resamples)
+    rows = max(1, _CELLS // n)  # bounded memory for any number of samples
+    for start in range(0, resamples, rows):
+        k = min(rows, resamples - start)
+        out[start:start + k] = np.median(x[rng.integers(0, n, size=(k, n))], axis=1)
+    return out
+
+
+def ratio_interval(old_s: Sequence[float], new_s: Sequence[float], *,
+                   confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
+                   seed: int = SEED) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval (two-sided, `confidence`) of median(NEW) / median(OLD)
+    from each run's samples; None when either run has fewer than MIN_SAMPLES samples or
+    a sample that is not a positive number."""
+    if _sample_problem(old_s) or _sample_problem(new_s):
+        return None
+    rng = np.random.default_rng(seed)
+    ratios = _resampled_medians(new_s, rng, resamples) / _resampled_medians(old_s, rng,
+                                                                            resamples)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail])
+    return float(low), float(high)
 
 
 @dataclass
@@ -44,10 +119,16 @@ class Comparison:
     new_fractions: dict[str, float]
     old_regime: str
     new_regime: str
-    noise: float  # relative: old rel_iqr + new rel_iqr
+    noise: float  # relative: old rel_iqr + new rel_iqr (shown in 1.0; kept for its readers)
     fail_above: float  # relative slow-down that fails the gate
     ops: list[OpChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    old_n: int = 0  # samples in each run's timing.samples_s
+    new_n: int = 0
+    # The CONFIDENCE interval of `change`; None: too few samples, the gate reads medians.
+    change_low: float | None = None
+    change_high: float | None = None
+    confidence: float = CONFIDENCE
 
     @property
     def change(self) -> float:
@@ -55,19 +136,47 @@ class Comparison:
         return self.new_wall_s / self.old_wall_s - 1
 
     @property
+    def has_interval(self) -> bool:
+        return self.change_low is not None and self.change_high is not None
+
+    @property
+    def significant(self) -> bool | None:
+        """The interval excludes no change; None without an interval."""
+        if self.change_low is None or self.change_high is None:
+            return None
+        return self.change_low > 0 or self.change_high < 0
+
+    @property
     def regressed(self) -> bool:
-        return self.change > self.fail_above
+        """Fails the gate: a significant slowdown whose interval's lower end is above
+        `fail_above`; without an interval, the median change above `fail_above`."""
+        if self.change_low is None:
+            return self.change > self.fail_above
+        return bool(self.significant) and self.change_low > 0 \
+            and self.change_low > self.fail_above
 
     @property
     def within_noise(self) -> bool:
-        return abs(self.change) <= self.noise
+        """Not a significant change; without an interval, the change is within the two
+        runs' IQRs added (the 1.0 reading)."""
+        if self.significant is None:
+            return abs(self.change) <= self.noise
+        return not self.significant
+
+    @property
+    def method(self) -> str:
+        if self.has_interval:
+            return (f"bootstrap ratio of medians, {100 * self.confidence:g}% percentile "
+                    f"interval, {RESAMPLES} resamples, seed {SEED}")
+        return "medians only (too few samples for an interval)"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ops"] = [dict(asdict(o), ratio=o.ratio) for o in self.ops]
-        d.update(change=self.change, regressed=self.regressed,
-                 within_noise=self.within_noise, schema="gobrrr.compare",
-                 schema_version="1.0")
+        d.update(change=self.change, significant=self.significant,
+                 regressed=self.regressed, within_noise=self.within_noise,
+                 method=self.method, schema="gobrrr.compare",
+                 schema_version=SCHEMA_VERSION)
         return d
 
 
@@ -78,6 +187,8 @@ def parse_percent(text: str) -> float:
         value = float(t)
     except ValueError:
         raise UserError(f"--fail-above {text!r}: expected a percentage like 5%") from None
+    if not math.isfinite(value):
+        raise UserError(f"--fail-above {text!r}: expected a percentage like 5%")
     if value < 0:
         raise UserError(f"--fail-above {text!r}: must not be negative")
     return value / 100
@@ -105,17 +216,50 @@ def _rows(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in d["budget"]["per_op"]}
 
 
+# Fingerprint keys that name the hardware; the others (torch, python, CUDA runtime and
+# driver, CPU threads) are the software stack.
+_HARDWARE_KEYS = ("device", "name", "capability", "machine")
+
+
+def _check_same_workload(old: dict[str, Any], new: dict[str, Any], force: bool,
+                         notes: list[str]) -> None:
+    """Different workloads or devices: refused (the gate would compare apples with
+    pears) unless forced, then noted."""
+    for key, what in (("name", "workloads"), ("device", "devices")):
+        a, b = old["workload"].get(key), new["workload"].get(key)
+        if a != b:
+            if not force:
+                raise UserError(f"OLD and NEW measure different {what} ({a} vs {b}): "
+                                "their times are not comparable; --force compares anyway")
+            notes.append(f"different {what}: {a} vs {b} (compared with --force)")
+
+
 def compare(old: dict[str, Any], new: dict[str, Any], *, fail_above: float = 0.05,
-            top: int = 8) -> Comparison:
-    """Compare two report dicts (Report.to_dict())."""
+            top: int = 8, force: bool = False) -> Comparison:
+    """Compare two report dicts (Report.to_dict()). Raises UserError for reports of
+    different workloads or devices unless `force`."""
+    notes: list[str] = []
+    _check_same_workload(old, new, force, notes)
+    ot, nt = old["timing"], new["timing"]
     c = Comparison(
         old_name=old["workload"]["name"], new_name=new["workload"]["name"],
-        old_wall_s=old["timing"]["median_s"], new_wall_s=new["timing"]["median_s"],
+        old_wall_s=ot["median_s"], new_wall_s=nt["median_s"],
         old_fractions=old["fractions"], new_fractions=new["fractions"],
         old_regime=old["regime"], new_regime=new["regime"],
-        noise=old["timing"]["rel_iqr"] + new["timing"]["rel_iqr"], fail_above=fail_above)
+        noise=ot["rel_iqr"] + nt["rel_iqr"], fail_above=fail_above, notes=notes,
+        old_n=len(ot["samples_s"]), new_n=len(nt["samples_s"]))
     if c.old_wall_s <= 0:
         raise UserError("OLD report has a wall time of 0: nothing to compare against")
+    interval = ratio_interval(ot["samples_s"], nt["samples_s"])
+    if interval is None:
+        why = "; ".join(f"{side} has {p}" for side, p in
+                        (("OLD", _sample_problem(ot["samples_s"])),
+                         ("NEW", _sample_problem(nt["samples_s"]))) if p)
+        c.notes.append(f"no confidence interval ({why}; need {MIN_SAMPLES} positive "
+                       "samples in each run): the gate compares the medians alone, "
+                       "which cannot tell a slowdown from noise")
+    else:
+        c.change_low, c.change_high = interval[0] - 1, interval[1] - 1
     o_rows, n_rows = _rows(old), _rows(new)
     # The ops that matter in either run: the top `top` of each, by time.
     names = [r["name"] for r in old["budget"]["per_op"][:top]]
@@ -129,15 +273,22 @@ def compare(old: dict[str, Any], new: dict[str, Any], *, fail_above: float = 0.0
         o, n = o_rows.get(name), n_rows.get(name)
         c.ops.append(OpChange(name, o["time_s"] if o else None, n["time_s"] if n else None,
                               o["bound"] if o else None, n["bound"] if n else None))
-    if c.old_name != c.new_name:
-        c.notes.append(f"different workloads: {c.old_name} vs {c.new_name}")
     ow, nw = old["workload"], new["workload"]
     if ow.get("batch_size") != nw.get("batch_size"):
         c.notes.append(f"different batch sizes: {ow.get('batch_size')} vs "
                        f"{nw.get('batch_size')} (time per call is not per sample)")
     fo, fn = old["machine"]["fingerprint"], new["machine"]["fingerprint"]
     diff = [k for k in sorted(set(fo) | set(fn)) if fo.get(k) != fn.get(k)]
-    if diff:
-        c.notes.append("measured on different machines or software stacks ("
-                       + ", ".join(f"{k}: {fo.get(k)} -> {fn.get(k)}" for k in diff) + ")")
+    hw = [k for k in diff if k in _HARDWARE_KEYS]
+    sw = [k for k in diff if k not in _HARDWARE_KEYS]
+
+    def changes(keys: list[str]) -> str:
+        return ", ".join(f"{k}: {fo.get(k)} -> {fn.get(k)}" for k in keys)
+
+    if hw:
+        c.notes.append(f"measured on different hardware ({changes(hw)}): the change is "
+                       "the machine's as much as the code's")
+    if sw:
+        c.notes.append(f"different software stack ({changes(sw)}): the change includes "
+                       "the upgrade's effect")
     return c

@@ -4,7 +4,7 @@ a few percent, so more digits would claim precision the measurement does not hav
 
 from __future__ import annotations
 
-__all__ = ["fmt_s", "fmt_flops", "fmt_bytes_per_s", "fmt_num", "fmt_pct"]
+__all__ = ["fmt_s", "fmt_flops", "fmt_bytes_per_s", "fmt_num", "fmt_pct", "fmt_change"]
 
 
 def _sig3(x: float) -> float:
@@ -58,3 +58,8 @@ def fmt_pct(x: float | None) -> str:
     """A fraction as a whole percentage: 0.825 -> '82%' (rounded half to even);
     '-' for no value."""
     return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def fmt_change(x: float) -> str:
+    """A relative change with its sign, one decimal: 0.196 -> '+19.6%'."""
+    return f"{100 * x:+.1f}%"

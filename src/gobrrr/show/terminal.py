@@ -225,15 +225,33 @@ def print_comparison(c: Comparison) -> None:
     from rich.table import Table
 
     from gobrrr.compare import REGIMES
+    from gobrrr.units import fmt_change as signed
+    from gobrrr.units import fmt_pct
 
     out = console()
     word = "slower" if c.change > 0 else "faster" if c.change < 0 else "(no change)"
-    style = "red" if c.regressed else "green" if c.change < 0 else "default"
+    style = "red" if c.regressed else "green" if c.change < 0 and c.significant else "default"
     out.print(f"[bold]gobrrr compare[/bold]  {escape(c.old_name)} -> {escape(c.new_name)}")
+    if c.change_low is not None and c.change_high is not None:
+        spread = (f" ({100 * c.confidence:g}% interval {signed(c.change_low)} to "
+                  f"{signed(c.change_high)})")
+    else:
+        spread = " (no interval)"
     out.print(f"T_wall {fmt_s(c.old_wall_s)} -> {fmt_s(c.new_wall_s)}: "
-              f"[{style}]{100 * abs(c.change):.1f}% {word}[/]"
-              + (f" [dim](within noise, IQRs add to {100 * c.noise:.1f}%)[/dim]"
-                 if c.within_noise else ""))
+              f"[{style}]{100 * abs(c.change):.1f}% {word}[/]" + spread)
+    if c.change_low is None:
+        why = "on the medians alone"
+    elif c.regressed:
+        why = f"slower by at least {100 * c.change_low:.1f}%"
+    elif not c.significant:
+        why = "not a significant change"
+    elif c.change_low < 0:
+        why = "significantly faster"
+    else:
+        why = f"significantly slower, by at least {100 * c.change_low:.1f}%"
+    verdict = "[red]FAIL[/red]" if c.regressed else "[green]pass[/green]"
+    out.print(f"gate --fail-above {100 * c.fail_above:g}%: {verdict}: {why} "
+              f"[dim](samples: {c.old_n}, {c.new_n})[/dim]")
     t = Table(title="regime split", title_justify="left")
     t.add_column("regime")
     t.add_column("old", justify="right")
@@ -241,7 +259,7 @@ def print_comparison(c: Comparison) -> None:
     t.add_column("change", justify="right")
     for r in REGIMES:
         a, b = c.old_fractions[r], c.new_fractions[r]
-        t.add_row(r + (" *" if r == c.new_regime else ""), f"{100 * a:.0f}%", f"{100 * b:.0f}%",
+        t.add_row(r + (" *" if r == c.new_regime else ""), fmt_pct(a), fmt_pct(b),
                   f"{100 * (b - a):+.0f} pts")
     out.print(t)
     if c.old_regime != c.new_regime:
