@@ -58,3 +58,14 @@ def test_grad_mode_cudnn_and_inductor_config_are_restored():
         inductor.freezing = not before[2]
     assert (torch.is_grad_enabled(), torch.backends.cudnn.benchmark,
             inductor.freezing) == before
+
+
+def test_dynamo_counters_of_the_user_come_back():
+    from torch._dynamo.utils import counters
+
+    counters["frames"]["total"] += 7  # the user's own compiles, counted before gobrrr
+    mine = dict(counters["frames"])
+    with settings.preserved():
+        counters.clear()  # gobrrr reads its own compiles from zero
+        counters["frames"]["total"] += 1
+    assert dict(counters["frames"]) == mine

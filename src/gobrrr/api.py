@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gobrrr.report import Report
-from gobrrr.state import preserved_state
+from gobrrr.state import preserved_globals, preserved_state
 from gobrrr.workload import Workload, from_callable
 
 __all__ = ["diagnose", "diagnose_workload", "optimize"]
@@ -24,8 +24,19 @@ def diagnose(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None =
     """Diagnose `fn(*args, **kwargs)`: an nn.Module and its inputs, a training-step
     function, any callable. The device is the one its tensors (or parameters) live on.
     The user's parameters, gradients, optimizer state, inputs and RNG are restored."""
-    return diagnose_workload(from_callable(fn, args, kwargs), experiments=experiments,
-                             time_budget_s=time_budget_s, progress=progress)
+    report = diagnose_workload(from_callable(fn, args, kwargs), experiments=experiments,
+                               time_budget_s=time_budget_s, progress=progress)
+    _warn_loudly(report.state.warnings if report.state else [])
+    return report
+
+
+def _warn_loudly(lines: list[str]) -> None:
+    """What gobrrr could not restore of the user's state: a Python warning each, so a
+    notebook or script shows it (the CLI prints them on stderr)."""
+    import warnings
+
+    for line in lines:
+        warnings.warn(f"gobrrr: {line}", UserWarning, stacklevel=3)
 
 
 def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: float = 2.0,
@@ -49,7 +60,7 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
 
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
-    with preserved_state(w):  # calibration must not consume the user's RNG either
+    with preserved_globals():  # calibration must not consume the user's RNG either
         ceil = calibrate(w.device, progress=say)
     notes = list(ceil.notes)
 
@@ -61,7 +72,7 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
     batch_t: BatchTimes | None = None
     graph: GraphReplay | None = None
     batch: BatchScaling | None = None
-    with preserved_state(w):
+    with preserved_state(w) as state:
         # Every timing first, then the profiled run: a profiler can leave hooks behind
         # that slow later launches, and T_wall must never carry profiler cost.
         say(f"timing {w.name} on {w.device} (warm-up, then repeats)")
@@ -87,6 +98,7 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
             if not batch_t.skipped:
                 counts |= batch_counts(w, batch_t)
             batch = read_batch(batch_t, counts, budget)
+    notes = [f"WARNING: {line}" for line in state.warnings] + notes
     verdict = verdict_for(budget, run.counts, ceil, w.device, batch, graph)
     remedies = remedies_for(budget, run.counts, ceil, w.device, batch, graph)
     return Report(
@@ -95,6 +107,7 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         ceilings=ceil, timing=wall, counts=run.counts, budget=budget, verdict=verdict,
         remedies=remedies, batch=batch, graph=graph,
         diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
+        state=state,
     )
 
 
@@ -109,6 +122,9 @@ def optimize(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None =
     The user's objects are never changed."""
     from gobrrr.remedies.runner import optimize_workload
 
-    return optimize_workload(from_callable(fn, args, kwargs), report=report,
-                             diagnose=diagnose, budget_s=budget_s, only=only,
-                             progress=progress)
+    result = optimize_workload(from_callable(fn, args, kwargs), report=report,
+                               diagnose=diagnose, budget_s=budget_s, only=only,
+                               progress=progress)
+    _warn_loudly([n.removeprefix("WARNING: ") for n in result.notes
+                  if n.startswith("WARNING: ")])
+    return result

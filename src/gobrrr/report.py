@@ -16,12 +16,13 @@ from gobrrr.budget import Budget
 from gobrrr.counting import CountResult
 from gobrrr.experiments import BatchScaling, GraphReplay
 from gobrrr.hardware import Ceilings
+from gobrrr.state import StateCheck
 from gobrrr.timing import Timing
 from gobrrr.verdict import Remedy, Verdict
 
 __all__ = ["Report", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1.1"  # 1.1: budget.per_call, budget.kernels, budget.unmeasured_ops
+SCHEMA_VERSION = "1.1"  # 1.1: budget.per_call, .kernels, .unmeasured_ops; state
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Report:
     graph: GraphReplay | None = None
     diagnose_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # what was saved and restored of the user's state, and what could not be (loud)
+    state: StateCheck | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
                          .isoformat(timespec="seconds"))
 
@@ -83,6 +86,7 @@ class Report:
             "remedies": [r.to_dict() for r in self.remedies],
             "diagnose_s": self.diagnose_s,
             "notes": self.notes,
+            "state": self.state.to_dict() if self.state is not None else None,
         }
 
     def to_json(self, indent: int | None = 2) -> str:

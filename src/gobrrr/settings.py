@@ -12,8 +12,13 @@ read and write cleanly, whichever API the user used), and uses the legacy flags 
 torch < 2.9 where they are the only API.
 
 Other settings restored with them: cuDNN's `benchmark` and `deterministic`, the
-reduced-precision-reduction switches, grad mode, and `torch._inductor.config` when
-Inductor is already imported (never imported just to save it).
+reduced-precision-reduction switches, grad mode, `torch._inductor.config` when Inductor is
+already imported (never imported just to save it), and dynamo's counters (gobrrr clears
+them to read its own compiles; the user's counts come back).
+
+Not restorable: `torch._dynamo.reset()`, which gobrrr's compiled variants need (cache
+entries of one variant would count toward the next one's recompile limit), drops every
+compiled frame, the user's too; `gobrrr optimize` and `gobrrr lab` say so when they do it.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ class Settings:
     matmul_precision: str | None = None  # legacy API only (torch < 2.9)
     grad_enabled: bool = True
     inductor: dict[str, Any] | None = None
+    dynamo_counters: dict[str, dict[str, int]] | None = None
 
 
 def snapshot() -> Settings:
@@ -116,6 +122,9 @@ def snapshot() -> Settings:
     inductor = sys.modules.get("torch._inductor.config")
     if inductor is not None:
         s.inductor = inductor.get_config_copy()
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    if dynamo_utils is not None:  # the user's recompile and graph-break counts
+        s.dynamo_counters = {k: dict(v) for k, v in dynamo_utils.counters.items()}
     return s
 
 
@@ -137,6 +146,12 @@ def restore(s: Settings) -> None:
         import torch._inductor.config as inductor
 
         inductor.load_config(s.inductor)
+    if s.dynamo_counters is not None:
+        from torch._dynamo.utils import counters
+
+        counters.clear()
+        for k, v in s.dynamo_counters.items():
+            counters[k].update(v)
 
 
 @contextlib.contextmanager

@@ -57,7 +57,10 @@ def doctor(target: str | None, device: str, batch_size: int | None, as_json: boo
         report = diagnose_workload(w, experiments=not no_experiments,
                                    time_budget_s=time_budget_s, progress=say)
         for note in report.notes:
-            say(note)
+            if note.startswith("WARNING: "):  # loud even with -q: the user's state
+                click.echo(f"gobrrr: {note}", err=True)
+            else:
+                say(note)
         writes: list[tuple[Path, Callable[[Path], Any]]] = []
         if html_path is not None:
             writes.append((html_path, report.save_html))

@@ -57,6 +57,9 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
         say(f"workload {w.name} (batch {w.batch_size}) on {w.device}")
         res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                 only=list(only) or None, progress=say)
+        for note in res.notes:
+            if note.startswith("WARNING: "):  # loud even with -q: the user's state
+                click.echo(f"gobrrr: {note}", err=True)
         writes = []
         if html_path:
             from gobrrr.show.optimize_html import write_optimize

@@ -6,7 +6,7 @@ The user's objects are never run by a remedy: the base is rebuilt from the workl
 factory when it has one (a fresh, independent instance) or deep-copied from it
 (copying.py), primed with one eager call (lazy optimizer state, gradients), and every
 candidate and the reference are copies of that base. The whole run also sits inside
-workload.preserved_state, which restores the user's tensors, RNG and backend flags.
+state.preserved_state, which restores everything of the user's the workload reaches.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
         report = diagnose_workload(w, time_budget_s=time_budget_s, progress=say)
     notes: list[str] = []
     deadline = time.perf_counter() + budget_s
-    with preserved_state(w):
+    with preserved_state(w) as state:
         base, independent = _base(w, notes)
         zero_calls = _prime(base, w)
         if report is not None:
@@ -142,7 +142,14 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
         ref = make_reference(base, w.device)
         results, best_cand, best_res = _run_all(specs, base, ref, ctx, ab_budget_s,
                                                 deadline, say, notes)
-        torch._dynamo.reset()
+        compiling = {s.name for s in specs if s.family in ("compile", "attention")}
+        if any(set(r.components) & compiling and r.status != "not applicable"
+               for r in results):
+            torch._dynamo.reset()  # drop gobrrr's variants (their memory, their guards)
+            notes.append("torch.compile's caches were reset (torch._dynamo.reset()) to "
+                         "compile each variant from a clean state: functions you had "
+                         "compiled before compile again on their next call")
+    notes = [f"WARNING: {line}" for line in state.warnings] + notes
     return OptimizeResult.build(w, report, results, best_res, best_cand, specs, ref,
                                 notes, time.perf_counter() - t_start)
 
