@@ -140,3 +140,21 @@ def test_restore_is_in_place():
     assert next(iter(opt.state.values()))["exp_avg"] is exp_avg
     assert opt.param_groups is groups and trainer.losses is losses and len(losses) == 1
     assert sched.last_epoch == 1 and trainer.steps == 1
+
+
+@pytest.mark.cuda
+def test_diagnose_leaves_a_cuda_training_step_as_it_was():
+    model = scripts._model().cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = (t.cuda() for t in scripts._data())
+
+    def step(x, y):
+        return scripts._train(model, opt, x, y)
+
+    step(x, y)
+    objects = {"model": model, "opt": opt}
+    before = fingerprint(objects), _bytes(torch.cuda.get_rng_state())
+    report = gobrrr.diagnose(step, x, y, time_budget_s=0.05)
+    assert (fingerprint(objects), _bytes(torch.cuda.get_rng_state())) == before
+    assert report.to_dict()["state"]["warnings"] == []
+    assert report.to_dict()["state"]["snapshot_on"] == "device"
