@@ -41,7 +41,9 @@ def _warn_loudly(lines: list[str]) -> None:
 
 def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: float = 2.0,
                       progress: Progress | None = None) -> Report:
+    from gobrrr import compiled as comp
     from gobrrr.budget import compute_budget
+    from gobrrr.counting import count
     from gobrrr.experiments import (
         BatchScaling,
         BatchTimes,
@@ -72,11 +74,24 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
     batch_t: BatchTimes | None = None
     graph: GraphReplay | None = None
     batch: BatchScaling | None = None
+    compile_info: comp.CompileInfo | None = None
+    is_compiled = comp.is_compiled(w)
     with preserved_state(w) as state:
+        if is_compiled:
+            # Compile (and capture) happen here, timed apart: never inside T_wall.
+            say("compiled workload: first calls (compile and capture, timed apart)")
+            first_s, steady_s, c_before, c_warm = comp.warm_up(w)
         # Every timing first, then the profiled run: a profiler can leave hooks behind
         # that slow later launches, and T_wall must never carry profiler cost.
         say(f"timing {w.name} on {w.device} (warm-up, then repeats)")
         wall = timer(w)
+        if is_compiled:
+            compile_info = comp.read_compile(
+                first_s, steady_s, c_before, c_warm, comp.dynamo_counts(),
+                wall.warmup_calls + wall.n_samples * wall.calls_per_sample)
+            notes.append(f"compiled workload: first call {first_s:.3g} s, then "
+                         f"{steady_s:.3g} s: compile and capture ~{compile_info.compile_s:.3g}"
+                         " s, excluded from T_wall")
         if wall.noisy:
             notes.append(f"wall time is noisy (IQR {100 * wall.rel_iqr:.0f}% of median)")
         if experiments:
@@ -84,12 +99,21 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
                 say("experiment: CUDA-graph replay")
             graph_t = graph_replay(w, wall, lambda f: measure(
                 f, device=w.device, budget_s=time_budget_s))
-            batch_t = batch_times(w, wall, timer, say)
+            if is_compiled and w.factory is None:
+                batch_t = BatchTimes((), "the workload is compiled and has no factory: a "
+                                     "2x batch would compile your code again (and can "
+                                     "switch it to dynamic shapes)")
+            else:
+                batch_t = batch_times(w, wall, timer, say)
             if batch_t.skipped:
                 notes.append(f"batch scaling skipped: {batch_t.skipped}")
         say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
                                                  else ", timing each op alone"))
-        run = profile_counted(w, wall.median_s)
+        if is_compiled:
+            eager = count(w.run, "counting the eager twin")
+            run = comp.profile_compiled(w, wall.median_s, eager)
+        else:
+            run = profile_counted(w, wall.median_s)
         budget = compute_budget(run, wall.median_s, ceil)
         if graph_t is not None:
             graph = read_graph(graph_t, budget)
@@ -99,7 +123,8 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
                 counts |= batch_counts(w, batch_t)
             batch = read_batch(batch_t, counts, budget)
     notes = [f"WARNING: {line}" for line in state.warnings] + notes
-    verdict = verdict_for(budget, run.counts, ceil, w.device, batch, graph)
+    findings = compile_info.findings() if compile_info else []
+    verdict = verdict_for(budget, run.counts, ceil, w.device, batch, graph, findings)
     remedies = remedies_for(budget, run.counts, ceil, w.device, batch, graph)
     return Report(
         workload={"name": w.name, "description": w.description, "device": w.device,
@@ -107,7 +132,7 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         ceilings=ceil, timing=wall, counts=run.counts, budget=budget, verdict=verdict,
         remedies=remedies, batch=batch, graph=graph,
         diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
-        state=state,
+        state=state, compiled=compile_info,
     )
 
 

@@ -195,7 +195,7 @@ def read_batch(times: BatchTimes, counts: dict[int, tuple[int, int]],
     for p in times.points:
         flops, nbytes = counts.get(p.factor, (None, None))
         points.append(BatchPoint(p.batch_size, p.factor, p.time_s, flops, nbytes, p.error))
-    if times.skipped:
+    if times.skipped or not points:
         return BatchScaling(points, skipped=times.skipped)
     base = points[0]
     two = next((p for p in points if p.factor == 2 and p.time_s), None)

@@ -42,7 +42,11 @@ class Verdict:
 
 
 def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
-                batch: BatchScaling | None, graph: GraphReplay | None) -> Verdict:
+                batch: BatchScaling | None, graph: GraphReplay | None,
+                findings: list[str] | None = None) -> Verdict:
+    """The dominant regime, its evidence (every number from the report), whether the
+    experiments agree with the budget; `findings` (recompiles, graph breaks) are added
+    to the evidence as they are."""
     fr = b.fractions
     regime = b.regime
     ev: list[str] = []
@@ -76,6 +80,7 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                   f"CUDA-graph replay {graph.speedup:.2f}x faster than eager")
     elif graph is not None and not graph.possible and device == "cuda":
         ev.append(f"no CUDA-graph replay: {graph.reason}")
+    ev += findings or []
     disagree = []
     if batch is not None and batch.agrees is False:
         disagree.append(f"batch scaling measured {batch.time_ratio:.2f}x where the budget "
