@@ -153,12 +153,33 @@ _ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long 
 _UNIT = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16", "double": "fp64"}
 
 
-def _tensor_args(e: Any) -> list[tuple[list[int], str]]:
+def _tensor_args(e: Any, dtypes: list[str]) -> list[tuple[list[int], str]]:
     """(shape, dtype) of the tensor arguments an op or a kernel launch recorded."""
     shapes = list(getattr(e, "input_shapes", None) or [])
-    dtypes = list(getattr(e, "input_dtypes", None) or [])
     return [(s, d) for s, d in zip(shapes, dtypes, strict=False)
             if d in _ITEMSIZE and isinstance(s, list) and len(s) > 0]
+
+
+def _dtype_lookup(prof: Any) -> Any:
+    """The recorded argument dtypes of a profiler event: `FunctionEvent.input_dtypes`
+    where torch has it (2.13), else from the raw Kineto events (torch 2.11 keeps them
+    there only), matched by name and start time."""
+    by_key: dict[tuple[str, float], list[str]] = {}
+    try:
+        kr = prof.profiler.kineto_results
+        t0 = kr.trace_start_ns()
+        for ke in kr.events():
+            by_key[(ke.name(), round((ke.start_ns() - t0) / 1000, 3))] = list(ke.dtypes())
+    except (AttributeError, RuntimeError):  # an older or newer profiler API
+        pass
+
+    def lookup(e: Any) -> list[str]:
+        got = getattr(e, "input_dtypes", None)
+        if got:
+            return list(got)
+        return by_key.get((str(e.name), round(float(e.time_range.start), 3)), [])
+
+    return lookup
 
 
 def _bytes_of(args: list[tuple[list[int], str]]) -> int:
@@ -216,10 +237,10 @@ def _op_class(name: str) -> str:
     return "copy" if "copy" in name or "fill" in name else "other"
 
 
-def _record(index: int, e: Any, module: str, device: str) -> OpRecord:
+def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> OpRecord:
     from gobrrr.counting import MATMUL_CLASSES, OpRecord
 
-    args = _tensor_args(e)
+    args = _tensor_args(e, dtypes)
     name = str(e.name)
     op_class = _op_class(name)
     flops = _conv_flops(e, args) if op_class == "conv" else _matmul_flops(name, args)
@@ -303,23 +324,35 @@ def profile_compiled(w: Workload, wall_s: float, eager: CountResult) -> Profiled
     events = prof.events()
     window = next(e for e in events if e.name == WINDOW)
     owners = _owners(window)
-    records = [_record(i, e, _graph_module(e), w.device) for i, e in enumerate(owners)]
+    dtypes = _dtype_lookup(prof)
+    records = [_record(i, e, dtypes(e), _graph_module(e), w.device)
+               for i, e in enumerate(owners)]
     run = ProfiledRun(counts=CountResult(records), device=w.device, op_time_s={})
     if cuda:
         starts = _device_starts(events)
+        owned: set[int] = set()
         for i, e in enumerate(owners):
             for sub in _walk(e):
+                owned.add(id(sub))
                 for k, start in _with_starts(sub, starts):
                     run.kernels.append(Kernel(k.name, k.duration * 1e-6, i, start))
+        # Kernels no op launched: a CUDA graph's replay (mode="reduce-overhead") launches
+        # them all at once. No shapes: they count as memory-bound, and the budget says so.
+        for sub in _walk(window):
+            if id(sub) not in owned:
+                for k, start in _with_starts(sub, starts):
+                    run.kernels.append(Kernel(k.name, k.duration * 1e-6, None, start))
         for k in run.kernels:
-            assert k.record_index is not None
-            run.op_time_s[k.record_index] = run.op_time_s.get(k.record_index, 0.0) + \
-                k.duration_s
+            if k.record_index is None:
+                run.unattributed_s += k.duration_s
+            else:
+                run.op_time_s[k.record_index] = run.op_time_s.get(k.record_index, 0.0) + \
+                    k.duration_s
     else:
         for i, e in enumerate(owners):
             run.op_time_s[i] = e.cpu_time_total * 1e-6
         _add_cpp_kernels(run, window, eager)
-    run.busy_s = sum(run.op_time_s.values())
+    run.busy_s = sum(run.op_time_s.values()) + run.unattributed_s
     return run
 
 
