@@ -118,3 +118,21 @@ def test_recompiles_on_every_call_are_reported():
     c = rep.to_dict()["compiled"]
     assert c["recompiles_during_timing"] > 0 or c["recompile_limit_hit"], c
     assert any("recompile" in line for line in rep.verdict.evidence)
+
+
+def test_kernels_replayed_from_a_cuda_graph_get_the_eager_twins_work():
+    # Exact: no compile, no GPU. A CUDA graph's replay launches kernels with no op
+    # shapes; the GEMM one carries the eager twin's matmul work, the rest its other work.
+    from gobrrr.compiled import _replayed_kernels
+    from gobrrr.counting import CountResult, count
+    from gobrrr.trace import Kernel, ProfiledRun
+
+    lin, x = nn.Linear(8, 4), torch.randn(2, 8)
+    eager = count(lambda: torch.relu(lin(x)))  # addmm 2*2*8*4 = 128 FLOPs; relu 8
+    run = ProfiledRun(counts=CountResult([]), device="cuda", op_time_s={})
+    got = _replayed_kernels(run, [Kernel("sm90_xmma_gemm", 3e-6, None, 0.0),
+                                  Kernel("triton_poi_fused_relu_0", 1e-6, None, 3.0)], eager)
+    mm, other = run.counts.records
+    assert (mm.op_class, mm.flops, other.op_class, other.flops) == ("matmul", 128,
+                                                                     "pointwise", 8)
+    assert [k.record_index for k in got] == [0, 1]

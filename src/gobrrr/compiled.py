@@ -17,6 +17,8 @@
   C++ kernels are not visible to the profiler: their time is the graph call's time minus
   the ATen ops inside it, and their FLOPs and bytes are estimated from the eager twin
   (its non-matmul FLOPs; its fusable bytes after a perfect fusion) and said to be.
+  Kernels replayed from a CUDA graph (mode="reduce-overhead") carry no shapes either:
+  the GEMM-like ones get the eager twin's matmul work, the others its other work.
 """
 
 from __future__ import annotations
@@ -337,11 +339,11 @@ def profile_compiled(w: Workload, wall_s: float, eager: CountResult) -> Profiled
                 for k, start in _with_starts(sub, starts):
                     run.kernels.append(Kernel(k.name, k.duration * 1e-6, i, start))
         # Kernels no op launched: a CUDA graph's replay (mode="reduce-overhead") launches
-        # them all at once. No shapes: they count as memory-bound, and the budget says so.
-        for sub in _walk(window):
-            if id(sub) not in owned:
-                for k, start in _with_starts(sub, starts):
-                    run.kernels.append(Kernel(k.name, k.duration * 1e-6, None, start))
+        # them all at once, with no shapes recorded. They get the eager twin's work.
+        replayed = [Kernel(k.name, k.duration * 1e-6, None, start)
+                    for sub in _walk(window) if id(sub) not in owned
+                    for k, start in _with_starts(sub, starts)]
+        run.kernels += _replayed_kernels(run, replayed, eager)
         for k in run.kernels:
             if k.record_index is None:
                 run.unattributed_s += k.duration_s
@@ -380,3 +382,41 @@ def _add_cpp_kernels(run: ProfiledRun, window: Any, eager: CountResult) -> None:
                    tensor_core_unit=None, has_formula=False)
     run.counts.records.append(rec)
     run.op_time_s[rec.index] = rest_s
+
+
+def _replayed_kernels(run: ProfiledRun, kernels: list[Any], eager: CountResult) -> list[Any]:
+    """Kernels replayed from a CUDA graph, attributed to two records that carry the eager
+    twin's work (approximate, and named so): its matmul-class ops (FLOPs, bytes, unit) for
+    the GEMM/conv/attention kernels, and its other ops for the rest, with bytes after a
+    perfect fusion (what Inductor's fused kernels move at best)."""
+    from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
+    from gobrrr.counting import MATMUL_CLASSES, OpRecord
+    from gobrrr.trace import Kernel, is_math_kernel
+
+    if not kernels:
+        return []
+    mm = [r for r in eager.records if r.op_class in MATMUL_CLASSES]
+    rest = [r for r in eager.records if r.op_class not in MATMUL_CLASSES]
+    saved, fusable = fusable_bytes_saved(eager.records)
+    units = sorted({r.tensor_core_unit for r in mm if r.tensor_core_unit})
+    groups = {
+        "graph replay: matmul kernels (eager twin's work)": (
+            "matmul", sum(r.flops for r in mm), sum(r.bytes for r in mm),
+            units[0] if units else None, [k for k in kernels if is_math_kernel(k.name)]),
+        "graph replay: other kernels (eager twin's work, fused)": (
+            "pointwise", sum(r.flops for r in rest),
+            max(0, fusable - saved) + sum(r.bytes for r in rest
+                                          if r.op_class not in (*FUSABLE_CLASSES, "view")),
+            None, [k for k in kernels if not is_math_kernel(k.name)]),
+    }
+    out = []
+    for name, (op_class, flops, nbytes, unit, ks) in groups.items():
+        if not ks:
+            continue
+        rec = OpRecord(index=len(run.counts.records), op=name, module="CUDA graph",
+                       phase="compiled", op_class=op_class, dtype=unit or "fp32",
+                       flops=flops, bytes=nbytes, tensor_core_unit=unit, has_formula=False)
+        run.counts.records.append(rec)
+        out += [Kernel(k.name, k.duration_s, rec.index, k.start_us) for k in ks]
+    return out
+
