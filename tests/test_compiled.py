@@ -136,3 +136,23 @@ def test_kernels_replayed_from_a_cuda_graph_get_the_eager_twins_work():
     assert (mm.op_class, mm.flops, other.op_class, other.flops) == ("matmul", 128,
                                                                      "pointwise", 8)
     assert [k.record_index for k in got] == [0, 1]
+
+
+@pytest.mark.cuda
+def test_a_cuda_graph_replay_is_timed_and_counted_through_its_eager_twin():
+    from gobrrr.experiments import capture_cuda_graph
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 512)).cuda()
+    x = torch.randn(16, 512, device="cuda")
+    with torch.no_grad():
+        graph, _ = capture_cuda_graph(lambda: mlp(x))
+        bare = gobrrr.diagnose(graph.replay, time_budget_s=0.2, experiments=False)
+        twin = gobrrr.diagnose(graph.replay, time_budget_s=0.2, experiments=False,
+                               eager=lambda: mlp(x))
+    # Kernel time is measured either way (a replay is mostly device time).
+    assert bare.budget.busy_s > 0 and twin.budget.busy_s > 0
+    assert any("need the eager callable" in n for n in bare.notes)
+    # With the twin: its matmuls' FLOPs, 2 x (2*16*512*512) = 16.8 M.
+    assert twin.counts.total_flops >= 2 * 2 * 16 * 512 * 512
+    assert any("replays a CUDA graph" in n for n in twin.notes)

@@ -20,12 +20,19 @@ Progress = Callable[[str], None]
 
 def diagnose(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
              experiments: bool = True, time_budget_s: float = 2.0,
+             eager: Callable[..., Any] | None = None,
              progress: Progress | None = None) -> Report:
     """Diagnose `fn(*args, **kwargs)`: an nn.Module and its inputs, a training-step
     function, any callable. The device is the one its tensors (or parameters) live on.
-    The user's parameters, gradients, optimizer state, inputs and RNG are restored."""
-    report = diagnose_workload(from_callable(fn, args, kwargs), experiments=experiments,
-                               time_budget_s=time_budget_s, progress=progress)
+    The user's parameters, gradients, optimizer state, inputs and RNG are restored.
+
+    `eager`: the same work as eager PyTorch, for a `fn` that replays a CUDA graph (its
+    kernels are timed, but a replay runs no op whose FLOPs and bytes could be counted;
+    `eager(*args, **kwargs)` is counted instead, never timed)."""
+    w = from_callable(fn, args, kwargs)
+    w.eager = eager
+    report = diagnose_workload(w, experiments=experiments, time_budget_s=time_budget_s,
+                               progress=progress)
     _warn_loudly(report.state.warnings if report.state else [])
     return report
 
@@ -114,6 +121,8 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
             run = comp.profile_compiled(w, wall.median_s, eager)
         else:
             run = profile_counted(w, wall.median_s)
+            if not run.counts.records and run.unattributed_s > 0:
+                notes.append(comp.graph_replay_note(run, w, count))
         budget = compute_budget(run, wall.median_s, ceil)
         if graph_t is not None:
             graph = read_graph(graph_t, budget)

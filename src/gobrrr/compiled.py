@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from gobrrr.workload import Workload
 
 __all__ = ["CompileInfo", "DynamoCounts", "is_compiled", "dynamo_counts", "warm_up",
-           "read_compile", "profile_compiled"]
+           "read_compile", "profile_compiled", "graph_replay_note"]
 
 
 def _compiled_object(obj: Any) -> bool:
@@ -419,4 +419,31 @@ def _replayed_kernels(run: ProfiledRun, kernels: list[Any], eager: CountResult) 
         run.counts.records.append(rec)
         out += [Kernel(k.name, k.duration_s, rec.index, k.start_us) for k in ks]
     return out
+
+
+def graph_replay_note(run: ProfiledRun, w: Workload, count: Any) -> str:
+    """A workload whose call ran kernels but no op (it replays a CUDA graph): its kernel
+    time is measured, so overhead is; FLOPs and bytes come from `w.eager` when given
+    (its counted ops attributed to the replayed kernels, as for reduce-overhead), else
+    the kernels stay unattributed and the note says what is missing."""
+    unowned = [k for k in run.kernels if k.record_index is None]
+    if w.eager is None:
+        return ("the workload ran kernels but no PyTorch op (a CUDA graph replay?): kernel "
+                "time and overhead are measured; FLOPs and bytes need the eager callable: "
+                "gobrrr.diagnose(fn, *args, eager=eager_fn)")
+    from gobrrr.state import preserved_state
+    from gobrrr.workload import from_callable
+
+    with preserved_state(from_callable(w.eager, w.args, w.kwargs)):  # counted, not kept
+        eager = count(w.eager, *w.args, **w.kwargs)
+    run.kernels = [k for k in run.kernels if k.record_index is not None]
+    run.kernels += _replayed_kernels(run, unowned, eager)
+    run.unattributed_s = 0.0
+    run.op_time_s = {}
+    for k in run.kernels:
+        if k.record_index is not None:
+            run.op_time_s[k.record_index] = run.op_time_s.get(k.record_index, 0.0) + \
+                k.duration_s
+    return ("the workload replays a CUDA graph: its kernels carry the FLOPs and bytes of "
+            "the eager callable given as `eager=` (approximate: matched by kernel kind)")
 

@@ -36,6 +36,9 @@ class Workload:
     batch_size: int | None = None
     factory: Factory | None = None  # factory(batch_size) -> (fn, args); scales exactly
     description: str = ""
+    # The same work as eager PyTorch, for a callable that replays a CUDA graph: counted
+    # for FLOPs and bytes, never timed (gobrrr.diagnose(..., eager=...)).
+    eager: Callable[..., Any] | None = None
 
     def __call__(self) -> Any:
         return self.fn(*self.args, **self.kwargs)
