@@ -6,6 +6,7 @@ measured here, asserted > 1.5x) and the timing logic is tested with a stub clock
 """
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +26,8 @@ from gobrrr.remedies.verify import (
 )
 from gobrrr.state import copy_workload, stateful_ids
 from gobrrr.workload import from_callable
+
+TARGETS = Path(__file__).parent / "data" / "targets.py"
 
 
 def _checksum(*tensors):
@@ -259,3 +262,18 @@ def test_table_fits_80_columns(monkeypatch):
     assert r.exit_code == 0, r.output
     assert "compile_max_autotune" in r.stdout and "not applicable" in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("name", ["builds_but_raises", "raises_on_second_call"])
+def test_no_diagnose_workload_that_raises_shows_only_the_users_traceback(name):
+    # builds_but_raises fails while priming the copy; raises_on_second_call passes the
+    # priming and fails in the next call of the copy (counting it, diagnose skipped)
+    r = CliRunner().invoke(cli, ["optimize", f"{TARGETS}:{name}", "--device", "cpu",
+                                 "--no-diagnose", "-q"])
+    assert r.exit_code == 2, r.output
+    before_error = r.stderr.split("gobrrr: error")[0]
+    assert r.stderr.count("Traceback") == 1, r.stderr  # the user's, and no second one
+    assert "targets.py" in before_error
+    assert "gobrrr/" not in before_error  # no gobrrr frames
+    errors = [x for x in r.stderr.splitlines() if x.startswith("gobrrr: error")]
+    assert len(errors) == 1 and "the workload raised" in errors[0]

@@ -54,3 +54,16 @@ def fails_above_4(batch_size=4):
         raise RuntimeError("CUDA out of memory (simulated)")
     w = torch.randn(16, 16)
     return (lambda x: x @ w), (torch.randn(batch_size, 16),)
+
+
+def raises_on_second_call(batch_size=2):
+    """Each instance runs once, then raises: priming a copy passes, the next call fails."""
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        if len(calls) > 1:
+            raise ValueError("the second call of this instance fails")
+        return x * 2.0
+
+    return fn, (torch.randn(batch_size, 5),)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gobrrr.errors import WorkloadError
 from gobrrr.remedies.base import (
     Candidate,
     Context,
@@ -71,13 +72,25 @@ def _out_dtype(outputs: list[Any]) -> str:
     return min(known, key=order.index) if known else "float32"
 
 
+def _eager_call(work: Copied, where: str) -> Callable[[], Any]:
+    """One call of an eager copy; the user's exception becomes a WorkloadError (their
+    traceback, exit 2), as for every other call of their code outside a candidate."""
+    def call() -> Any:
+        try:
+            return work.fn(*work.args, **work.kwargs)
+        except Exception as exc:
+            raise WorkloadError(where, exc) from exc
+
+    return call
+
+
 def make_reference(base: Copied, device: str) -> Reference:
     """Two eager copies from the base state: one is the reference (and A side), the
     other tells how much eager differs from itself."""
     ref = copy_workload(base.fn, base.args, base.kwargs)
-    outs = _two_calls(lambda: ref.fn(*ref.args, **ref.kwargs), device)
+    outs = _two_calls(_eager_call(ref, "running the eager reference"), device)
     twin = copy_workload(base.fn, base.args, base.kwargs)
-    again = _two_calls(lambda: twin.fn(*twin.args, **twin.kwargs), device)
+    again = _two_calls(_eager_call(twin, "running the eager reference again"), device)
     dtype = _out_dtype(outs)
     nondet = {m: compare(outs, again, m, 0.0).max_error
               for m in ("elementwise", "relative_l2")}

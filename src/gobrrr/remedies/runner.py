@@ -130,7 +130,9 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
         else:
             from gobrrr.counting import count
 
-            records = count(_call_of(base)).records
+            # the user's exception as a WorkloadError: their traceback, exit 2
+            records = count(Workload(w.name, base.fn, base.args, base.kwargs,
+                                     w.device).run, "counting a copy").records
         ctx = Context(w.device, report, {type(m).__name__ for top in base.modules
                                          for m in top.modules()},
                       base.optimizers, zero_calls, independent, records, compile_backend)
@@ -158,10 +160,6 @@ def _reference_precision(ctx: Context) -> str | None:
     if (convs and tf32_enabled("conv")) or (mms and tf32_enabled("matmul")):
         return "tf32"
     return None
-
-
-def _call_of(base: Copied) -> Callable[[], Any]:
-    return lambda: base.fn(*base.args, **base.kwargs)
 
 
 def _run_all(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
