@@ -277,3 +277,14 @@ def test_no_diagnose_workload_that_raises_shows_only_the_users_traceback(name):
     assert "gobrrr/" not in before_error  # no gobrrr frames
     errors = [x for x in r.stderr.splitlines() if x.startswith("gobrrr: error")]
     assert len(errors) == 1 and "the workload raised" in errors[0]
+
+
+@pytest.mark.parametrize("only", [",", " , ", ""])
+def test_only_with_no_names_is_a_one_line_usage_error(only):
+    r = CliRunner().invoke(cli, ["optimize", "--device", "cpu", "--only", only, "-q"])
+    assert r.exit_code == 2
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "names no remedy" in lines[0], r.output
+    # click's own usage errors keep click's form
+    missing = CliRunner().invoke(cli, ["optimize", "--device", "cpu", "--only"])
+    assert missing.exit_code == 2 and "requires an argument" in missing.output
