@@ -233,11 +233,13 @@ def test_ops_that_cannot_be_replayed_are_shown_as_unmeasured():
     # the sin could not be replayed alone: no time measured for it (0 s, so its real
     # time lands in overhead), and the budget says so by name.
     run = ProfiledRun(counts=counts, device="cpu", op_time_s={0: 3e-6, 1: 0.0},
-                      unreplayable=["aten::sin"])
+                      unreplayable=["aten::sin"],
+                      replay_errors={"aten::sin": "RuntimeError: consumed"})
     run.busy_s = 3e-6
     b_ = compute_budget(run, wall_s=10e-6, ceil=ceilings(device="cpu"))
     assert b_.unmeasured_ops == ["aten::sin"]
     assert b_.overhead_s == pytest.approx(7e-6)
     assert any("could not be replayed alone (aten::sin)" in n and "upper bound" in n
+               and n.endswith("; aten::sin raised RuntimeError: consumed")  # and why
                for n in b_.notes)
     assert b_.to_dict()["unmeasured_ops"] == ["aten::sin"]

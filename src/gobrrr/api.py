@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from gobrrr.errors import WARNING
 from gobrrr.report import Report
 from gobrrr.state import preserved_state
 from gobrrr.workload import Workload, from_callable
@@ -16,6 +17,7 @@ from gobrrr.workload import Workload, from_callable
 __all__ = ["diagnose", "diagnose_workload", "optimize"]
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 
 def diagnose(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
@@ -53,6 +55,12 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         ceil = calibrate(w.device, progress=say)
     notes = list(ceil.notes)
 
+    def warn(msg: str) -> None:
+        """A failure the diagnosis survives: a note in the report and a progress line
+        now, never a silent default."""
+        notes.append(f"{WARNING}{msg}")
+        say(f"{WARNING}{msg}")
+
     def timer(work: Workload) -> Any:
         return measure(lambda: work.run("timing"), device=work.device,
                        budget_s=time_budget_s)
@@ -71,10 +79,11 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         if experiments:
             if w.device == "cuda":
                 say("experiment: CUDA-graph replay")
-            graph_t = graph_replay(w, wall, lambda f: measure(
-                f, device=w.device, budget_s=time_budget_s))
-            batch_t = batch_times(w, wall, timer, say)
-            if batch_t.skipped:
+            graph_t = _attempt("the CUDA-graph replay experiment", warn, lambda: graph_replay(
+                w, wall, lambda f: measure(f, device=w.device, budget_s=time_budget_s)))
+            batch_t = _attempt("the batch-scaling experiment", warn,
+                               lambda: batch_times(w, wall, timer, say))
+            if batch_t is not None and batch_t.skipped:
                 notes.append(f"batch scaling skipped: {batch_t.skipped}")
         say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
                                                  else ", timing each op alone"))
@@ -85,7 +94,11 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         if batch_t is not None:
             counts = {1: (run.counts.total_flops, run.counts.total_bytes)}
             if not batch_t.skipped:
-                counts |= batch_counts(w, batch_t)
+                more, batch_t = batch_counts(w, batch_t)
+                counts |= more
+            for p in batch_t.points:
+                if p.error:
+                    warn(f"batch scaling at {p.factor}x failed: {p.error}")
             batch = read_batch(batch_t, counts, budget)
     verdict = verdict_for(budget, run.counts, ceil, w.device, batch, graph)
     remedies = remedies_for(budget, run.counts, ceil, w.device, batch, graph)
@@ -96,6 +109,18 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         remedies=remedies, batch=batch, graph=graph,
         diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
     )
+
+
+def _attempt(what: str, warn: Callable[[str], None], run: Callable[[], T]) -> T | None:
+    """An experiment: optional, so an exception it does not record itself becomes a
+    warning with its first line, and the diagnosis goes on without it."""
+    from gobrrr.errors import first_line
+
+    try:
+        return run()
+    except Exception as exc:
+        warn(f"{what} failed: {first_line(exc)}")
+        return None
 
 
 def optimize(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,

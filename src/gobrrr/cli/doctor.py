@@ -42,6 +42,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, as_json: boo
         progress_printer,
         resolve_device,
         run_guarded,
+        show_notes,
     )
 
     def body() -> None:
@@ -56,8 +57,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, as_json: boo
         say(f"workload {w.name} (batch {w.batch_size}) on {w.device}")
         report = diagnose_workload(w, experiments=not no_experiments,
                                    time_budget_s=time_budget_s, progress=say)
-        for note in report.notes:
-            say(note)
+        show_notes(report.notes, say, quiet)
         writes: list[tuple[Path, Callable[[Path], Any]]] = []
         if html_path is not None:
             writes.append((html_path, report.save_html))

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gobrrr.errors import WorkloadError
+from gobrrr.errors import WorkloadError, first_line
 from gobrrr.remedies.base import (
     Candidate,
     Context,
@@ -43,11 +43,6 @@ class Reference:
     outputs: list[Any]  # two consecutive calls from the base state
     out_dtype: str  # lowest-precision floating output: picks the tolerance
     nondeterminism: dict[str, float]  # eager vs eager, per measure
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:240] if text else ''}".rstrip(": ")
 
 
 def _two_calls(call: Callable[[], Any], device: str) -> list[Any]:
@@ -128,7 +123,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
             sync()
         res.compile_s = time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - compile/capture/OOM: a reason, not a crash
-        res.reason = f"{'preparing' if cand.prepare else 'applying'}: {_first_line(exc)}"
+        res.reason = f"{'preparing' if cand.prepare else 'applying'}: {first_line(exc)}"
         del cand, w
         _free(ctx.device)
         return res, None
@@ -149,7 +144,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
         with switches_on(cand):
             outs = _two_calls(cand.call, ctx.device)
     except Exception as exc:  # noqa: BLE001
-        res.reason = f"running: {_first_line(exc)}"
+        res.reason = f"running: {first_line(exc)}"
         return res, None
     measure, rtol = tolerance_for(ref.out_dtype, cand.precision or ctx.reference_precision)
     noise = ref.nondeterminism.get(measure, 0.0)
@@ -170,7 +165,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
                      device=ctx.device, budget_s=ab_budget_s,
                      b_context=lambda: switches_on(cand))
     except Exception as exc:  # noqa: BLE001
-        res.reason = f"timing: {_first_line(exc)}"
+        res.reason = f"timing: {first_line(exc)}"
         return res, None
     if warm is not None:
         problems, cnotes = compile_problems(warm, dynamo_snapshot())
