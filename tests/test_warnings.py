@@ -1,14 +1,16 @@
 """Failures diagnose survives are warnings (a note in the report and a progress line),
-never silent: an experiment that raises."""
+never silent: an experiment that raises, NaN/inf in the workload's output."""
 
 from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 import gobrrr.experiments
 import gobrrr.hardware
 from gobrrr.api import diagnose_workload
+from gobrrr.cli import cli
 from gobrrr.hardware import Ceilings
 from gobrrr.workload import Workload, from_callable
 
@@ -98,6 +100,31 @@ def test_an_experiment_that_raises_outside_what_it_records_is_a_warning(monkeypa
     assert report.batch is None
 
 
+def test_nan_in_the_output_is_a_warning_checked_once(monkeypatch):
+    import gobrrr.finite
+
+    checked = []
+    real = gobrrr.finite.nonfinite_summary
+    monkeypatch.setattr(gobrrr.finite, "nonfinite_summary",
+                        lambda out: checked.append(1) or real(out))
+    x = torch.tensor([[0.0, 1.0, -1.0, 2.0]])
+    report, said = _diagnose(from_callable(lambda a: a / 0.0, (x,)))  # 0/0 NaN, x/0 inf
+    assert len(checked) == 1  # one call's output, however many calls were timed
+    expected = ("warning: the workload's output contains NaN/inf: output: 1 NaN, 3 inf "
+                "of 4 (float32 [1, 4])")
+    assert _warnings(report, said) == ([expected], [expected])
+
+
 def test_a_finite_output_gives_no_warning():
     report, said = _diagnose(from_callable(lambda a: a.cos(), (torch.randn(8, 16),)))
     assert _warnings(report, said) == ([], [])
+
+
+def test_doctor_prints_the_nan_warning_on_stderr_even_when_quiet():
+    r = CliRunner().invoke(cli, ["doctor", f"{TARGETS}:nan_output", "-q", "--json",
+                                 "--no-experiments", "--time-budget", "0.05",
+                                 "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    warned = [x for x in r.stderr.splitlines() if x.startswith("gobrrr: warning:")]
+    assert warned == ["gobrrr: warning: the workload's output contains NaN/inf: output: "
+                      "64 NaN, 0 inf of 64 (float32 [4, 16])"], r.stderr

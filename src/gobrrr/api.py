@@ -73,7 +73,10 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         # Every timing first, then the profiled run: a profiler can leave hooks behind
         # that slow later launches, and T_wall must never carry profiler cost.
         say(f"timing {w.name} on {w.device} (warm-up, then repeats)")
-        wall = timer(w)
+        first_output = _FirstOutputCheck(w)
+        wall = measure(first_output, device=w.device, budget_s=time_budget_s)
+        if first_output.problem:
+            warn(f"the workload's output contains NaN/inf: {first_output.problem}")
         if wall.noisy:
             notes.append(f"wall time is noisy (IQR {100 * wall.rel_iqr:.0f}% of median)")
         if experiments:
@@ -109,6 +112,25 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         remedies=remedies, batch=batch, graph=graph,
         diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
     )
+
+
+class _FirstOutputCheck:
+    """The timed call, which also checks the first call's output for NaN/inf: once,
+    so the check costs one pass over one output, in a warm-up call the timer discards."""
+
+    def __init__(self, w: Workload) -> None:
+        self.w = w
+        self.checked = False
+        self.problem: str | None = None
+
+    def __call__(self) -> Any:
+        out = self.w.run("timing")
+        if not self.checked:
+            from gobrrr.finite import nonfinite_summary
+
+            self.checked = True
+            self.problem = nonfinite_summary(out)
+        return out
 
 
 def _attempt(what: str, warn: Callable[[str], None], run: Callable[[], T]) -> T | None:

@@ -67,3 +67,10 @@ def raises_on_second_call(batch_size=2):
         return x * 2.0
 
     return fn, (torch.randn(batch_size, 5),)
+
+
+def nan_output(batch_size=4):
+    """A broken workload: its first row of weights is NaN, so every output is NaN."""
+    w = torch.randn(16, 16)
+    w[0] = float("nan")
+    return (lambda x: x @ w), (torch.randn(batch_size, 16),)
