@@ -26,7 +26,7 @@ from gobrrr.remedies.verify import (
     compare,
     compile_problems,
     dynamo_snapshot,
-    tolerance_for,
+    tolerance_given_noise,
 )
 from gobrrr.state import Copied, clone_tree, copy_workload, restore, snapshot
 from gobrrr.timing import device_sync
@@ -146,20 +146,17 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     except Exception as exc:  # noqa: BLE001
         res.reason = f"running: {first_line(exc)}"
         return res, None
-    measure, rtol = tolerance_for(ref.out_dtype, cand.precision or ctx.reference_precision)
-    noise = ref.nondeterminism.get(measure, 0.0)
-    notes: list[str] = []
-    if noise > rtol:
-        notes.append(f"eager differs from itself by {noise:.3g}: tolerance raised from "
-                     f"{rtol:g} to {2 * noise:.3g}")
-        rtol = 2 * noise
-    cmp = compare(ref.outputs, outs, measure, rtol)
-    res.tolerance, res.max_error, res.verified = cmp.tolerance, cmp.max_error, cmp.ok
-    if cmp.cosine is not None:
-        res.checks["cosine_min"] = cmp.cosine
-    if not cmp.ok:
-        res.status, res.reason = "rejected", "; ".join([cmp.reason, *notes])
-        return res, None
+    tol = tolerance_given_noise(ref.out_dtype, cand.precision or ctx.reference_precision,
+                                ref.nondeterminism)
+    notes = [tol.note] if tol.note else []
+    if not tol.unverifiable:
+        cmp = compare(ref.outputs, outs, tol.measure, tol.rtol)
+        res.tolerance, res.max_error, res.verified = cmp.tolerance, cmp.max_error, cmp.ok
+        if cmp.cosine is not None:
+            res.checks["cosine_min"] = cmp.cosine
+        if not cmp.ok:
+            res.status, res.reason = "rejected", "; ".join([cmp.reason, *notes])
+            return res, None
     try:
         ab = ab_time(lambda: ref.work.fn(*ref.work.args, **ref.work.kwargs), cand.call,
                      device=ctx.device, budget_s=ab_budget_s,
@@ -178,10 +175,15 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     res.measured_speedup, res.interval = ab.speedup, ab.interval
     res.eager_s, res.candidate_s = ab.eager_s, ab.candidate_s
     res.checks["ab_rounds"], res.checks["calls_per_block"] = ab.rounds, ab.calls_per_block
+    lo, hi = ab.interval
+    timed = f"{ab.speedup:.2f}x (95% interval {lo:.2f}-{hi:.2f}, {ab.rounds} A/B rounds)"
+    if tol.unverifiable:  # timed, so the user sees the speed, but never a winner
+        res.status = "unverifiable"
+        res.reason = "; ".join([tol.unverifiable, f"measured {timed}, outputs not verified",
+                                *notes])
+        return res, None
     change = ab.change
     res.status = {"faster": "verified", "slower": "slower"}.get(change,
                                                                  "no significant change")
-    lo, hi = ab.interval
-    res.reason = "; ".join([f"{ab.speedup:.2f}x (95% interval {lo:.2f}-{hi:.2f}, "
-                            f"{ab.rounds} A/B rounds)", *notes])
+    res.reason = "; ".join([timed, *notes])
     return res, (cand if change == "faster" else None)
