@@ -173,6 +173,46 @@ def test_eager_noise_under_the_ceiling_grows_the_tolerance():
     assert "judged by relative L2" in r.reason and "ceiling 0.01" in r.reason
 
 
+def test_a_reference_that_is_not_finite_verifies_nothing():
+    x = torch.tensor([0.0, 1.0, -1.0, 2.0])
+    said = []
+    res = optimize_workload(from_callable(lambda a: a / 0.0, (x,)), diagnose=False,
+                            budget_s=30, only=["batch"], ab_budget_s=0.2, progress=said.append,
+                            extra_specs=[_spec("faithful", lambda y: y)])
+    r = {row.name: row for row in res.remedies}["faithful"]
+    # before: "rejected" for "NaN or inf in the output" and a note "non-deterministic: inf"
+    where = "call 1 output: 1 NaN, 3 inf of 4 (float32 [4])"  # the first call named
+    assert r.status == "unverifiable" and not r.verified
+    assert r.reason.startswith(f"the reference output is not finite ({where}): nothing to "
+                               "verify against; measured ")
+    assert res.notes == [f"warning: the reference output is not finite: {where}; no "
+                         "remedy can be verified against it"]
+    assert res.reference["eager_nondeterminism"] == {}
+    assert f"warning: the reference output is not finite: {where}" in said
+
+
+def test_cli_optimize_warns_of_a_nan_reference_even_when_quiet():
+    r = CliRunner().invoke(cli, ["optimize", f"{TARGETS}:nan_output", "--device", "cpu",
+                                 "--no-diagnose", "--only", "batch", "-q", "--json"])
+    assert r.exit_code == 0, r.output
+    warned = [x for x in r.stderr.splitlines() if x.startswith("gobrrr: warning:")]
+    assert len(warned) == 1 and "the reference output is not finite" in warned[0]
+    notes = json.loads(r.stdout)["notes"]
+    assert any("the reference output is not finite" in n for n in notes)
+    assert not any("non-deterministic" in n for n in notes)
+
+
+def test_diagnose_warnings_stay_in_the_optimize_notes():
+    from types import SimpleNamespace
+
+    from gobrrr.remedies.result import _diagnose_warnings
+
+    report = SimpleNamespace(notes=["wall time is noisy (IQR 9% of median)",
+                                    "warning: batch scaling at 2x failed: TypeError: x"])
+    assert _diagnose_warnings(report) == ["warning: batch scaling at 2x failed: TypeError: x"]
+    assert _diagnose_warnings(None) == []
+
+
 def test_tolerance_given_noise_exact():
     quiet = {"elementwise": 5e-5, "relative_l2": 1e-5}
     assert tolerance_given_noise("float32", None, quiet) == \

@@ -42,7 +42,9 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
         progress_printer,
         resolve_device,
         run_guarded,
+        show_notes,
     )
+    from gobrrr.errors import WARNING
 
     def body() -> None:
         from gobrrr.remedies import catalog
@@ -57,6 +59,8 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
         say(f"workload {w.name} (batch {w.batch_size}) on {w.device}")
         res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                 only=list(only) or None, progress=say)
+        # warnings on stderr also with -q; the other notes are in the table and JSON
+        show_notes([n for n in res.notes if n.startswith(WARNING)], say, quiet)
         writes = []
         if html_path:
             from gobrrr.show.optimize_html import write_optimize

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gobrrr.errors import WorkloadError, first_line
+from gobrrr.finite import nonfinite_summary
 from gobrrr.remedies.base import (
     Candidate,
     Context,
@@ -42,7 +43,8 @@ class Reference:
     work: Copied  # the eager copy: side A of every A/B
     outputs: list[Any]  # two consecutive calls from the base state
     out_dtype: str  # lowest-precision floating output: picks the tolerance
-    nondeterminism: dict[str, float]  # eager vs eager, per measure
+    nondeterminism: dict[str, float]  # eager vs eager, per measure (empty: not finite)
+    nonfinite: str | None = None  # where the reference has NaN/inf: nothing to verify
 
 
 def _two_calls(call: Callable[[], Any], device: str) -> list[Any]:
@@ -87,6 +89,11 @@ def make_reference(base: Copied, device: str) -> Reference:
     twin = copy_workload(base.fn, base.args, base.kwargs)
     again = _two_calls(_eager_call(twin, "running the eager reference again"), device)
     dtype = _out_dtype(outs)
+    # the first of the two calls whose output is not finite, named as the user counts
+    nonfinite = next((f"call {i + 1} {found}" for i, out in enumerate(outs)
+                      if (found := nonfinite_summary(out))), None)
+    if nonfinite:  # NaN vs NaN is no measure of eager's noise: nothing can be verified
+        return Reference(ref, outs, dtype, {}, nonfinite)
     nondet = {m: compare(outs, again, m, 0.0).max_error
               for m in ("elementwise", "relative_l2")}
     return Reference(ref, outs, dtype, nondet)
@@ -149,7 +156,9 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     tol = tolerance_given_noise(ref.out_dtype, cand.precision or ctx.reference_precision,
                                 ref.nondeterminism)
     notes = [tol.note] if tol.note else []
-    if not tol.unverifiable:
+    unverifiable = (f"the reference output is not finite ({ref.nonfinite}): nothing to "
+                    "verify against" if ref.nonfinite else tol.unverifiable)
+    if not unverifiable:
         cmp = compare(ref.outputs, outs, tol.measure, tol.rtol)
         res.tolerance, res.max_error, res.verified = cmp.tolerance, cmp.max_error, cmp.ok
         if cmp.cosine is not None:
@@ -177,9 +186,9 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     res.checks["ab_rounds"], res.checks["calls_per_block"] = ab.rounds, ab.calls_per_block
     lo, hi = ab.interval
     timed = f"{ab.speedup:.2f}x (95% interval {lo:.2f}-{hi:.2f}, {ab.rounds} A/B rounds)"
-    if tol.unverifiable:  # timed, so the user sees the speed, but never a winner
+    if unverifiable:  # timed, so the user sees the speed, but never a winner
         res.status = "unverifiable"
-        res.reason = "; ".join([tol.unverifiable, f"measured {timed}, outputs not verified",
+        res.reason = "; ".join([unverifiable, f"measured {timed}, outputs not verified",
                                 *notes])
         return res, None
     change = ab.change

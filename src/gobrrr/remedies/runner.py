@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gobrrr.errors import WARNING
 from gobrrr.remedies import catalog
 from gobrrr.remedies.base import Candidate, Context, RemedyResult, RemedySpec, switches_on
 from gobrrr.remedies.evaluate import Reference, evaluate, make_reference
-from gobrrr.remedies.result import OptimizeResult
+from gobrrr.remedies.result import NONFINITE_REFERENCE, OptimizeResult
 from gobrrr.state import Copied, copy_workload, describe, preserved_state, stateful_ids
 from gobrrr.workload import Workload
 
@@ -142,6 +143,8 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
                          "(torch.backends flags): outputs are compared at TF32 tolerance")
         say("reference: eager, twice from the same state")
         ref = make_reference(base, w.device)
+        if ref.nonfinite:
+            say(f"{WARNING}{NONFINITE_REFERENCE}: {ref.nonfinite}")
         results, best_cand, best_res = _run_all(specs, base, ref, ctx, ab_budget_s,
                                                 deadline, say, notes)
         torch._dynamo.reset()
