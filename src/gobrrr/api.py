@@ -25,7 +25,9 @@ def diagnose(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None =
              progress: Progress | None = None) -> Report:
     """Diagnose `fn(*args, **kwargs)`: an nn.Module and its inputs, a training-step
     function, any callable. The device is the one its tensors (or parameters) live on.
-    The user's parameters, gradients, optimizer state, inputs and RNG are restored."""
+    The user's parameters, gradients, optimizer state, inputs and RNG are restored.
+    time_budget_s: sampling seconds per measurement (timing.measure), not a limit on
+    the whole diagnosis; a call longer than it is made 3 times per measurement."""
     return diagnose_workload(from_callable(fn, args, kwargs), experiments=experiments,
                              time_budget_s=time_budget_s, progress=progress)
 
@@ -39,6 +41,7 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         GraphReplay,
         GraphTiming,
         batch_counts,
+        batch_rounds,
         batch_times,
         graph_replay,
         read_batch,
@@ -84,8 +87,9 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
                 say("experiment: CUDA-graph replay")
             graph_t = _attempt("the CUDA-graph replay experiment", warn, lambda: graph_replay(
                 w, wall, lambda f: measure(f, device=w.device, budget_s=time_budget_s)))
+            rounds = batch_rounds(wall.median_s, time_budget_s)
             batch_t = _attempt("the batch-scaling experiment", warn,
-                               lambda: batch_times(w, wall, timer, say))
+                               lambda: batch_times(w, wall, timer, say, rounds))
             if batch_t is not None and batch_t.skipped:
                 notes.append(f"batch scaling skipped: {batch_t.skipped}")
         say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"

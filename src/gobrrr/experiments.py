@@ -27,7 +27,8 @@ from gobrrr.workload import Workload
 
 __all__ = ["BatchTime", "BatchTimes", "BatchPoint", "BatchScaling", "GraphTiming",
            "GraphReplay", "batch_times", "batch_counts", "read_batch", "graph_replay",
-           "read_graph", "capture_cuda_graph", "AGREE_TOLERANCE"]
+           "read_graph", "capture_cuda_graph", "batch_rounds", "AGREE_TOLERANCE",
+           "BATCH_ROUNDS"]
 
 # Experiment and budget agree when the measured ratio is within this relative distance of
 # the predicted one: both sides carry noise of a few % and the budget's split is itself an
@@ -124,11 +125,19 @@ def _free_device_memory(device: str) -> None:
 BATCH_ROUNDS = 3
 
 
+def batch_rounds(call_s: float, time_budget_s: float) -> int:
+    """BATCH_ROUNDS, or 1 when one call is longer than the time budget of a measurement:
+    each measurement then already takes 3 calls (timing.measure), 3 rounds would be 5 more
+    measurements at each size, and a ratio is read against a 25% tolerance, far wider
+    than the drift that interleaving cancels."""
+    return 1 if call_s > time_budget_s else BATCH_ROUNDS
+
+
 def batch_times(w: Workload, base: Timing, timer: Callable[[Workload], Timing],
-                progress: Progress) -> BatchTimes:
+                progress: Progress, rounds: int = BATCH_ROUNDS) -> BatchTimes:
     """Time the workload at 2x (and 4x when 2x took under 50 ms per call) its batch,
-    interleaved with the base batch; each point's time is scaled from the median of its
-    per-round ratios to the base's median time.
+    interleaved with the base batch over `rounds` rounds; each point's time is scaled
+    from the median of its per-round ratios to the base's median time.
 
     Run before any profiling: a profiler can leave tracing hooks that slow later kernel
     launches, which would bias an overhead-bound workload's times."""
@@ -150,7 +159,7 @@ def batch_times(w: Workload, base: Timing, timer: Callable[[Workload], Timing],
             break
         try:
             ratios = []
-            for i in range(BATCH_ROUNDS):
+            for i in range(rounds):
                 t_base = base.median_s if (i == 0 and factor == 2) else timer(w).median_s
                 if not (i == 0 and factor == 2):
                     base_times.append(t_base)

@@ -20,7 +20,10 @@ __all__ = ["register"]
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--no-experiments", is_flag=True, help="Skip batch scaling and graph replay.")
 @click.option("--time-budget", "time_budget_s", type=click.FloatRange(min=0.05), default=2.0,
-              show_default=True, help="Seconds of repeats per timing.")
+              show_default=True,
+              help="Sampling seconds per measurement (warm-up included, the first call "
+                   "not); a call longer than this is made 3 times. Per measurement, not "
+                   "a limit on the whole run (that is optimize's --budget-s).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a self-contained HTML report here.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path),

@@ -15,7 +15,9 @@ __all__ = ["register"]
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="Batch size for a factory target (default: its own default).")
 @click.option("--budget-s", type=click.FloatRange(min=1), default=120.0, show_default=True,
-              help="Seconds for remedies and combinations (after diagnose).")
+              help="Seconds for the whole run of remedies and combinations (after "
+                   "diagnose; checked before each one starts). A limit on the run, not the "
+                   "sampling time per measurement (that is doctor's --time-budget).")
 @click.option("--only", "only", multiple=True,
               help="Remedies or families to try, e.g. --only compile,tf32 (repeatable).")
 @click.option("--no-diagnose", is_flag=True,
