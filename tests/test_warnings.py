@@ -128,3 +128,16 @@ def test_doctor_prints_the_nan_warning_on_stderr_even_when_quiet():
     warned = [x for x in r.stderr.splitlines() if x.startswith("gobrrr: warning:")]
     assert warned == ["gobrrr: warning: the workload's output contains NaN/inf: output: "
                       "64 NaN, 0 inf of 64 (float32 [4, 16])"], r.stderr
+
+
+def test_an_output_that_cannot_be_checked_is_a_warning(monkeypatch):
+    import gobrrr.finite
+
+    def unsupported(out):
+        raise RuntimeError("isfinite is not supported for this layout")
+
+    monkeypatch.setattr(gobrrr.finite, "nonfinite_summary", unsupported)
+    report, said = _diagnose(from_callable(lambda a: a.cos(), (torch.randn(8, 16),)))
+    expected = ("warning: could not check the output for NaN/inf: RuntimeError: isfinite "
+                "is not supported for this layout")
+    assert _warnings(report, said) == ([expected], [expected])

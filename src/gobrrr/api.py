@@ -78,8 +78,8 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         say(f"timing {w.name} on {w.device} (warm-up, then repeats)")
         first_output = _FirstOutputCheck(w)
         wall = measure(first_output, device=w.device, budget_s=time_budget_s)
-        if first_output.problem:
-            warn(f"the workload's output contains NaN/inf: {first_output.problem}")
+        if first_output.warning:
+            warn(first_output.warning)
         if wall.noisy:
             notes.append(f"wall time is noisy (IQR {100 * wall.rel_iqr:.0f}% of median)")
         if experiments:
@@ -125,15 +125,22 @@ class _FirstOutputCheck:
     def __init__(self, w: Workload) -> None:
         self.w = w
         self.checked = False
-        self.problem: str | None = None
+        self.warning: str | None = None
 
     def __call__(self) -> Any:
         out = self.w.run("timing")
         if not self.checked:
+            from gobrrr.errors import first_line
             from gobrrr.finite import nonfinite_summary
 
             self.checked = True
-            self.problem = nonfinite_summary(out)
+            try:
+                problem = nonfinite_summary(out)
+            except Exception as exc:  # an output torch cannot check (sparse, meta...)
+                self.warning = f"could not check the output for NaN/inf: {first_line(exc)}"
+            else:
+                if problem:
+                    self.warning = f"the workload's output contains NaN/inf: {problem}"
         return out
 
 
