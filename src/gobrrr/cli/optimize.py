@@ -15,7 +15,9 @@ __all__ = ["register"]
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="Batch size for a factory target (default: its own default).")
 @click.option("--budget-s", type=click.FloatRange(min=1), default=120.0, show_default=True,
-              help="Seconds for remedies and combinations (after diagnose).")
+              help="Seconds for the whole run of remedies and combinations (after "
+                   "diagnose; checked before each one starts). A limit on the run, not the "
+                   "sampling time per measurement (that is doctor's --time-budget).")
 @click.option("--only", "only", multiple=True,
               help="Remedies or families to try, e.g. --only compile,tf32 (repeatable).")
 @click.option("--no-diagnose", is_flag=True,
@@ -42,7 +44,9 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
         progress_printer,
         resolve_device,
         run_guarded,
+        show_notes,
     )
+    from gobrrr.errors import WARNING
 
     def body() -> None:
         from gobrrr.remedies import catalog
@@ -57,9 +61,8 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
         say(f"workload {w.name} (batch {w.batch_size}) on {w.device}")
         res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                 only=list(only) or None, progress=say)
-        for note in res.notes:
-            if note.startswith("WARNING: "):  # loud even with -q: the user's state
-                click.echo(f"gobrrr: {note}", err=True)
+        # warnings on stderr also with -q; the other notes are in the table and JSON
+        show_notes([n for n in res.notes if n.startswith(WARNING)], say, quiet)
         writes = []
         if html_path:
             from gobrrr.show.optimize_html import write_optimize
