@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Settings", "read_flag", "snapshot", "restore", "preserved", "tf32",
-           "tf32_enabled", "has_precision_api"]
+           "tf32_enabled", "has_precision_api", "cudnn_benchmark", "inductor_options"]
 
 # The `fp32_precision` owners of torch >= 2.9, by attribute path under torch.backends.
 _PRECISION_PATHS = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn",
@@ -102,7 +102,9 @@ class Settings:
     dynamo_counters: dict[str, dict[str, int]] | None = None
 
 
-def snapshot() -> Settings:
+def snapshot(dynamo: bool = True) -> Settings:
+    """Every setting above. `dynamo=False`: leave dynamo's counters out, for a switch
+    held around compiled calls, whose counters must survive it (optimize reads them)."""
     import torch
 
     s = Settings(grad_enabled=torch.is_grad_enabled())
@@ -123,7 +125,7 @@ def snapshot() -> Settings:
     if inductor is not None:
         s.inductor = inductor.get_config_copy()
     dynamo_utils = sys.modules.get("torch._dynamo.utils")
-    if dynamo_utils is not None:  # the user's recompile and graph-break counts
+    if dynamo and dynamo_utils is not None:  # the user's recompile and graph-break counts
         s.dynamo_counters = {k: dict(v) for k, v in dynamo_utils.counters.items()}
     return s
 
@@ -167,8 +169,10 @@ def preserved() -> Iterator[None]:
 @contextlib.contextmanager
 def tf32(enabled: bool = True) -> Iterator[None]:
     """TF32 for CUDA fp32 matmuls and convolutions inside the block (or plain fp32 with
-    enabled=False); the user's settings come back on exit, through the API they used."""
-    s = snapshot()
+    enabled=False); the user's settings come back on exit, through the API they used.
+    Dynamo's counters are left alone: held around compiled calls, the switch must not
+    undo what they counted (optimize reads them after)."""
+    s = snapshot(dynamo=False)
     try:
         if has_precision_api():
             value = "tf32" if enabled else "ieee"
@@ -179,6 +183,38 @@ def tf32(enabled: bool = True) -> Iterator[None]:
 
             torch.backends.cuda.matmul.allow_tf32 = enabled
             torch.backends.cudnn.allow_tf32 = enabled
+        yield
+    finally:
+        restore(s)
+
+
+@contextlib.contextmanager
+def cudnn_benchmark(enabled: bool = True) -> Iterator[None]:
+    """cuDNN's benchmark mode inside the block: the first call with each input shape times
+    the convolution algorithms and keeps the fastest. Restored on exit."""
+    import torch
+
+    s = snapshot(dynamo=False)
+    try:
+        torch.backends.cudnn.benchmark = enabled
+        yield
+    finally:
+        restore(s)
+
+
+@contextlib.contextmanager
+def inductor_options(**options: Any) -> Iterator[None]:
+    """`torch._inductor.config` options inside the block (freezing=True, ...): Inductor
+    reads them when it compiles, which happens at a compiled function's first call, so
+    the block must hold that call. The whole config is restored on exit."""
+    import torch._inductor.config as inductor
+
+    s = snapshot(dynamo=False)
+    try:
+        for name, value in options.items():
+            if not hasattr(inductor, name):
+                raise AttributeError(f"torch._inductor.config has no option {name!r}")
+            setattr(inductor, name, value)
         yield
     finally:
         restore(s)
