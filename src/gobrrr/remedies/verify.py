@@ -8,11 +8,12 @@ checked too) against the eager reference.
   rms term is a scale-aware atol: elements near zero are judged at the tensor's scale.
   fp32 1e-4 is the tolerance of torch's own compiled-vs-eager check
   (torch._dynamo.utils.same, tol=1e-4).
-- Lower precision (TF32, bf16): relative L2 error ||c - r|| / ||r|| <= LOWER_PRECISION_RTOL,
-  cosine similarity reported alongside. Rounding inputs to a format with unit roundoff u
-  gives each product a relative error ~2u with random sign, so a dot product's relative
-  error stays ~2u when accumulated in fp32: tf32 u = 2^-11 (~1e-3), bf16 u = 2^-8
-  (~8e-3); the limits give a few layers of headroom over that.
+- Lower precision (TF32, bf16, fp16): relative L2 error ||c - r|| / ||r|| <=
+  LOWER_PRECISION_RTOL; for the 2-byte formats also cosine similarity >= MIN_COSINE (the
+  direction of the output kept, not only its size), reported for all. Rounding inputs
+  to a format with unit roundoff u gives each product a relative error ~2u with random
+  sign, so a dot product's relative error stays ~2u when accumulated in fp32: tf32
+  u = 2^-11 (~1e-3), bf16 u = 2^-8 (~8e-3); the limits give a few layers of headroom.
 - NaN or inf in a candidate's output never passes. Integer/bool outputs must match.
 - Eager is run twice from the same state; if it differs from itself by more than the
   tolerance, the outputs are judged by relative L2 at twice eager's own difference (room
@@ -38,11 +39,18 @@ from gobrrr.timing import device_sync
 __all__ = ["Comparison", "ABResult", "Tolerance", "compare", "tolerance_for",
            "tolerance_given_noise", "ab_time", "DynamoSnapshot", "dynamo_snapshot",
            "compile_problems", "bootstrap_median", "SAME_PRECISION_RTOL",
-           "LOWER_PRECISION_RTOL", "NOISE_CEILING", "MIN_CHANGE"]
+           "LOWER_PRECISION_RTOL", "NOISE_CEILING", "MIN_CHANGE", "MIN_COSINE",
+           "OutOfTime"]
 
 SAME_PRECISION_RTOL = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2,
                        "bfloat16": 2e-2}  # bf16: 1 ulp = 2^-7 relative, twice that
-LOWER_PRECISION_RTOL = {"tf32": 1e-2, "bf16": 5e-2}
+# fp16 (a model cast where bf16 is unsupported) has TF32's 10-bit mantissa: its limit
+LOWER_PRECISION_RTOL = {"tf32": 1e-2, "bf16": 5e-2, "fp16": 1e-2}
+# A 2-byte model or autocast must also keep the output's direction. For one tensor this
+# follows from the relative L2 limit (an error of relative size e turns the output by at
+# most asin(e): cosine >= 0.99875 at bf16's 5e-2), so it is a second, independent check:
+# it catches a relative L2 computed wrongly, or a limit grown past bf16's one day.
+MIN_COSINE = {"bf16": 0.99, "fp16": 0.99}
 # The most a tolerance may grow to cover eager's own run-to-run differences, in relative
 # L2, by output dtype. Each is the tolerance of the next coarser format in use: a looser
 # check would also pass a remedy that silently computed in that format, so a match would
@@ -90,6 +98,7 @@ class Tolerance:
     rtol: float
     note: str = ""  # how eager's own differences changed the tolerance
     unverifiable: str = ""  # why no tolerance under the ceiling can judge: nothing passes
+    min_cosine: float | None = None  # 2-byte formats: the output's direction kept too
 
 
 def tolerance_given_noise(dtype_name: str, precision: str | None,
@@ -97,20 +106,21 @@ def tolerance_given_noise(dtype_name: str, precision: str | None,
     """`tolerance_for`, grown to cover how much eager differs from itself (by measure,
     from two eager runs from one state), up to NOISE_CEILING of the output dtype."""
     measure, rtol = tolerance_for(dtype_name, precision)
+    cos = MIN_COSINE.get(precision or "")
     noise = nondeterminism.get(measure, 0.0)
     if noise <= rtol:
-        return Tolerance(measure, rtol)
+        return Tolerance(measure, rtol, min_cosine=cos)
     # Eager's noisiest element now sets any elementwise maximum, which then says nothing:
     # judge the whole output by relative L2, with room for the noise of both sides (2x).
     noise_l2 = nondeterminism.get("relative_l2", math.inf)
     needed = max(rtol, 2 * noise_l2)
     ceiling = max(NOISE_CEILING.get(dtype_name, NOISE_CEILING["float32"]), rtol)
     if needed > ceiling:
-        return Tolerance(measure, rtol, unverifiable=(
+        return Tolerance(measure, rtol, min_cosine=cos, unverifiable=(
             f"eager differs from itself by {noise_l2:.3g} (relative L2): a tolerance of "
             f"{needed:.3g} would be needed, above the {ceiling:g} ceiling for {dtype_name} "
             "outputs"))
-    return Tolerance("relative_l2", needed, note=(
+    return Tolerance("relative_l2", needed, min_cosine=cos, note=(
         f"eager differs from itself by {noise:.3g} ({measure}): judged by relative L2 <= "
         f"{needed:.3g} instead (ceiling {ceiling:g})"))
 
@@ -150,12 +160,16 @@ def _tensor_error(r: Any, c: Any, measure: str) -> tuple[float, float | None, st
     return float((diff / denom).max().item()), cos, ""
 
 
-def compare(ref: list[Any], cand: list[Any], measure: str, rtol: float) -> Comparison:
-    """Compare lists of outputs (one per call) leaf by leaf."""
+def compare(ref: list[Any], cand: list[Any], measure: str, rtol: float,
+            min_cosine: float | None = None) -> Comparison:
+    """Compare lists of outputs (one per call) leaf by leaf; `min_cosine`: every floating
+    output's cosine similarity must reach it too."""
     import torch
 
     desc = (f"elementwise rtol {rtol:g} (scale-aware)" if measure == "elementwise"
             else f"relative L2 <= {rtol:g}")
+    if min_cosine is not None:
+        desc += f", cosine >= {min_cosine:g}"
     worst, cos_min = 0.0, None
     for r_out, c_out in zip(ref, cand, strict=True):
         rl, cl = _leaves(r_out), _leaves(c_out)
@@ -178,10 +192,16 @@ def compare(ref: list[Any], cand: list[Any], measure: str, rtol: float) -> Compa
             worst = max(worst, err)
     ok = worst <= rtol
     reason = "" if ok else f"error {worst:.3g} over the tolerance {rtol:g}"
+    if ok and min_cosine is not None and cos_min is not None and cos_min < min_cosine:
+        ok, reason = False, f"cosine similarity {cos_min:.4g} under {min_cosine:g}"
     return Comparison(ok, worst, desc, reason, cos_min)
 
 
 # ---------------------------------------------------------------------- speed: A/B
+
+
+class OutOfTime(Exception):
+    """The deadline (--budget-s) came before a measurement could finish."""
 
 
 @dataclass
@@ -191,7 +211,7 @@ class ABResult:
     eager_s: float
     candidate_s: float
     rounds: int
-    calls_per_block: int
+    calls_per_block: int  # eager's (the candidate's blocks are sized to its own calls)
     ratios: list[float] = field(default_factory=list)
 
     @property
@@ -222,9 +242,13 @@ def ab_time(a: Callable[[], Any], b: Callable[[], Any], *, device: str,
             budget_s: float = 2.0, min_rounds: int = 8, max_rounds: int = 200,
             block_s: float | None = None,
             b_context: Callable[[], Any] | None = None,
+            deadline: float = math.inf,
             clock: Callable[[], float] = time.perf_counter) -> ABResult:
     """Interleaved A/B timing of two warmed-up callables. `b_context()` is entered
-    around every B block (the candidate's global switches), never around A."""
+    around every B block (the candidate's global switches), never around A.
+    `deadline` (a `clock()` value): checked between blocks (a block is one call when a
+    call is longer than `block_s`); reached before `min_rounds` it raises OutOfTime,
+    after them it ends the timing like a spent budget."""
     import contextlib
 
     sync = device_sync(device)
@@ -242,23 +266,47 @@ def ab_time(a: Callable[[], Any], b: Callable[[], Any], *, device: str,
             sync()
             return (clock() - t0) / n
 
-    est = min(one(a, 1, False), one(b, 1, True))
-    n = max(1, min(10_000, math.ceil(block_s / max(est, 1e-7))))
+    def in_time(done: int) -> bool:
+        """False once the deadline has come; before min_rounds that is OutOfTime."""
+        if clock() < deadline:
+            return True
+        if done < min_rounds:
+            raise OutOfTime(f"the --budget-s deadline came after {done} of the "
+                            f"{min_rounds} A/B rounds needed")
+        return False
+
+    def calls_for(per_call_s: float) -> int:
+        return max(1, min(10_000, math.ceil(block_s / max(per_call_s, 1e-7))))
+
+    # Calls per block, per side: each side's blocks last about block_s, so a candidate
+    # far slower than eager (or slower than its first call said) cannot make one block
+    # run for seconds past the deadline; per-call times are compared, so the two sides
+    # need not make the same number of calls.
+    in_time(0)
+    n = {"a": calls_for(one(a, 1, False))}
+    in_time(0)
+    n["b"] = calls_for(one(b, 1, True))
     ta: list[float] = []
     tb: list[float] = []
     start = clock()
     while len(ta) < max_rounds:
-        if len(ta) % 2 == 0:  # ABBA: a slow drift hits both sides alike
-            ta.append(one(a, n, False))
-            tb.append(one(b, n, True))
-        else:
-            tb.append(one(b, n, True))
-            ta.append(one(a, n, False))
+        got: dict[str, float] = {}
+        for side in ("ab" if len(ta) % 2 == 0 else "ba"):  # ABBA: drift hits both alike
+            if not in_time(len(ta)):
+                break
+            got[side] = one(a if side == "a" else b, n[side], side == "b")
+            if got[side] * n[side] > 2 * block_s:  # calls slower than sized for
+                n[side] = calls_for(got[side])
+        if len(got) < 2:  # the deadline, after min_rounds: the half round is dropped
+            break
+        ta.append(got["a"])
+        tb.append(got["b"])
         if len(ta) >= min_rounds and clock() - start >= budget_s:
             break
     ratios = [x / y for x, y in zip(ta, tb, strict=True) if y > 0]
     return ABResult(statistics.median(ratios), bootstrap_median(ratios),
-                    statistics.median(ta), statistics.median(tb), len(ratios), n, ratios)
+                    statistics.median(ta), statistics.median(tb), len(ratios), n["a"],
+                    ratios)
 
 
 # ------------------------------------------------------------- compile health checks
