@@ -84,6 +84,9 @@ class OpRecord:
     # addresses, meaningful only within one counted run, never serialized.
     reads: tuple[int, ...] = ()
     writes: tuple[tuple[int, int], ...] = ()  # (storage, bytes written)
+    # Autograd recorded this op (grad mode on and an input requires grad): it paid for an
+    # autograd node, the bookkeeping torch.inference_mode() removes (remedies/grad.py).
+    autograd: bool = False
 
 
 @dataclass
@@ -441,6 +444,8 @@ class _CountingMode(TorchDispatchMode):
                 out_shape=tuple(first_out[0].shape) if first_out else (),
                 reads=io[0] if io else (),
                 writes=io[1] if io else (),
+                autograd=phase == "forward" and torch.is_grad_enabled() and any(
+                    t.requires_grad for t in _tensors((args, kwargs))),
             )
         )
         return out
