@@ -12,6 +12,7 @@ from typing import Any
 from gobrrr.budget import FUSABLE_CLASSES, Budget, fusable_bytes_saved
 from gobrrr.counting import CountResult
 from gobrrr.experiments import BatchScaling, GraphReplay
+from gobrrr.gains import HostTime, host_time, speedup_from_saved
 from gobrrr.hardware import Ceilings
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_pct, fmt_s
 
@@ -47,25 +48,6 @@ class Verdict:
         return dict(vars(self))
 
 
-@dataclass(frozen=True)
-class HostTime:
-    """The budget's overhead split by what an overhead remedy can remove, per call."""
-
-    n_ops: int  # dispatched aten ops of one call, views included (each is a dispatch)
-    dispatch_s: float  # n_ops x the measured per-op cost, at most the overhead
-    outside_s: float  # the rest: host time outside PyTorch ops (Python, sleep, loading)
-
-
-def host_time(b: Budget, counts: CountResult, ceil: Ceilings) -> HostTime:
-    """What torch.compile or CUDA graphs can remove is the dispatch (and launch) work of
-    the ops that ran: n_ops x the measured cost of one tiny op is a fair upper estimate
-    of it. Overhead beyond that (on CUDA, GPU-idle time beyond it) is host time that is
-    not PyTorch dispatch, such as a sleep or data loading: no remedy here removes it."""
-    n_ops = len(counts.records)
-    dispatch_s = min(b.overhead_s, n_ops * ceil.op_overhead_s)
-    return HostTime(n_ops, dispatch_s, b.overhead_s - dispatch_s)
-
-
 def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                 batch: BatchScaling | None, graph: GraphReplay | None,
                 findings: list[str] | None = None) -> Verdict:
@@ -84,7 +66,7 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         ev.append(f"ops execute {fmt_pct(b.busy_s / b.total_s if b.total_s else 0)} of "
                   f"wall time ({fmt_s(b.wall_s)} per call); the rest is Python and dispatch "
                   f"({n_ops} ops; one tiny op costs {fmt_s(ceil.op_overhead_s)} here)")
-    host = host_time(b, counts, ceil)
+    host = host_time(b, counts.records, ceil)
     if b.total_s > 0 and host.outside_s >= HOST_NOTE_FRACTION * b.total_s:
         ev.append(f"{fmt_s(host.outside_s)} per call is host time outside PyTorch ops "
                   "(Python, sleep, data loading): no GPU or compiler remedy removes it")
@@ -127,12 +109,6 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     return Verdict(regime, fr[regime], ev, agreement)
 
 
-def _speedup(total_s: float, saved_s: float) -> float | None:
-    if total_s <= 0 or saved_s <= 0 or saved_s >= total_s:
-        return None
-    return total_s / (total_s - saved_s)
-
-
 def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                  batch: BatchScaling | None, graph: GraphReplay | None) -> list[Remedy]:
     """The essay's remedies that fit this budget, each with a predicted whole-workload
@@ -141,7 +117,7 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     total = b.total_s
     # Overhead remedies save at most the dispatch of the ops that ran, never host time
     # outside them: a sleep in the step would otherwise predict a millionfold gain.
-    host = host_time(b, counts, ceil)
+    host = host_time(b, counts.records, ceil)
     dispatch = (f"{host.n_ops} ops x {fmt_s(ceil.op_overhead_s)} = "
                 f"{fmt_s(host.dispatch_s)} of dispatch")
     stays = (f"; {fmt_s(host.outside_s)} of host time outside PyTorch ops stays"
@@ -151,7 +127,7 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
             graph and graph.speedup) else ""
         out.append(Remedy(
             "CUDA graphs / torch.compile(mode='reduce-overhead')", "overhead",
-            _speedup(total, host.dispatch_s),
+            speedup_from_saved(total, host.dispatch_s),
             f"T_wall {fmt_s(total)} -> {fmt_s(total - host.dispatch_s)} (kernel time "
             f"{fmt_s(b.busy_s)}): the launch overhead goes, at most {dispatch}"
             f"{stays}{measured}",
@@ -161,7 +137,7 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     if device == "cpu" and host.dispatch_s > 0:
         out.append(Remedy(
             "torch.compile (fewer dispatched ops)", "overhead",
-            _speedup(total, host.dispatch_s),
+            speedup_from_saved(total, host.dispatch_s),
             f"upper bound: {dispatch} removed, of {fmt_s(b.overhead_s)} of Python/dispatch "
             f"time{stays}",
             "torch.compile the model: fused kernels are dispatched once per group of ops",
@@ -179,7 +155,7 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     if saved_bytes > 0 and fusable_mem_s > 0:
         saved_s = fusable_mem_s * saved_bytes / fusable_bytes
         out.append(Remedy(
-            "operator fusion (torch.compile)", "memory", _speedup(total, saved_s),
+            "operator fusion (torch.compile)", "memory", speedup_from_saved(total, saved_s),
             f"fusing pointwise/norm chains cuts their bytes {fmt_num(fusable_bytes, 'B')} -> "
             f"{fmt_num(fusable_bytes - saved_bytes, 'B')}: {fmt_s(saved_s)} of "
             f"{fmt_s(fusable_mem_s)} memory-bound time",
@@ -190,7 +166,7 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     if device == "cuda" and fp32_s > 0 and "tf32" in peaks:
         saved = fp32_s * (1 - peaks["fp32"] / peaks["tf32"])
         out.append(Remedy(
-            "TF32 matmuls", "compute", _speedup(total, saved),
+            "TF32 matmuls", "compute", speedup_from_saved(total, saved),
             f"fp32 matmul time {fmt_s(fp32_s)} at {peaks['tf32'] / peaks['fp32']:.1f}x the "
             "rate (measured tf32 / fp32 peaks)",
             "torch.set_float32_matmul_precision('high')",
@@ -201,7 +177,7 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         if peaks["bf16"] > from_peak:
             saved = slow_s * (1 - from_peak / peaks["bf16"])
             out.append(Remedy(
-                "bf16 autocast", "compute", _speedup(total, saved),
+                "bf16 autocast", "compute", speedup_from_saved(total, saved),
                 f"fp32/tf32 matmul time {fmt_s(slow_s)} at the measured bf16 rate "
                 f"({peaks['bf16'] / from_peak:.1f}x); halves matmul bytes too",
                 "with torch.autocast(device_type, dtype=torch.bfloat16): ...",

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# one speedup helper for the doctor report and optimize (re-exported for the families)
+from gobrrr.gains import speedup_from_saved
 from gobrrr.state import Copied
 
 __all__ = ["Context", "Candidate", "RemedySpec", "RemedyResult", "STATUSES",
@@ -129,13 +131,6 @@ class RemedyResult:
         d["interval"] = list(self.interval) if self.interval else None
         d["components"] = list(self.components)
         return d
-
-
-def speedup_from_saved(total_s: float, saved_s: float) -> float | None:
-    """Whole-workload speedup when `saved_s` of `total_s` disappears (Amdahl)."""
-    if total_s <= 0 or saved_s <= 0:
-        return None
-    return total_s / max(total_s - saved_s, 1e-12)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,106 @@
+"""Predicted gains: the seconds of the budget a remedy removes, as a whole-workload speedup.
+
+One arithmetic for every prediction, in `gobrrr doctor` and `gobrrr optimize` alike (each
+remedy of gobrrr.remedies.catalog predicts through it):
+
+- A gain is seconds saved per call, by the part of the budget they come out of
+  (overhead, memory, compute), and the speedup T / (T - saved) (Amdahl).
+- Gains of several remedies combine part by part: savings from different parts add; two
+  savings from one part each remove their share of what the other leaves (a remedy that
+  removes 50% of the overhead, with another that removes 20% of it, removes 60%, not 70%).
+  So a combination never predicts more time saved than the budget holds.
+- What can be removed of the overhead is the dispatch of the ops that ran (`host_time`):
+  n_ops x the measured cost of one tiny op, at most the overhead; host time outside
+  PyTorch ops (Python, a sleep, data loading) stays, whatever the remedy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gobrrr.budget import Budget
+    from gobrrr.hardware import Ceilings
+
+__all__ = ["Gain", "PARTS", "speedup_from_saved", "gain_from_saved", "combine", "HostTime",
+           "host_time", "part_seconds"]
+
+PARTS = ("overhead", "memory", "compute")
+
+
+def speedup_from_saved(total_s: float, saved_s: float) -> float | None:
+    """Whole-workload speedup when `saved_s` of `total_s` disappears (Amdahl). None when
+    nothing is saved, or when everything would be: a budget never explains a time of
+    zero (some work the remedy does not touch remains), so that is no prediction."""
+    if total_s <= 0 or saved_s <= 0 or saved_s >= total_s:
+        return None
+    return total_s / (total_s - saved_s)
+
+
+@dataclass(frozen=True)
+class Gain:
+    """A predicted gain. `speedup` is the whole-workload factor (None: the budget predicts
+    none, `basis` says why); `saved_s` the seconds per call it removes, by budget part
+    (empty for a gain that is not a time saving: throughput advice)."""
+
+    speedup: float | None
+    basis: str
+    saved_s: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def none(cls, basis: str) -> Gain:
+        return cls(None, basis)
+
+
+def part_seconds(b: Budget) -> dict[str, float]:
+    return {"overhead": b.overhead_s, "memory": b.memory_s, "compute": b.compute_s}
+
+
+def gain_from_saved(b: Budget, saved_by_part: dict[str, float], basis: str) -> Gain:
+    """A gain of `saved_by_part` seconds per call (each capped by its part of the budget:
+    a remedy cannot remove more of the overhead than there is)."""
+    parts = part_seconds(b)
+    saved = {p: min(s, parts[p]) for p, s in saved_by_part.items() if s > 0}
+    return Gain(speedup_from_saved(b.total_s, sum(saved.values())), basis, saved)
+
+
+def combine(b: Budget, gains: Sequence[Gain], names: Iterable[str] = ()) -> Gain:
+    """The gain of several remedies applied together (module docstring: part by part,
+    each removing its share of what the others leave)."""
+    parts = part_seconds(b)
+    remaining = dict.fromkeys(PARTS, 1.0)
+    for g in gains:
+        for p, s in g.saved_s.items():
+            if parts[p] > 0:
+                remaining[p] *= max(0.0, 1.0 - s / parts[p])
+    saved = {p: parts[p] * (1.0 - remaining[p]) for p in PARTS}
+    labels = list(names) or [f"part {i + 1}" for i in range(len(gains))]
+    shown = [f"{n} {g.speedup:.2f}x" for n, g in zip(labels, gains, strict=False)
+             if g.speedup]
+    if not shown:
+        return Gain.none("no part predicts a gain")
+    basis = ("; ".join(shown) + ": savings from different parts of the budget add, "
+             "savings from one part each remove their share of what the others leave")
+    return Gain(speedup_from_saved(b.total_s, sum(saved.values())), basis,
+                {p: s for p, s in saved.items() if s > 0})
+
+
+@dataclass(frozen=True)
+class HostTime:
+    """The budget's overhead split by what an overhead remedy can remove, per call."""
+
+    n_ops: int  # dispatched aten ops of one call, views included (each is a dispatch)
+    dispatch_s: float  # n_ops x the measured per-op cost, at most the overhead
+    outside_s: float  # the rest: host time outside PyTorch ops (Python, sleep, loading)
+
+
+def host_time(b: Budget, records: Sequence[Any], ceil: Ceilings) -> HostTime:
+    """What torch.compile or CUDA graphs can remove is the dispatch (and launch) work of
+    the ops that ran: n_ops x the measured cost of one tiny op is a fair upper estimate
+    of it. Overhead beyond that (on CUDA, GPU-idle time beyond it) is host time that is
+    not PyTorch dispatch, such as a sleep or data loading: no remedy here removes it."""
+    n_ops = len(records)
+    dispatch_s = min(b.overhead_s, n_ops * ceil.op_overhead_s)
+    return HostTime(n_ops, dispatch_s, b.overhead_s - dispatch_s)
