@@ -14,6 +14,7 @@ import torch
 from click.testing import CliRunner
 
 from gobrrr.cli import cli
+from gobrrr.gains import Gain
 from gobrrr.remedies import catalog
 from gobrrr.remedies.attention import find_attention
 from gobrrr.remedies.base import STAGE_EXECUTION, RemedySpec
@@ -72,7 +73,7 @@ def _spec(name, transform):
         return cand
 
     return RemedySpec(name, "test", "memory", STAGE_EXECUTION, "execution",
-                      lambda ctx: None, lambda ctx: (2.0, "made up"), apply, "# none")
+                      lambda ctx: None, lambda ctx: Gain(2.0, "made up"), apply, "# none")
 
 
 def test_wrong_remedies_are_rejected_not_timed():
@@ -334,7 +335,8 @@ def test_hand_written_attention_is_detected():
 
 
 def test_catalog_selection():
-    assert {s.name for s in catalog.select(["precision"])} == {"tf32", "bf16_autocast"}
+    assert {s.name for s in catalog.select(["precision"])} == {"tf32", "bf16_autocast",
+                                                               "bf16_cast"}
     assert [s.name for s in catalog.select(["tf32,cuda_graphs"])] == ["tf32", "cuda_graphs"]
     with pytest.raises(Exception, match="unknown remedy"):
         catalog.select(["nope"])

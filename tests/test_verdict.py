@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gobrrr.budget import Budget, RowBudget
-from gobrrr.counting import CountResult, count
+from gobrrr.counting import count
 from gobrrr.experiments import BatchPoint, BatchScaling, GraphReplay
 from gobrrr.hardware import Ceilings
 from gobrrr.verdict import remedies_for, verdict_for
@@ -86,8 +86,9 @@ def test_verdict_on_cpu_names_the_dispatch_cost():
                              "Python and dispatch (4 ops; one tiny op costs 5 us here)")
 
 
-GRAPHS = "CUDA graphs / torch.compile(mode='reduce-overhead')"
-COMPILE_CPU = "torch.compile (fewer dispatched ops)"
+# The doctor's remedies are the catalog's (gobrrr.remedies.catalog), by their titles
+GRAPHS = "CUDA graphs"
+COMPILE_CPU = "torch.compile"  # on CPU: the dispatch of the fused ops, and fusion
 
 
 def n_ops(n):
@@ -159,9 +160,14 @@ def test_host_time_under_a_tenth_of_wall_is_not_named():
     assert v.evidence[1].startswith("11 us per call is host time outside PyTorch ops")
 
 
+def fp32_matmul():
+    x, w = torch.randn(64, 32), torch.randn(32, 16)
+    return count(lambda: x @ w)  # one fp32 matmul: TF32 and bf16 apply
+
+
 def test_predicted_gain_tf32_and_bf16():
     b = budget(20e-6, 40e-6, 40e-6, by_unit={"fp32": 40e-6})
-    r = by_name(remedies_for(b, CountResult(), ceilings(), "cuda", None, None))
+    r = by_name(remedies_for(b, fp32_matmul(), ceilings(), "cuda", None, None))
     # TF32: 40 us of fp32 matmul at 350/50 = 7x the rate saves 40 * 6/7 = 34.2857 us:
     # 100 / (100 - 34.2857) = 1.5217x
     assert r["TF32 matmuls"].predicted_speedup == pytest.approx(100 / (100 - 40 * 6 / 7))
@@ -172,7 +178,7 @@ def test_predicted_gain_tf32_and_bf16():
 def test_predicted_gain_bf16_from_tf32():
     # matmuls already in TF32 (no fp32 time): bf16 at 700/350 = 2x saves half of 40 us
     b = budget(60e-6, 0.0, 40e-6, by_unit={"tf32": 40e-6})
-    r = by_name(remedies_for(b, CountResult(), ceilings(), "cuda", None, None))
+    r = by_name(remedies_for(b, fp32_matmul(), ceilings(), "cuda", None, None))
     assert "TF32 matmuls" not in r
     assert r["bf16 autocast"].predicted_speedup == pytest.approx(100 / 80)
 
@@ -185,7 +191,9 @@ def test_predicted_gain_fusion_cos_cos():
     b = budget(10e-6, 10e-6, 0.0,
                per_class=[RowBudget("pointwise", 2, 10e-6, 2048, 16384, 0.0, 0.0, 10e-6)])
     r = by_name(remedies_for(b, counts, ceilings(), "cuda", None, None))
-    assert r["operator fusion (torch.compile)"].predicted_speedup == pytest.approx(20 / 15)
+    # torch.compile's default mode on CUDA: fusion alone
+    assert r["torch.compile"].predicted_speedup == pytest.approx(20 / 15)
+    assert r["torch.compile"].spec == "compile"
 
 
 def test_batch_advice_only_above_ten_percent():
@@ -205,7 +213,7 @@ def test_batch_advice_only_above_ten_percent():
 def test_remedies_are_sorted_by_predicted_gain():
     b = budget(20e-6, 40e-6, 40e-6, by_unit={"fp32": 40e-6})
     gains = [r.predicted_speedup or 0 for r in
-             remedies_for(b, CountResult(), ceilings(), "cuda", None, None)]
+             remedies_for(b, fp32_matmul(), ceilings(), "cuda", None, None)]
     assert gains == sorted(gains, reverse=True)
 
 

@@ -156,7 +156,8 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         warn(line)
     findings = compile_info.findings() if compile_info else []
     verdict = verdict_for(budget, run.counts, ceil, w.device, batch, graph, findings)
-    remedies = remedies_for(budget, run.counts, ceil, w.device, batch, graph)
+    remedies = remedies_for(budget, run.counts, ceil, w.device, batch, graph,
+                            **_facts(w))
     return Report(
         workload={"name": w.name, "description": w.description, "device": w.device,
                   "batch_size": w.batch_size},
@@ -165,6 +166,15 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
         state=state, compiled=compile_info,
     )
+
+
+def _facts(w: Workload) -> dict[str, Any]:
+    """What the workload reaches (read only): which remedies can apply to it."""
+    from gobrrr.remedies.base import workload_facts
+    from gobrrr.state import walk
+
+    reach = walk(w.fn, w.args, w.kwargs)
+    return workload_facts(reach.modules, reach.optimizers)
 
 
 class _FirstOutputCheck:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gobrrr.budget import FUSABLE_CLASSES, Budget, fusable_bytes_saved
+from gobrrr.budget import Budget
 from gobrrr.counting import CountResult
 from gobrrr.experiments import BatchScaling, GraphReplay
-from gobrrr.gains import HostTime, host_time, speedup_from_saved
+from gobrrr.gains import HostTime, host_time
 from gobrrr.hardware import Ceilings
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_pct, fmt_s
 
@@ -27,11 +27,12 @@ HOST_NOTE_FRACTION = 0.10
 
 @dataclass
 class Remedy:
-    name: str
+    name: str  # the remedy's title
     regime: str  # the regime it addresses
     predicted_speedup: float | None  # whole-workload, from the budget
     basis: str  # the first-principles arithmetic behind the prediction
     how: str  # what to do (applying it is `gobrrr optimize`)
+    spec: str = ""  # the catalog remedy (gobrrr.remedies.catalog) that predicted it
 
     def to_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -110,77 +111,20 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
 
 
 def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
-                 batch: BatchScaling | None, graph: GraphReplay | None) -> list[Remedy]:
-    """The essay's remedies that fit this budget, each with a predicted whole-workload
-    speedup; sorted by predicted gain."""
-    out: list[Remedy] = []
-    total = b.total_s
-    # Overhead remedies save at most the dispatch of the ops that ran, never host time
-    # outside them: a sleep in the step would otherwise predict a millionfold gain.
-    host = host_time(b, counts.records, ceil)
-    dispatch = (f"{host.n_ops} ops x {fmt_s(ceil.op_overhead_s)} = "
-                f"{fmt_s(host.dispatch_s)} of dispatch")
-    stays = (f"; {fmt_s(host.outside_s)} of host time outside PyTorch ops stays"
-             if host.outside_s > 0 else "")
-    if device == "cuda" and host.dispatch_s > 0:
-        measured = f"; graph replay measured {graph.speedup:.2f}x" if (
-            graph and graph.speedup) else ""
-        out.append(Remedy(
-            "CUDA graphs / torch.compile(mode='reduce-overhead')", "overhead",
-            speedup_from_saved(total, host.dispatch_s),
-            f"T_wall {fmt_s(total)} -> {fmt_s(total - host.dispatch_s)} (kernel time "
-            f"{fmt_s(b.busy_s)}): the launch overhead goes, at most {dispatch}"
-            f"{stays}{measured}",
-            "capture the step with torch.cuda.graphs (optimizers with capturable=True) or "
-            "torch.compile(mode='reduce-overhead')",
-        ))
-    if device == "cpu" and host.dispatch_s > 0:
-        out.append(Remedy(
-            "torch.compile (fewer dispatched ops)", "overhead",
-            speedup_from_saved(total, host.dispatch_s),
-            f"upper bound: {dispatch} removed, of {fmt_s(b.overhead_s)} of Python/dispatch "
-            f"time{stays}",
-            "torch.compile the model: fused kernels are dispatched once per group of ops",
-        ))
-    # Advice only when doubling the batch buys at least 10% more samples per second.
-    if batch is not None and batch.time_ratio and 2 / batch.time_ratio >= 1.1:
-        gain = 2 / batch.time_ratio
-        out.append(Remedy(
-            "larger batch (advice only)", "overhead", gain,
-            f"2x batch took {batch.time_ratio:.2f}x time: {gain:.2f}x samples per second",
-            "raise the batch size if memory and convergence allow",
-        ))
-    saved_bytes, fusable_bytes = fusable_bytes_saved(counts.records)
-    fusable_mem_s = sum(r.memory_s for r in b.per_class if r.name in FUSABLE_CLASSES)
-    if saved_bytes > 0 and fusable_mem_s > 0:
-        saved_s = fusable_mem_s * saved_bytes / fusable_bytes
-        out.append(Remedy(
-            "operator fusion (torch.compile)", "memory", speedup_from_saved(total, saved_s),
-            f"fusing pointwise/norm chains cuts their bytes {fmt_num(fusable_bytes, 'B')} -> "
-            f"{fmt_num(fusable_bytes - saved_bytes, 'B')}: {fmt_s(saved_s)} of "
-            f"{fmt_s(fusable_mem_s)} memory-bound time",
-            "torch.compile(model): Inductor fuses pointwise and reduction chains",
-        ))
-    peaks = ceil.peak_flops_per_s
-    fp32_s = b.compute_s_by_unit.get("fp32", 0.0)
-    if device == "cuda" and fp32_s > 0 and "tf32" in peaks:
-        saved = fp32_s * (1 - peaks["fp32"] / peaks["tf32"])
-        out.append(Remedy(
-            "TF32 matmuls", "compute", speedup_from_saved(total, saved),
-            f"fp32 matmul time {fmt_s(fp32_s)} at {peaks['tf32'] / peaks['fp32']:.1f}x the "
-            "rate (measured tf32 / fp32 peaks)",
-            "torch.set_float32_matmul_precision('high')",
-        ))
-    slow_s = fp32_s + b.compute_s_by_unit.get("tf32", 0.0)
-    if slow_s > 0 and "bf16" in peaks:
-        from_peak = peaks["tf32"] if "tf32" in peaks and fp32_s == 0 else peaks["fp32"]
-        if peaks["bf16"] > from_peak:
-            saved = slow_s * (1 - from_peak / peaks["bf16"])
-            out.append(Remedy(
-                "bf16 autocast", "compute", speedup_from_saved(total, saved),
-                f"fp32/tf32 matmul time {fmt_s(slow_s)} at the measured bf16 rate "
-                f"({peaks['bf16'] / from_peak:.1f}x); halves matmul bytes too",
-                "with torch.autocast(device_type, dtype=torch.bfloat16): ...",
-            ))
-    out.sort(key=lambda r: -(r.predicted_speedup or 0))
-    return out
+                 batch: BatchScaling | None, graph: GraphReplay | None, *,
+                 module_types: set[str] | None = None, optimizers: list[Any] | None = None,
+                 param_storages: frozenset[int] = frozenset()) -> list[Remedy]:
+    """The catalog's remedies that apply to this workload and for which the budget
+    predicts a gain, sorted by predicted gain. Each prediction is its remedy's own
+    (`RemedySpec.predict`), the very number `gobrrr optimize` starts from.
+    module_types, optimizers: what the workload reaches (read only), for the remedies
+    that apply only to some (a cast needs a module, a fused optimizer an optimizer)."""
+    from gobrrr.remedies.base import Context
+    from gobrrr.remedies.catalog import predictions
+
+    ctx = Context(device, b, ceil, counts.records, batch, graph,
+                  module_types=module_types or set(), optimizers=optimizers or [],
+                  param_storages=param_storages)
+    return [Remedy(spec.title or spec.name, spec.regime, gain.speedup, gain.basis,
+                   spec.how or spec.snippet, spec.name)
+            for spec, gain in predictions(ctx)]

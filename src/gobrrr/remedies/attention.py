@@ -19,12 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gobrrr.gains import Gain, gain_from_saved
 from gobrrr.remedies.base import (
+    PREP_COMPILE,
     STAGE_EXECUTION,
     Candidate,
     Context,
     RemedySpec,
-    speedup_from_saved,
 )
 from gobrrr.remedies.compiled import compile_candidate
 
@@ -78,17 +79,16 @@ def _applies(ctx: Context) -> str | None:
     return None
 
 
-def _predict(ctx: Context) -> tuple[float | None, str]:
+def _predict(ctx: Context) -> Gain:
     matches = find_attention(ctx.records)
     saved_bytes = sum(m.saved_bytes for m in matches)
-    rep = ctx.report
-    if rep is None:
-        return None, f"{len(matches)} attention(s), {saved_bytes / 1e6:.3g} MB of score " \
-                     "traffic (no diagnose budget to time it)"
-    saved_s = saved_bytes / rep.ceilings.bandwidth_bytes_per_s
-    return speedup_from_saved(rep.budget.total_s, saved_s), (
+    if ctx.budget is None or ctx.ceilings is None:
+        return Gain.none(f"{len(matches)} attention(s), {saved_bytes / 1e6:.3g} MB of "
+                         "score traffic (no diagnose budget to time it)")
+    saved_s = saved_bytes / ctx.ceilings.bandwidth_bytes_per_s
+    return gain_from_saved(ctx.budget, {"memory": saved_s}, (
         f"{len(matches)} attention(s): {saved_bytes / 1e6:.3g} MB of score-matrix "
-        f"traffic at the measured bandwidth = {saved_s * 1e6:.3g} us")
+        f"traffic at the measured bandwidth = {saved_s * 1e6:.3g} us"))
 
 
 def rewrite_fired() -> int:
@@ -109,4 +109,7 @@ SPEC = RemedySpec(
     "# replace  att = (q @ k.transpose(-2, -1) * scale).softmax(-1) @ v  by\n"
     "att = torch.nn.functional.scaled_dot_product_attention(q, k, v, "
     "attn_mask=mask, scale=scale)",
+    title="scaled_dot_product_attention",
+    how="replace softmax(q @ k^T) @ v by F.scaled_dot_product_attention",
+    prep=PREP_COMPILE, compile_mode="default",
 )

@@ -2,7 +2,7 @@
 and the result the harness records. Plain dataclasses; the work is in the families
 (one module each), verify.py (correctness and speed) and runner.py (the loop).
 
-A remedy is applied to a *candidate*: an independent copy of the workload (copying.py)
+A remedy is applied to a *candidate*: an independent copy of the workload (gobrrr.state)
 plus the global switches to hold around each call and the preparation steps (compile,
 graph capture) to run once before timing. Remedies compose by applying them in stage
 order to one candidate: first those that mutate the copy (layout, optimizer flags), then
@@ -16,55 +16,91 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# one speedup helper for the doctor report and optimize (re-exported for the families)
-from gobrrr.gains import speedup_from_saved
+from gobrrr.gains import Gain
 from gobrrr.state import Copied
 
 __all__ = ["Context", "Candidate", "RemedySpec", "RemedyResult", "STATUSES",
-           "STAGE_MUTATE", "STAGE_PRECISION", "STAGE_EXECUTION", "speedup_from_saved",
-           "switches_on"]
+           "STAGE_MUTATE", "STAGE_PRECISION", "STAGE_EXECUTION", "STAGE_AFTER_EXECUTION",
+           "PREP_FLAG", "PREP_CAPTURE", "PREP_COMPILE", "switches_on", "workload_facts"]
 
-# Ordering of application when remedies combine (see module docstring).
-STAGE_MUTATE, STAGE_PRECISION, STAGE_EXECUTION = 0, 1, 2
+# Ordering of application when remedies combine (see module docstring); options of an
+# execution remedy (Inductor freezing) come after it.
+STAGE_MUTATE, STAGE_PRECISION, STAGE_EXECUTION, STAGE_AFTER_EXECUTION = 0, 1, 2, 3
+
+# What preparing a remedy costs, for the search plan (plan.py): a flag flip or a
+# mutation of the copy costs a few calls, a CUDA-graph capture a few more, a compile
+# seconds to minutes (estimated from the graph size and the mode).
+PREP_FLAG, PREP_CAPTURE, PREP_COMPILE = "flag", "capture", "compile"
 
 # "unverifiable": the reference cannot judge the outputs (not finite, or eager differs
 # from itself beyond verify.NOISE_CEILING); timed, never "verified", never the best.
+# "skipped": applicable, but the search did not run it (the reason says why: the time
+# left, a predicted gain not worth its compile, the --budget-s deadline while timing).
 STATUSES = ("verified", "no significant change", "slower", "unverifiable", "rejected",
-            "failed", "not applicable", "advice")
+            "failed", "skipped", "not applicable", "advice")
 
 Progress = Callable[[str], None]
 
 
 @dataclass
 class Context:
-    """What every remedy may read: the device, the diagnose report (None when skipped),
-    and facts about the workload found on the base copy."""
+    """What every remedy may read: the device, the diagnosis (its budget, ceilings, counted
+    ops and experiments: None when diagnose was skipped), and facts about the workload
+    (found on the base copy in optimize, on the user's objects, read only, in doctor)."""
 
     device: str
-    report: Any | None  # gobrrr.report.Report
-    module_types: set[str] = field(default_factory=set)  # class names of reachable modules
-    optimizers: list[Any] = field(default_factory=list)  # on the base copy: read, never run
-    zero_grad_set_to_none: list[bool] = field(default_factory=list)  # as called by the step
-    independent_copy: bool = True  # False: state shared with the user's objects
+    budget: Any | None = None  # gobrrr.budget.Budget
+    ceilings: Any | None = None  # gobrrr.hardware.Ceilings
     records: list[Any] = field(default_factory=list)  # counting.OpRecord of one call
+    batch: Any | None = None  # experiments.BatchScaling
+    graph: Any | None = None  # experiments.GraphReplay
+    module_types: set[str] = field(default_factory=set)  # class names of reachable modules
+    optimizers: list[Any] = field(default_factory=list)  # read, never run
+    # as called by the step (optimize learns it while priming); None: not known (doctor)
+    zero_grad_set_to_none: list[bool] | None = None
+    independent_copy: bool = True  # False: state shared with the user's objects
+    # storages of the parameters and buffers of the objects the records were counted on
+    # (counting.OpRecord.reads names storages): what Inductor freezing can fold
+    param_storages: frozenset[int] = frozenset()
     compile_backend: str = "inductor"  # tests use "eager" where only dynamo is checked
     # "tf32" when eager itself already runs fp32 matmuls/convs in TF32 (cuDNN's default
     # allow_tf32=True for convolutions): any remedy is then judged at TF32's tolerance
     reference_precision: str | None = None
 
-    @property
-    def budget(self) -> Any | None:
-        return None if self.report is None else self.report.budget
+    @classmethod
+    def from_report(cls, device: str, report: Any | None, records: list[Any],
+                    **facts: Any) -> Context:
+        """The context of a diagnosed workload (`report` None: no predictions)."""
+        if report is None:
+            return cls(device, records=records, **facts)
+        return cls(device, report.budget, report.ceilings, records, report.batch,
+                   report.graph, **facts)
 
-    def report_prediction(self, prefix: str) -> tuple[float | None, str] | None:
-        """The diagnose report's predicted speedup for the remedy whose name starts with
-        `prefix` (report.remedies_for), if it made one."""
-        if self.report is None:
-            return None
-        for r in self.report.remedies:
-            if r.name.startswith(prefix):
-                return r.predicted_speedup, r.basis
-        return None
+    @property
+    def diagnosed(self) -> bool:
+        return self.budget is not None and self.ceilings is not None
+
+    @property
+    def inference(self) -> bool:
+        """The counted call runs no backward and no optimizer step: outputs are all it
+        makes, so inference-only remedies (no autograd, a model cast) may apply."""
+        # only "forward": a compiled workload's records ("compiled") cannot tell
+        return bool(self.records) and all(r.phase == "forward" for r in self.records)
+
+
+def workload_facts(modules: list[Any], optimizers: list[Any]) -> dict[str, Any]:
+    """The Context fields that describe what a workload reaches (its modules' class
+    names, its optimizers, its parameters' and buffers' storages), read without running
+    anything."""
+    storages = set()
+    for top in modules:
+        for t in [*top.parameters(), *top.buffers()]:
+            try:
+                storages.add(t.untyped_storage().data_ptr())
+            except (RuntimeError, NotImplementedError):  # meta, sparse: nothing to fold
+                continue
+    return {"module_types": {type(m).__name__ for top in modules for m in top.modules()},
+            "optimizers": list(optimizers), "param_storages": frozenset(storages)}
 
 
 @dataclass
@@ -90,7 +126,8 @@ class Candidate(Copied):
 @dataclass(frozen=True)
 class RemedySpec:
     """One remedy of the catalog. `applies` returns why it does not apply (None: it
-    does); `predict` the whole-workload speedup and its arithmetic; `apply` changes the
+    does); `predict` its whole-workload gain from the diagnosis (gobrrr.gains: the same
+    function gives the doctor report's prediction and optimize's); `apply` changes the
     candidate (a copy) and may raise: the harness records the reason."""
 
     name: str
@@ -99,11 +136,19 @@ class RemedySpec:
     stage: int
     group: str  # remedies of one group exclude each other in combinations
     applies: Callable[[Context], str | None]
-    predict: Callable[[Context], tuple[float | None, str]]
+    predict: Callable[[Context], Gain]
     apply: Callable[[Candidate, Context], Candidate]
     snippet: str  # what the user pastes to apply it
+    title: str = ""  # the doctor report's name for it
+    how: str = ""  # one line: what to do (the doctor report's "how")
     precision: str | None = None  # lowers precision: compared under its tolerance
     advice_only: bool = False  # never applied (batch size)
+    prep: str = PREP_FLAG  # PREP_FLAG | PREP_CAPTURE | PREP_COMPILE: its cost class
+    compile_mode: str | None = None  # for PREP_COMPILE: "default" | "reduce-overhead" | ...
+    # Kept in the stack of cheap remedies under a compile even without a measured gain
+    # alone: its gain shows under torch.compile (no autograd: an inference graph).
+    keep_when_neutral: bool = False
+    excludes: tuple[str, ...] = ()  # remedies it cannot be combined with
 
 
 @dataclass

@@ -1,11 +1,14 @@
 """torch.compile: default (Inductor fuses pointwise/reduction chains: fewer bytes, fewer
 launches), reduce-overhead (the same plus CUDA graphs: launch overhead gone),
-max-autotune (the same plus autotuned matmul/conv kernels; CUDA graphs too).
+max-autotune (the same plus autotuned matmul/conv kernels; CUDA graphs too), and Inductor
+freezing (inference: parameters become constants, what depends on them alone is folded).
 
-Predictions come from the diagnose budget (report.remedies_for): fusion saves the bytes
-of intermediates (bytes before / bytes after), CUDA graphs save the GPU's idle time
-(T_wall -> T_gpu), on CPU compiling saves at most the Python/dispatch time. Savings of
-different kinds add (they come out of different parts of the budget).
+Predictions come from the diagnose budget (remedies/savings.py): fusion saves the bytes
+of intermediates (bytes before / bytes after), CUDA graphs save the GPU's idle time, at
+most the dispatch of the ops that ran; on CPU compiling saves at most the Python/dispatch
+time; autotuning is credited with part of the matmul time above its roofline; freezing
+with the time of the ops that compute from parameters alone. Savings of different kinds
+add (they come out of different ops of the budget).
 
 Health checks (verify.compile_problems): dynamo is reset before each variant (the
 recompile-limit trap (docs/reference.md) accumulates cache entries on one code object),
@@ -17,32 +20,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from gobrrr.gains import Gain
+from gobrrr.remedies import savings
 from gobrrr.remedies.base import (
+    PREP_COMPILE,
+    STAGE_AFTER_EXECUTION,
     STAGE_EXECUTION,
     Candidate,
     Context,
     RemedySpec,
-    speedup_from_saved,
 )
 
-__all__ = ["SPECS", "combine_predictions", "compile_candidate"]
-
-
-def combine_predictions(ctx: Context, prefixes: list[str]) -> tuple[float | None, str]:
-    """Add the savings the report predicts for several remedies (disjoint parts of the
-    budget), as one whole-workload speedup."""
-    budget = ctx.budget
-    if budget is None or budget.total_s <= 0:
-        return None, "no diagnose budget"
-    saved, parts = 0.0, []
-    for prefix in prefixes:
-        got = ctx.report_prediction(prefix)
-        if got and got[0]:
-            saved += budget.total_s * (1 - 1 / got[0])
-            parts.append(f"{prefix}: {got[0]:.2f}x ({got[1]})")
-    if not parts:
-        return None, "the budget predicts no gain for " + " / ".join(prefixes)
-    return speedup_from_saved(budget.total_s, saved), "; ".join(parts)
+__all__ = ["SPECS", "compile_candidate", "predict_default"]
 
 
 def compile_candidate(cand: Candidate, ctx: Context, mode: str | None) -> Candidate:
@@ -78,32 +67,93 @@ def _applies_cuda(ctx: Context) -> str | None:
     return None
 
 
-def _predict_default(ctx: Context) -> tuple[float | None, str]:
+def _launches(ctx: Context) -> savings.Saving:
+    return savings.dispatch(ctx, launch=True)
+
+
+def _cpu_dispatch(ctx: Context) -> savings.Saving:
+    return savings.dispatch(ctx, launch=False)
+
+
+def _gemm_gap(ctx: Context) -> savings.Saving:
+    return savings.matmul_gap(ctx, ("matmul", "conv", "attention"), "matmul/conv")
+
+
+def predict_default(ctx: Context) -> Gain:
+    """torch.compile's default mode: fusion; on CPU also the dispatch of the fused ops
+    (on CUDA the generated code still launches each kernel from Python)."""
     if ctx.device == "cuda":
-        return combine_predictions(ctx, ["operator fusion"])
-    return combine_predictions(ctx, ["torch.compile", "operator fusion"])
+        return savings.gain_of(ctx, savings.fusion)
+    return savings.gain_of(ctx, _cpu_dispatch, savings.fusion)
 
 
-def _predict_graphs(ctx: Context) -> tuple[float | None, str]:
-    return combine_predictions(ctx, ["CUDA graphs", "operator fusion"])
+def _predict_graphs(ctx: Context) -> Gain:
+    return savings.gain_of(ctx, _launches, savings.fusion)
 
 
-def _predict_autotune(ctx: Context) -> tuple[float | None, str]:
-    s, basis = combine_predictions(ctx, ["CUDA graphs", "operator fusion"])
-    return s, basis + "; autotuned GEMM gain not predicted (cuBLAS is near peak already)"
+def _predict_autotune(ctx: Context) -> Gain:
+    return savings.gain_of(ctx, _launches, savings.fusion, _gemm_gap)
+
+
+def _predict_freezing(ctx: Context) -> Gain:
+    """Applied alone it compiles in the default mode: the default's gain plus folding."""
+    if ctx.device == "cuda":
+        return savings.gain_of(ctx, savings.fusion, savings.constant_folding)
+    return savings.gain_of(ctx, _cpu_dispatch, savings.fusion, savings.constant_folding)
+
+
+def _applies_freezing(ctx: Context) -> str | None:
+    if not ctx.inference:
+        return ("the workload runs a backward or an optimizer step: frozen parameters "
+                "could not be trained")
+    if not ctx.module_types:
+        return "no nn.Module whose parameters could be frozen"
+    return None
+
+
+def _apply_freezing(cand: Candidate, ctx: Context) -> Candidate:
+    """Freezing is an option of Inductor's compile: the default compile when no compile
+    remedy came before it (stage order), Inductor's freezing flag held around the
+    compile and every call."""
+    from gobrrr.settings import inductor_options
+
+    if cand.compile_mode is None:
+        if any(getattr(p, "__name__", "") == "capture" for p in cand.prepare):
+            raise RuntimeError("freezing needs torch.compile, not a captured CUDA graph")
+        cand = compile_candidate(cand, ctx, None)
+    cand.switches.append(lambda: inductor_options(freezing=True))
+    return cand
 
 
 SPECS = [
     RemedySpec("compile", "compile", "memory", STAGE_EXECUTION, "execution",
-               _applies_any, _predict_default,
+               _applies_any, predict_default,
                lambda c, x: compile_candidate(c, x, None),
-               "step = torch.compile(step)"),
+               "step = torch.compile(step)", title="torch.compile",
+               how="torch.compile(model): Inductor fuses pointwise and reduction chains",
+               prep=PREP_COMPILE, compile_mode="default"),
     RemedySpec("compile_reduce_overhead", "compile", "overhead", STAGE_EXECUTION,
                "execution", _applies_cuda, _predict_graphs,
                lambda c, x: compile_candidate(c, x, "reduce-overhead"),
-               'step = torch.compile(step, mode="reduce-overhead")'),
+               'step = torch.compile(step, mode="reduce-overhead")',
+               title="torch.compile(mode='reduce-overhead')",
+               how="torch.compile(model, mode='reduce-overhead'): fusion and CUDA graphs",
+               prep=PREP_COMPILE, compile_mode="reduce-overhead"),
     RemedySpec("compile_max_autotune", "compile", "compute", STAGE_EXECUTION, "execution",
                _applies_cuda, _predict_autotune,
                lambda c, x: compile_candidate(c, x, "max-autotune"),
-               'step = torch.compile(step, mode="max-autotune")'),
+               'step = torch.compile(step, mode="max-autotune")',
+               title="torch.compile(mode='max-autotune')",
+               how="torch.compile(model, mode='max-autotune'): also autotuned GEMM kernels "
+                   "(minutes of compile)",
+               prep=PREP_COMPILE, compile_mode="max-autotune"),
+    RemedySpec("freezing", "compile", "memory", STAGE_AFTER_EXECUTION, "freezing",
+               _applies_freezing, _predict_freezing, _apply_freezing,
+               "# inference only: parameters become constants of the compiled graph\n"
+               "torch._inductor.config.freezing = True\n"
+               "with torch.no_grad():\n    out = torch.compile(model)(x)",
+               title="torch.compile + Inductor freezing (inference)",
+               how="torch._inductor.config.freezing = True, then torch.compile under "
+                   "no_grad (inference only)",
+               prep=PREP_COMPILE, compile_mode="default", excludes=("cuda_graphs",)),
 ]

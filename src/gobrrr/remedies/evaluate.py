@@ -159,7 +159,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     unverifiable = (f"the reference output is not finite ({ref.nonfinite}): nothing to "
                     "verify against" if ref.nonfinite else tol.unverifiable)
     if not unverifiable:
-        cmp = compare(ref.outputs, outs, tol.measure, tol.rtol)
+        cmp = compare(ref.outputs, outs, tol.measure, tol.rtol, tol.min_cosine)
         res.tolerance, res.max_error, res.verified = cmp.tolerance, cmp.max_error, cmp.ok
         if cmp.cosine is not None:
             res.checks["cosine_min"] = cmp.cosine

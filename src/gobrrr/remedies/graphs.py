@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gobrrr.gains import Gain
+from gobrrr.remedies import savings
 from gobrrr.remedies.base import (
+    PREP_CAPTURE,
     STAGE_EXECUTION,
     Candidate,
     Context,
@@ -70,11 +73,8 @@ def _applies(ctx: Context) -> str | None:
     return None if ctx.device == "cuda" else "CUDA graphs need a CUDA device"
 
 
-def _predict(ctx: Context) -> tuple[float | None, str]:
-    got = ctx.report_prediction("CUDA graphs")
-    if got is None:
-        return None, "no launch overhead in the budget (or no diagnose)"
-    return got
+def _predict(ctx: Context) -> Gain:
+    return savings.gain_of(ctx, lambda c: savings.dispatch(c, launch=True))
 
 
 SPEC = RemedySpec(
@@ -87,4 +87,8 @@ SPEC = RemedySpec(
     "g = torch.cuda.CUDAGraph()\nwith torch.cuda.graph(g):\n"
     "    static_out = step(*static_args)\n"
     "# each call: copy new inputs into static_args, then g.replay(); read static_out",
+    title="CUDA graphs",
+    how="capture the step with torch.cuda.graphs (optimizers with capturable=True) or "
+        "torch.compile(mode='reduce-overhead')",
+    prep=PREP_CAPTURE,
 )

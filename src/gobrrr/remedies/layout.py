@@ -8,13 +8,14 @@ its modules and its 4-D inputs converted with memory_format=torch.channels_last.
 
 from __future__ import annotations
 
+from gobrrr.gains import Gain, gain_from_saved
 from gobrrr.remedies.base import (
     STAGE_MUTATE,
     Candidate,
     Context,
     RemedySpec,
-    speedup_from_saved,
 )
+from gobrrr.units import fmt_s
 
 __all__ = ["SPEC"]
 
@@ -29,17 +30,17 @@ def _applies(ctx: Context) -> str | None:
     return None
 
 
-def _predict(ctx: Context) -> tuple[float | None, str]:
+def _predict(ctx: Context) -> Gain:
     b = ctx.budget
     if b is None:
-        return None, "no diagnose budget"
+        return Gain.none("no diagnose budget")
     # memory-bound kernels inside otherwise compute-bound conv ops: the layout transposes
     aux_s = sum(r.memory_s for r in b.per_op
                 if "convolution" in r.name and r.compute_s > 0)
     if aux_s <= 0:
-        return None, "no layout-transpose time found inside the conv ops"
-    return speedup_from_saved(b.total_s, aux_s), (
-        f"{aux_s * 1e6:.3g} us of transpose kernels inside conv ops disappear")
+        return Gain.none("no layout-transpose time found inside the conv ops")
+    return gain_from_saved(b, {"memory": aux_s},
+                           f"{fmt_s(aux_s)} of transpose kernels inside conv ops disappear")
 
 
 def _apply(cand: Candidate, ctx: Context) -> Candidate:
@@ -67,4 +68,6 @@ SPEC = RemedySpec(
     _apply,
     "model = model.to(memory_format=torch.channels_last)\n"
     "x = x.contiguous(memory_format=torch.channels_last)",
+    title="channels_last",
+    how="model.to(memory_format=torch.channels_last) and 4-D inputs likewise",
 )

@@ -16,13 +16,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from gobrrr.gains import Gain, gain_from_saved
 from gobrrr.remedies.base import (
     STAGE_MUTATE,
     Candidate,
     Context,
     RemedySpec,
-    speedup_from_saved,
 )
+from gobrrr.units import fmt_s
 
 __all__ = ["SPECS", "set_group_flag"]
 
@@ -82,15 +83,14 @@ def _applies_foreach(ctx: Context) -> str | None:
     return None
 
 
-def _predict_merge(ctx: Context, fused: bool) -> tuple[float | None, str]:
-    rep = ctx.report
+def _predict_merge(ctx: Context, fused: bool) -> Gain:
     recs = _opt_records(ctx)
-    if rep is None or not recs:
-        return None, "no counted optimizer ops (or no diagnose)"
-    ceil = rep.ceilings
+    b, ceil = ctx.budget, ctx.ceilings
+    if b is None or ceil is None or not recs:
+        return Gain.none("no counted optimizer ops (or no diagnose)")
     n_params = sum(len(g["params"]) for o in ctx.optimizers for g in o.param_groups)
     after_ops = len(ctx.optimizers) if fused else max(1, len(recs) // max(1, n_params))
-    saved_s = max(0, len(recs) - after_ops) * ceil.op_overhead_s
+    saved = {"overhead": max(0, len(recs) - after_ops) * ceil.op_overhead_s}
     basis = (f"{len(recs)} optimizer ops -> ~{after_ops}: "
              f"{len(recs) - after_ops} x {ceil.op_overhead_s * 1e6:.3g} us per op")
     if fused:
@@ -99,9 +99,9 @@ def _predict_merge(ctx: Context, fused: bool) -> tuple[float | None, str]:
         before = sum(r.bytes for r in recs)
         after = 7 * p_bytes  # Adam: p, g, m, v in; p, m, v out
         if before > after:
-            saved_s += (before - after) / ceil.bandwidth_bytes_per_s
+            saved["memory"] = (before - after) / ceil.bandwidth_bytes_per_s
             basis += f"; bytes {before / 1e6:.3g} -> {after / 1e6:.3g} MB"
-    return speedup_from_saved(rep.budget.total_s, saved_s), basis
+    return gain_from_saved(b, saved, basis)
 
 
 def _applies_zero(ctx: Context) -> str | None:
@@ -109,6 +109,8 @@ def _applies_zero(ctx: Context) -> str | None:
         return "no optimizer in the workload"
     if not ctx.independent_copy:
         return "the workload's optimizer could not be copied apart from yours"
+    if ctx.zero_grad_set_to_none is None:  # doctor: not known; the budget decides
+        return None
     if not ctx.zero_grad_set_to_none:
         return "the step never calls optimizer.zero_grad()"
     if all(ctx.zero_grad_set_to_none):
@@ -116,16 +118,20 @@ def _applies_zero(ctx: Context) -> str | None:
     return None
 
 
-def _predict_zero(ctx: Context) -> tuple[float | None, str]:
+def _predict_zero(ctx: Context) -> Gain:
     b = ctx.budget
     if b is None:
-        return None, "no diagnose budget"
-    zero_s = sum(r.time_s for r in b.per_op if r.name in _ZERO_OPS)
-    n = sum(r.calls for r in b.per_op if r.name in _ZERO_OPS)
+        return Gain.none("no diagnose budget")
+    rows = [r for r in b.per_op if r.name in _ZERO_OPS]
+    saved = {"overhead": sum(r.overhead_s for r in rows),
+             "memory": sum(r.memory_s for r in rows),
+             "compute": sum(r.compute_s for r in rows)}
+    zero_s = sum(saved.values())
     if zero_s <= 0:
-        return None, "no zeroing ops timed"
-    return speedup_from_saved(b.total_s, zero_s), (
-        f"{n} zeroing op(s), {zero_s * 1e6:.3g} us, disappear (one memset per gradient)")
+        return Gain.none("no zeroing ops timed")
+    return gain_from_saved(b, saved, (
+        f"{sum(r.calls for r in rows)} zeroing op(s), {fmt_s(zero_s)}, disappear (one "
+        "memset per gradient)"))
 
 
 def _apply_fused(cand: Candidate, ctx: Context) -> Candidate:
@@ -153,11 +159,14 @@ def _apply_zero(cand: Candidate, ctx: Context) -> Candidate:
 SPECS = [
     RemedySpec("fused_optimizer", "optim", "overhead", STAGE_MUTATE, "optimizer",
                _applies_fused, lambda c: _predict_merge(c, True), _apply_fused,
-               "opt = torch.optim.Adam(model.parameters(), lr=..., fused=True)"),
+               "opt = torch.optim.Adam(model.parameters(), lr=..., fused=True)",
+               title="fused optimizer", how="construct the optimizer with fused=True"),
     RemedySpec("foreach_optimizer", "optim", "overhead", STAGE_MUTATE, "optimizer",
                _applies_foreach, lambda c: _predict_merge(c, False), _apply_foreach,
-               "opt = torch.optim.Adam(model.parameters(), lr=..., foreach=True)"),
+               "opt = torch.optim.Adam(model.parameters(), lr=..., foreach=True)",
+               title="foreach optimizer", how="construct the optimizer with foreach=True"),
     RemedySpec("zero_grad_set_to_none", "optim", "memory", STAGE_MUTATE, "zero_grad",
                _applies_zero, _predict_zero, _apply_zero,
-               "opt.zero_grad(set_to_none=True)"),
+               "opt.zero_grad(set_to_none=True)", title="zero_grad(set_to_none=True)",
+               how="opt.zero_grad(set_to_none=True)"),
 ]

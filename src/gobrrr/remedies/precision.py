@@ -1,9 +1,11 @@
-"""Lower-precision math on tensor cores: TF32 for fp32 matmuls/convs, bf16 autocast.
+"""Lower-precision math on tensor cores: TF32 for fp32 matmuls/convs, bf16 autocast, and
+(inference only) the whole model cast to bf16.
 
-Predicted (report.remedies_for): the fp32 matmul time runs at the measured tf32 or bf16
-peak instead (docs/reference.md, on an H200: fp32 51, tf32 360, bf16 ~700 TFLOP/s), the rest of
-the budget unchanged. Outputs change by design, so they are verified under the
-lower-precision tolerance of verify.py (relative L2, cosine reported).
+Predicted from the budget: the fp32 matmul time runs at the measured tf32 or bf16 peak
+instead (docs/reference.md, on an H200: fp32 51, tf32 360, bf16 ~700 TFLOP/s), the rest
+of the budget unchanged; a model cast also halves the bytes of every fp32 tensor, so the
+memory-bound time of fp32 ops halves. Outputs change by design, so they are verified
+under the lower-precision tolerance of verify.py (relative L2 and cosine similarity).
 
 TF32 is a global switch: it is set only while the candidate runs (around each timed
 block), through gobrrr.settings, which restores the user's settings by the API they used.
@@ -14,17 +16,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gobrrr.gains import Gain, gain_from_saved
 from gobrrr.remedies.base import (
+    STAGE_MUTATE,
     STAGE_PRECISION,
     Candidate,
     Context,
     RemedySpec,
 )
 from gobrrr.settings import tf32, tf32_enabled
+from gobrrr.units import fmt_s
 
-__all__ = ["SPECS", "autocast_wrap"]
+__all__ = ["SPECS", "autocast_wrap", "cast_candidate", "cast_dtype"]
 
 _MATMUL_CLASSES = ("matmul", "conv", "attention")
+_NO_TIME = "no compute-bound fp32 matmul time in the budget"
 
 
 def autocast_wrap(fn: Callable[..., Any], device: str) -> Callable[..., Any]:
@@ -58,12 +64,70 @@ def _applies_bf16(ctx: Context) -> str | None:
     return None
 
 
-def _predict(prefix: str) -> Callable[[Context], tuple[float | None, str]]:
-    def predict(ctx: Context) -> tuple[float | None, str]:
-        got = ctx.report_prediction(prefix)
-        return got if got else (None, "no compute-bound fp32 matmul time in the budget")
+def _predict_tf32(ctx: Context) -> Gain:
+    b, ceil = ctx.budget, ctx.ceilings
+    if b is None or ceil is None:
+        return Gain.none("no diagnose budget")
+    peaks = ceil.peak_flops_per_s
+    fp32_s = b.compute_s_by_unit.get("fp32", 0.0)
+    if fp32_s <= 0 or "tf32" not in peaks:
+        return Gain.none(_NO_TIME)
+    rate = peaks["tf32"] / peaks["fp32"]
+    return gain_from_saved(b, {"compute": fp32_s * (1 - 1 / rate)},
+                           f"fp32 matmul time {fmt_s(fp32_s)} at {rate:.1f}x the rate "
+                           "(measured tf32 / fp32 peaks)")
 
-    return predict
+
+def _bf16_compute(ctx: Context) -> tuple[float, str]:
+    """(seconds saved, basis) running the fp32/tf32 matmul time at the bf16 peak."""
+    b, ceil = ctx.budget, ctx.ceilings
+    assert b is not None and ceil is not None
+    peaks = ceil.peak_flops_per_s
+    fp32_s = b.compute_s_by_unit.get("fp32", 0.0)
+    slow_s = fp32_s + b.compute_s_by_unit.get("tf32", 0.0)
+    if slow_s <= 0 or "bf16" not in peaks:
+        return 0.0, _NO_TIME
+    from_peak = peaks["tf32"] if "tf32" in peaks and fp32_s == 0 else peaks["fp32"]
+    if peaks["bf16"] <= from_peak:
+        return 0.0, "the measured bf16 peak is no faster than fp32 here"
+    rate = peaks["bf16"] / from_peak
+    return slow_s * (1 - 1 / rate), (f"fp32/tf32 matmul time {fmt_s(slow_s)} at the "
+                                     f"measured bf16 rate ({rate:.1f}x)")
+
+
+def _predict_autocast(ctx: Context) -> Gain:
+    if not ctx.diagnosed:
+        return Gain.none("no diagnose budget")
+    saved_s, basis = _bf16_compute(ctx)
+    if saved_s <= 0:
+        return Gain.none(basis)
+    assert ctx.budget is not None
+    return gain_from_saved(ctx.budget, {"compute": saved_s},
+                           basis + "; halves matmul bytes too")
+
+
+def _fp32_memory_s(ctx: Context) -> float:
+    """Memory-bound time of ops whose output is fp32: what halving their bytes halves."""
+    assert ctx.budget is not None
+    fp32 = {r.index for r in ctx.records if r.dtype == "fp32"}
+    return sum(c.time_s for c in ctx.budget.per_call
+               if c.regime == "memory" and c.index in fp32)
+
+
+def _predict_cast(ctx: Context) -> Gain:
+    if not ctx.diagnosed:
+        return Gain.none("no diagnose budget")
+    assert ctx.budget is not None
+    compute_s, basis = _bf16_compute(ctx)
+    memory_s = _fp32_memory_s(ctx) / 2  # every fp32 tensor's bytes halve
+    if compute_s <= 0 and memory_s <= 0:
+        return Gain.none("no fp32 matmul or memory-bound fp32 time in the budget")
+    parts = [basis] if compute_s > 0 else []
+    if memory_s > 0:
+        parts.append(f"memory-bound fp32 time {fmt_s(2 * memory_s)} halved (2-byte "
+                     "tensors)")
+    return gain_from_saved(ctx.budget, {"compute": compute_s, "memory": memory_s},
+                           "; ".join(parts))
 
 
 def _apply_tf32(cand: Candidate, ctx: Context) -> Candidate:
@@ -78,13 +142,75 @@ def _apply_bf16(cand: Candidate, ctx: Context) -> Candidate:
     return cand
 
 
+def cast_dtype(device: str) -> Any:
+    """bf16, or fp16 on a GPU without bf16 (before Ampere): both are 2-byte formats
+    that run on tensor cores; bf16 keeps fp32's range, so it is the first choice."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_bf16_supported():
+        return torch.float16
+    return torch.bfloat16
+
+
+def cast_candidate(cand: Candidate, dtype: Any) -> Candidate:
+    """The copy's modules (parameters and buffers) and its floating inputs in `dtype`.
+    Tensors the code reaches otherwise (closures, globals) keep theirs: an op mixing the
+    two fails, and the harness reports it."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def cast(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return x.detach().to(dtype).requires_grad_(x.requires_grad)
+        return x
+
+    for m in cand.modules:
+        m.to(dtype)
+    cand.args = tree_map(cast, cand.args)
+    cand.kwargs = tree_map(cast, cand.kwargs)
+    from torch.utils._pytree import tree_flatten
+
+    inputs = [t for t in tree_flatten((cand.args, cand.kwargs))[0]
+              if isinstance(t, torch.Tensor)]
+    cand.tensors = [*cand.tensors, *inputs]  # restored in place between runs
+    cand.precision = "bf16" if dtype == torch.bfloat16 else "fp16"
+    return cand
+
+
+def _applies_cast(ctx: Context) -> str | None:
+    if not ctx.inference:
+        return ("the workload runs a backward or an optimizer step: a bf16 model would "
+                "train in bf16 (use bf16 autocast)")
+    if not ctx.module_types:
+        return "no nn.Module to cast"
+    if not ctx.independent_copy:
+        return "the workload's modules could not be copied apart from yours"
+    if not any(r.dtype == "fp32" for r in ctx.records):
+        return "no fp32 op to run in a 2-byte format"
+    return None
+
+
+def _apply_cast(cand: Candidate, ctx: Context) -> Candidate:
+    return cast_candidate(cand, cast_dtype(ctx.device))
+
+
 SPECS = [
     RemedySpec("tf32", "precision", "compute", STAGE_PRECISION, "precision",
-               _applies_tf32, _predict("TF32"), _apply_tf32,
+               _applies_tf32, _predict_tf32, _apply_tf32,
                'torch.set_float32_matmul_precision("high")\n'
-               "torch.backends.cudnn.allow_tf32 = True", precision="tf32"),
+               "torch.backends.cudnn.allow_tf32 = True", precision="tf32",
+               title="TF32 matmuls", how="torch.set_float32_matmul_precision('high')"),
     RemedySpec("bf16_autocast", "precision", "compute", STAGE_PRECISION, "precision",
-               _applies_bf16, _predict("bf16"), _apply_bf16,
+               _applies_bf16, _predict_autocast, _apply_bf16,
                "with torch.autocast(device_type, dtype=torch.bfloat16):\n"
-               "    out = step(*args)", precision="bf16"),
+               "    out = step(*args)", precision="bf16", title="bf16 autocast",
+               how="with torch.autocast(device_type, dtype=torch.bfloat16): ..."),
+    # STAGE_MUTATE: the copy's weights change dtype before anything wraps or compiles it
+    RemedySpec("bf16_cast", "precision", "compute", STAGE_MUTATE, "precision",
+               _applies_cast, _predict_cast, _apply_cast,
+               "# inference only (no backward, no optimizer step):\n"
+               "model = model.to(torch.bfloat16)  # torch.float16 where bf16 is unsupported\n"
+               "x = x.to(torch.bfloat16)  # floating inputs to match",
+               precision="bf16", title="model cast to bf16 (inference)",
+               how="model.to(torch.bfloat16) and floating inputs to match (inference only)"),
 ]

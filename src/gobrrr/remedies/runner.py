@@ -19,10 +19,24 @@ from typing import Any
 
 from gobrrr.errors import WARNING
 from gobrrr.remedies import catalog
-from gobrrr.remedies.base import Candidate, Context, RemedyResult, RemedySpec, switches_on
+from gobrrr.remedies.base import (
+    Candidate,
+    Context,
+    RemedyResult,
+    RemedySpec,
+    switches_on,
+    workload_facts,
+)
 from gobrrr.remedies.evaluate import Reference, evaluate, make_reference
 from gobrrr.remedies.result import NONFINITE_REFERENCE, OptimizeResult
-from gobrrr.state import Copied, copy_workload, describe, preserved_state, stateful_ids
+from gobrrr.state import (
+    Copied,
+    copy_workload,
+    describe,
+    preserved_state,
+    stateful_ids,
+    walk,
+)
 from gobrrr.workload import Workload
 
 __all__ = ["optimize_workload"]
@@ -134,9 +148,14 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
             # the user's exception as a WorkloadError: their traceback, exit 2
             records = count(Workload(w.name, base.fn, base.args, base.kwargs,
                                      w.device).run, "counting a copy").records
-        ctx = Context(w.device, report, {type(m).__name__ for top in base.modules
-                                         for m in top.modules()},
-                      base.optimizers, zero_calls, independent, records, compile_backend)
+        facts = workload_facts(base.modules, base.optimizers)
+        if report is not None:  # the report's ops were counted on the user's objects
+            reach = walk(w.fn, w.args, w.kwargs)
+            facts["param_storages"] = workload_facts(reach.modules, [])["param_storages"]
+        ctx = Context.from_report(w.device, report, records,
+                                  zero_grad_set_to_none=zero_calls,
+                                  independent_copy=independent,
+                                  compile_backend=compile_backend, **facts)
         ctx.reference_precision = _reference_precision(ctx)
         if ctx.reference_precision:
             notes.append("eager already runs fp32 matmuls/convolutions in TF32 here "
@@ -191,7 +210,8 @@ def _run_all(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
             best_cand, best_res = cand, res
 
     for spec in specs:
-        predicted, basis = spec.predict(ctx)
+        gain = spec.predict(ctx)
+        predicted, basis = gain.speedup, gain.basis
         res = RemedyResult(spec.name, spec.regime, "not applicable", "", predicted, basis,
                            components=(spec.name,), snippet=spec.snippet)
         why_not = spec.applies(ctx)

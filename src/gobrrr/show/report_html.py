@@ -52,15 +52,22 @@ def rows_table(rows: list[dict[str, Any]], total_s: float, numbered: bool = Fals
     return table(cols, out, text_columns=(name_col, len(cols) - 1), name_columns=(name_col,))
 
 
+# The catalog remedies (a remedy's "spec" key) that an experiment of the diagnosis
+# already ran: the graph replay is CUDA graphs; the batch-size advice is read off the
+# batch-scaling measurement itself.
+_MEASURED_BY_EXPERIMENT = {"cuda_graphs": "graph_replay", "batch_size": "batch_scaling"}
+
+
 def _measured_gain(rem: dict[str, Any], d: dict[str, Any]) -> tuple[float | None, str]:
     """A remedy's measured whole-workload gain and what measured it: `gobrrr optimize`
     fills measured_speedup; without it, an experiment that already ran the remedy."""
     if rem.get("measured_speedup"):
         return rem["measured_speedup"], rem.get("measured_by", "gobrrr optimize")
-    gr = d["experiments"].get("graph_replay") or {}
-    if rem["name"].startswith("CUDA graphs") and gr.get("speedup"):
-        return gr["speedup"], "graph-replay experiment"
-    if rem["name"].startswith("larger batch") and rem.get("predicted_speedup"):
+    experiment = _MEASURED_BY_EXPERIMENT.get(rem.get("spec") or "")
+    got = d["experiments"].get(experiment) or {} if experiment else {}
+    if experiment == "graph_replay" and got.get("speedup"):
+        return got["speedup"], "graph-replay experiment"
+    if experiment == "batch_scaling" and rem.get("predicted_speedup"):
         return rem["predicted_speedup"], "batch-scaling experiment"
     return None, "not yet (gobrrr optimize measures it)"
 

@@ -1,0 +1,157 @@
+"""What each mechanism a remedy relies on removes from the budget, in seconds per call by
+budget part, with the arithmetic as a sentence. Remedies predict by adding up the
+mechanisms they use (torch.compile: fusion and, on CPU, dispatch; reduce-overhead: fusion
+and dispatch; ...), always through gobrrr.gains, so a doctor report and `gobrrr optimize`
+give the same number for the same budget.
+
+Each function returns (seconds by part, basis); empty seconds: nothing to remove, and the
+basis says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
+from gobrrr.gains import Gain, gain_from_saved, host_time
+from gobrrr.remedies.base import Context
+from gobrrr.units import fmt_num, fmt_s
+
+__all__ = ["Saving", "gain_of", "dispatch", "fusion", "matmul_gap", "autograd", "constant_folding",
+           "AUTOTUNE_GAP_SHARE", "AUTOGRAD_COST_PER_OP"]
+
+Saving = tuple[dict[str, float], str]
+
+# Autotuning (Inductor's max-autotune GEMM templates, cuDNN's benchmark mode) picks the
+# fastest of several kernels for each shape; it cannot reach the roofline. We credit it
+# with half of the gap between a compute-bound matmul/conv's time and its roofline floor:
+# the heuristics' choice is often the fastest already (docs/reference.md: cuBLAS near peak
+# on large GEMMs), so the whole gap would over-predict, and none would hide its one real
+# win (small or odd shapes the heuristic gets wrong).
+AUTOTUNE_GAP_SHARE = 0.5
+
+# An op that autograd records costs about twice its dispatch: creating the node, saving
+# its inputs and bumping version counters cost about as much as dispatching the op
+# itself. Measured on this project's 2-core CPU (torch 2.13): a tiny mul/add on a
+# requires-grad tensor 3.14 us, under no_grad 1.40 us, under inference_mode 1.05 us; the
+# calibrated per-op cost (ceilings.op_overhead_s) is the no-autograd one, so the
+# bookkeeping is ~1x of it per recorded op.
+AUTOGRAD_COST_PER_OP = 1.0
+
+
+def gain_of(ctx: Context, *mechanisms: Callable[[Context], Saving]) -> Gain:
+    """One remedy's gain from the mechanisms it uses (each removes its own ops' time, so
+    their seconds add)."""
+    if not ctx.diagnosed:
+        return Gain.none("no diagnose budget")
+    assert ctx.budget is not None
+    savings = [m(ctx) for m in mechanisms]
+    total: dict[str, float] = {}
+    for seconds, _ in savings:
+        for part, s in seconds.items():
+            total[part] = total.get(part, 0.0) + s
+    used = [basis for seconds, basis in savings if seconds]
+    if not used:
+        return Gain.none("; ".join(basis for _, basis in savings))
+    return gain_from_saved(ctx.budget, total, "; ".join(used))
+
+
+def dispatch(ctx: Context, *, launch: bool) -> Saving:
+    """The dispatch of the ops that ran (CUDA graphs, a compiled CPU graph): n_ops x the
+    measured per-op cost, at most the overhead; host time outside ops stays. `launch`:
+    the words for CUDA (the GPU-idle time goes) rather than CPU (Python/dispatch)."""
+    b, ceil = ctx.budget, ctx.ceilings
+    assert b is not None and ceil is not None
+    host = host_time(b, ctx.records, ceil)
+    if host.dispatch_s <= 0:
+        return {}, "no dispatch overhead in the budget"
+    each = (f"{host.n_ops} ops x {fmt_s(ceil.op_overhead_s)} = {fmt_s(host.dispatch_s)} "
+            "of dispatch")
+    stays = (f"; {fmt_s(host.outside_s)} of host time outside PyTorch ops stays"
+             if host.outside_s > 0 else "")
+    if launch:
+        measured = (f"; graph replay measured {ctx.graph.speedup:.2f}x"
+                    if ctx.graph is not None and ctx.graph.speedup else "")
+        basis = (f"T_wall {fmt_s(b.total_s)} -> {fmt_s(b.total_s - host.dispatch_s)} "
+                 f"(kernel time {fmt_s(b.busy_s)}): the launch overhead goes, at most "
+                 f"{each}{stays}{measured}")
+    else:
+        basis = (f"upper bound: {each} removed, of {fmt_s(b.overhead_s)} of "
+                 f"Python/dispatch time{stays}")
+    return {"overhead": host.dispatch_s}, basis
+
+
+def fusion(ctx: Context) -> Saving:
+    """Inductor fuses pointwise/norm/softmax/reduction chains: an intermediate written and
+    read back by the next op stays on chip (budget.fusable_bytes_saved, an upper bound);
+    the fusable ops' memory-bound time shrinks with their bytes."""
+    b = ctx.budget
+    assert b is not None
+    saved_bytes, fusable_bytes = fusable_bytes_saved(ctx.records)
+    fusable_mem_s = sum(r.memory_s for r in b.per_class if r.name in FUSABLE_CLASSES)
+    if saved_bytes <= 0 or fusable_mem_s <= 0:
+        return {}, "no fusable pointwise/norm chain with memory-bound time"
+    saved_s = fusable_mem_s * saved_bytes / fusable_bytes
+    return {"memory": saved_s}, (
+        f"fusing pointwise/norm chains cuts their bytes {fmt_num(fusable_bytes, 'B')} -> "
+        f"{fmt_num(fusable_bytes - saved_bytes, 'B')}: {fmt_s(saved_s)} of "
+        f"{fmt_s(fusable_mem_s)} memory-bound time")
+
+
+def matmul_gap(ctx: Context, classes: tuple[str, ...], what: str) -> Saving:
+    """AUTOTUNE_GAP_SHARE of the time compute-bound ops of `classes` spend above their
+    roofline floor (the budget's per-call rows)."""
+    b = ctx.budget
+    assert b is not None
+    rows = [c for c in b.per_call if c.op_class in classes and c.regime == "compute"]
+    gap_s = sum(max(0.0, c.time_s - c.floor_s) for c in rows)
+    if gap_s <= 0:
+        return {}, f"no compute-bound {what} time above its roofline"
+    saved_s = AUTOTUNE_GAP_SHARE * gap_s
+    return {"compute": saved_s}, (
+        f"{len(rows)} compute-bound {what} call(s) spend {fmt_s(gap_s)} above their "
+        f"roofline floor; autotuning credited with {AUTOTUNE_GAP_SHARE:.0%} of it")
+
+
+def autograd(ctx: Context) -> Saving:
+    """torch.inference_mode: no autograd node per recorded op (AUTOGRAD_COST_PER_OP x the
+    per-op cost each), at most the overhead: the bookkeeping is host time, hidden when the
+    device is busy."""
+    b, ceil = ctx.budget, ctx.ceilings
+    assert b is not None and ceil is not None
+    n = sum(1 for r in ctx.records if r.autograd)
+    if n == 0:
+        return {}, "no op recorded by autograd (grad mode off or nothing requires grad)"
+    cost_s = n * AUTOGRAD_COST_PER_OP * ceil.op_overhead_s
+    saved_s = min(cost_s, b.overhead_s)
+    return {"overhead": saved_s}, (
+        f"{n} ops recorded by autograd x {fmt_s(ceil.op_overhead_s)} of bookkeeping each "
+        f"= {fmt_s(cost_s)}" + (f", at most the {fmt_s(b.overhead_s)} of overhead"
+                                if saved_s < cost_s else ""))
+
+
+def constant_folding(ctx: Context) -> Saving:
+    """Inductor freezing turns parameters into constants and folds what depends on them
+    alone (weight casts, transposes, layout copies) into the compiled graph: those ops'
+    time goes. An op folds when everything it reads is a parameter or buffer, or the
+    output of an op that folds; views cost nothing under compile already."""
+    b = ctx.budget
+    assert b is not None
+    const = set(ctx.param_storages)
+    times = {c.index: c for c in b.per_call}
+    saved: dict[str, float] = {}
+    n = 0
+    for r in ctx.records:
+        if r.phase != "forward" or not r.reads or not all(p in const for p in r.reads):
+            continue
+        const.update(ptr for ptr, _ in r.writes)
+        row = times.get(r.index)
+        if r.op_class == "view" or row is None or row.regime == "overhead":
+            continue
+        saved[row.regime] = saved.get(row.regime, 0.0) + row.time_s
+        n += 1
+    if n == 0:
+        return {}, "no op computes from parameters alone"
+    return saved, (f"{n} op(s) computing from parameters alone (weight casts, "
+                   f"transposes) fold into constants: {fmt_s(sum(saved.values()))}")
+
