@@ -147,7 +147,7 @@ def main() -> int:
     t0 = time.perf_counter()
     import torch
 
-    from gobrrr.remedies.runner import optimize_workload
+    from gobrrr.api import optimize_workload
     from gobrrr.workload import from_callable
 
     say(f"torch {torch.__version__} cuda {torch.version.cuda} "

@@ -13,12 +13,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from gobrrr.api import optimize_workload
 from gobrrr.cli import cli
 from gobrrr.gains import Gain
 from gobrrr.remedies import catalog
 from gobrrr.remedies.attention import find_attention
 from gobrrr.remedies.base import STAGE_EXECUTION, RemedySpec
-from gobrrr.remedies.runner import optimize_workload
 from gobrrr.remedies.verify import (
     DynamoSnapshot,
     ab_time,

@@ -1,6 +1,9 @@
-"""The facade: diagnose() and optimize() hand off to the pipeline's modules.
+"""The facade and the orchestration: diagnose() and optimize() hand off to the
+pipeline's modules.
 
-workload -> (time, count + profile) -> budget -> experiments -> verdict -> remedies.
+diagnose: workload -> (time, count + profile) -> budget -> experiments -> verdict ->
+remedies. optimize: diagnose (a share of --budget-s), then the search of
+gobrrr.remedies.runner until the deadline.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from gobrrr.report import Report
 from gobrrr.state import preserved_globals, preserved_state
 from gobrrr.workload import Workload, from_callable
 
-__all__ = ["diagnose", "diagnose_workload", "optimize"]
+__all__ = ["diagnose", "diagnose_workload", "optimize", "optimize_workload",
+           "diagnose_budget", "DIAGNOSE_SHARE"]
 
 Progress = Callable[[str], None]
 T = TypeVar("T")
@@ -215,17 +219,76 @@ def _attempt(what: str, warn: Callable[[str], None], run: Callable[[], T]) -> T 
         return None
 
 
+# optimize's diagnosis gets this share of --budget-s: its budget predicts every remedy,
+# but only the search that follows measures them.
+DIAGNOSE_SHARE = 0.25
+# A diagnosis makes at most this many measurements that each sample for time_budget_s
+# (timing.measure): the wall time, 2 for the CUDA-graph replay, up to 11 for batch
+# scaling (2x and 4x the batch, 3 interleaved rounds). Without the experiments: the
+# wall time, with room for counting and profiling the call.
+_MEASUREMENTS = {True: 14, False: 3}
+# The experiments feed only the batch-size advice and the doctor's evidence: below this
+# share of --budget-s (20 s of budget) they are left out.
+_EXPERIMENTS_MIN_SHARE_S = 5.0
+_TIME_BUDGET_RANGE_S = (0.05, 1.0)  # 1.0: doctor's own default per measurement
+
+
+def diagnose_budget(budget_s: float) -> tuple[float, bool]:
+    """(time_budget_s per measurement, run the experiments) for a diagnosis that should
+    take about DIAGNOSE_SHARE of `budget_s`. A workload whose single call is long still
+    takes 3 calls per measurement (timing.measure): its diagnosis can take more, and the
+    search then gets less."""
+    share_s = DIAGNOSE_SHARE * budget_s
+    experiments = share_s >= _EXPERIMENTS_MIN_SHARE_S
+    lo, hi = _TIME_BUDGET_RANGE_S
+    return min(hi, max(lo, share_s / _MEASUREMENTS[experiments])), experiments
+
+
+def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bool = True,
+                      budget_s: float = 120.0, only: list[str] | None = None,
+                      ab_budget_s: float = 1.5, time_budget_s: float | None = None,
+                      compile_backend: str = "inductor",
+                      extra_specs: list[Any] | None = None,
+                      progress: Progress | None = None) -> Any:
+    """Diagnose `w` (unless `report` is given or diagnose=False), then search the
+    remedies until `budget_s` after this call began: the whole run, diagnosis included,
+    ends near that deadline (no candidate starts that cannot finish before it, one still
+    timing at it is abandoned). Returns a gobrrr.remedies.result.OptimizeResult.
+    time_budget_s: the diagnosis's sampling seconds per measurement (default: from
+    `budget_s`, diagnose_budget)."""
+    from gobrrr.remedies import catalog
+    from gobrrr.remedies.runner import search_workload
+
+    say = progress or (lambda _m: None)
+    t0 = time.perf_counter()
+    deadline = t0 + budget_s
+    catalog.select(only)  # an unknown name fails now, not after the diagnosis
+    if report is None and diagnose:
+        per_measurement_s, experiments = diagnose_budget(budget_s)
+        say(f"diagnosing first (~{DIAGNOSE_SHARE:.0%} of --budget-s {budget_s:g} s): the "
+            "predictions come from its budget")
+        report = diagnose_workload(
+            w, experiments=experiments, progress=say,
+            time_budget_s=per_measurement_s if time_budget_s is None else time_budget_s)
+    diagnose_s = time.perf_counter() - t0
+    result = search_workload(w, deadline=deadline, report=report, only=only,
+                             ab_budget_s=ab_budget_s, compile_backend=compile_backend,
+                             extra_specs=extra_specs, progress=say)
+    result.diagnose_s, result.budget_s = diagnose_s, budget_s
+    result.optimize_s = time.perf_counter() - t0
+    return result
+
+
 def optimize(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
              budget_s: float = 120.0, only: list[str] | None = None,
              diagnose: bool = True, report: Report | None = None,
              progress: Progress | None = None) -> Any:
     """Apply the essay's remedies to copies of `fn(*args, **kwargs)`, verify outputs and
-    speed, and rank them. Returns a gobrrr.remedies.result.OptimizeResult: call it to
-    run the best verified configuration (on gobrrr's copy of the model); `.table()`
-    lists predicted vs measured for every remedy; `.snippet` is the code to apply it.
-    The user's objects are never changed."""
-    from gobrrr.remedies.runner import optimize_workload
-
+    speed, and rank them, within `budget_s` seconds for the whole run (diagnosis
+    included). Returns a gobrrr.remedies.result.OptimizeResult: call it to run the best
+    verified configuration (on gobrrr's copy of the model); `.table()` lists predicted
+    vs measured for every remedy; `.snippet` is the code to apply it. The user's objects
+    are never changed."""
     result = optimize_workload(from_callable(fn, args, kwargs), report=report,
                                diagnose=diagnose, budget_s=budget_s, only=only,
                                progress=progress)

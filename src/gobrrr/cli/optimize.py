@@ -15,9 +15,11 @@ __all__ = ["register"]
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="Batch size for a factory target (default: its own default).")
 @click.option("--budget-s", type=click.FloatRange(min=1), default=120.0, show_default=True,
-              help="Seconds for the whole run of remedies and combinations (after "
-                   "diagnose; checked before each one starts). A limit on the run, not the "
-                   "sampling time per measurement (that is doctor's --time-budget).")
+              help="Seconds for the whole run of remedies, diagnosis included (it gets a "
+                   "quarter): a candidate starts only when its estimated cost fits, one "
+                   "still timing at the deadline is abandoned; the command ends within "
+                   "about 1.15x this + 10 s. A limit on the run, not the sampling time "
+                   "per measurement (that is doctor's --time-budget).")
 @click.option("--only", "only", multiple=True,
               help="Remedies or families to try, e.g. --only compile,tf32 (repeatable).")
 @click.option("--no-diagnose", is_flag=True,
@@ -31,8 +33,9 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
              only: tuple[str, ...], no_diagnose: bool, as_json: bool, html_path: Path | None,
              quiet: bool) -> None:
     """Apply the essay's remedies to a copy of a workload, verify outputs and speed,
-    and rank them: CUDA graphs, torch.compile, TF32, bf16, channels_last, fused
-    optimizers, set_to_none, SDPA, batch size (advice).
+    and rank them: inference mode, TF32, bf16 (autocast, or the model cast), cuDNN
+    benchmark, channels_last, fused optimizers, set_to_none, CUDA graphs, torch.compile
+    (its modes, Inductor freezing), SDPA, batch size (advice).
 
     TARGET is FILE.py:NAME or examples:NAME, as for `gobrrr doctor`.
     """
@@ -49,8 +52,8 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
     from gobrrr.errors import WARNING
 
     def body() -> None:
+        from gobrrr.api import optimize_workload
         from gobrrr.remedies import catalog
-        from gobrrr.remedies.runner import optimize_workload
         from gobrrr.workload import load_target
 
         catalog.select(list(only))  # unknown names: one line, exit 2, before any work

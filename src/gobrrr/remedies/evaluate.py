@@ -8,6 +8,7 @@ recompile while timing) becomes a RemedyResult with its reason; the run goes on.
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from gobrrr.remedies.base import (
     switches_on,
 )
 from gobrrr.remedies.verify import (
+    OutOfTime,
     ab_time,
     compare,
     compile_problems,
@@ -45,6 +47,16 @@ class Reference:
     out_dtype: str  # lowest-precision floating output: picks the tolerance
     nondeterminism: dict[str, float]  # eager vs eager, per measure (empty: not finite)
     nonfinite: str | None = None  # where the reference has NaN/inf: nothing to verify
+    call_s: float = 0.0  # one eager call, warm (what the search plan's estimates scale)
+
+
+def _timed_call(call: Callable[[], Any], device: str) -> float:
+    sync = device_sync(device)
+    sync()
+    t0 = time.perf_counter()
+    call()
+    sync()
+    return time.perf_counter() - t0
 
 
 def _two_calls(call: Callable[[], Any], device: str) -> list[Any]:
@@ -92,11 +104,13 @@ def make_reference(base: Copied, device: str) -> Reference:
     # the first of the two calls whose output is not finite, named as the user counts
     nonfinite = next((f"call {i + 1} {found}" for i, out in enumerate(outs)
                       if (found := nonfinite_summary(out))), None)
+    # a third call of the twin (its outputs are taken): warm, as the timed calls will be
+    call_s = _timed_call(_eager_call(twin, "running the eager reference again"), device)
     if nonfinite:  # NaN vs NaN is no measure of eager's noise: nothing can be verified
-        return Reference(ref, outs, dtype, {}, nonfinite)
+        return Reference(ref, outs, dtype, {}, nonfinite, call_s)
     nondet = {m: compare(outs, again, m, 0.0).max_error
               for m in ("elementwise", "relative_l2")}
-    return Reference(ref, outs, dtype, nondet)
+    return Reference(ref, outs, dtype, nondet, call_s=call_s)
 
 
 def _free(device: str) -> None:
@@ -107,10 +121,23 @@ def _free(device: str) -> None:
         torch.cuda.empty_cache()
 
 
+def _in_time(deadline: float, doing: str) -> None:
+    """Between calls: past the --budget-s deadline the candidate is abandoned."""
+    if time.perf_counter() >= deadline:
+        raise OutOfTime(f"the --budget-s deadline came while {doing}")
+
+
+def _abandoned(res: RemedyResult, exc: OutOfTime) -> tuple[RemedyResult, None]:
+    res.status, res.reason = "skipped", f"abandoned: {exc}"
+    return res, None
+
+
 def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
-             ab_budget_s: float) -> tuple[RemedyResult, Candidate | None]:
+             ab_budget_s: float, deadline: float = math.inf
+             ) -> tuple[RemedyResult, Candidate | None]:
     """Run the candidate made of `specs`; returns its result and, when it is verified
-    faster, the live candidate (the caller keeps the best one)."""
+    faster, the live candidate (the caller keeps the best one). Past `deadline` (a
+    time.perf_counter() value, checked between calls) it is abandoned: "skipped"."""
     name = "+".join(s.name for s in specs)
     res = RemedyResult(name, "+".join(dict.fromkeys(s.regime for s in specs)), "failed", "",
                        components=tuple(s.name for s in specs))
@@ -125,10 +152,18 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
         with switches_on(cand):
             for prep in cand.prepare:
                 prep(cand)
-            for _ in range(WARM_CALLS):
+            for i in range(WARM_CALLS):
                 cand.call()
-            sync()
+                sync()
+                # the first call compiles (or autotunes): it cannot be interrupted
+                _in_time(deadline, f"preparing (warm call {i + 1} of {WARM_CALLS}, "
+                                   f"{time.perf_counter() - t0:.1f} s in)")
         res.compile_s = time.perf_counter() - t0
+    except OutOfTime as exc:
+        res.compile_s = time.perf_counter() - t0
+        del cand, w
+        _free(ctx.device)
+        return _abandoned(res, exc)
     except Exception as exc:  # noqa: BLE001 - compile/capture/OOM: a reason, not a crash
         res.reason = f"{'preparing' if cand.prepare else 'applying'}: {first_line(exc)}"
         del cand, w
@@ -147,9 +182,12 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
                           "F.scaled_dot_product_attention by hand")
             return res, None
     try:
+        _in_time(deadline, "verifying the outputs")
         restore(start)
         with switches_on(cand):
             outs = _two_calls(cand.call, ctx.device)
+    except OutOfTime as exc:
+        return _abandoned(res, exc)
     except Exception as exc:  # noqa: BLE001
         res.reason = f"running: {first_line(exc)}"
         return res, None
@@ -169,7 +207,9 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     try:
         ab = ab_time(lambda: ref.work.fn(*ref.work.args, **ref.work.kwargs), cand.call,
                      device=ctx.device, budget_s=ab_budget_s,
-                     b_context=lambda: switches_on(cand))
+                     b_context=lambda: switches_on(cand), deadline=deadline)
+    except OutOfTime as exc:
+        return _abandoned(res, exc)
     except Exception as exc:  # noqa: BLE001
         res.reason = f"timing: {first_line(exc)}"
         return res, None

@@ -52,7 +52,9 @@ class OptimizeResult:
     regime: str | None = None
     reference: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    optimize_s: float = 0.0
+    optimize_s: float = 0.0  # the whole run (gobrrr.api: diagnosis included)
+    diagnose_s: float = 0.0  # of which the diagnosis
+    budget_s: float | None = None  # the limit it ran under (--budget-s)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
                          .isoformat(timespec="seconds"))
 
@@ -104,5 +106,6 @@ class OptimizeResult:
             "best": best_d, "snippet": self.snippet,
             "remedies": [r.to_dict() for r in self.remedies],
             "reference": self.reference, "notes": self.notes,
-            "optimize_s": self.optimize_s,
+            "optimize_s": self.optimize_s, "diagnose_s": self.diagnose_s,
+            "budget_s": self.budget_s,
         }

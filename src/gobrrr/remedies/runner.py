@@ -1,25 +1,28 @@
-"""`gobrrr optimize`: diagnose, then every applicable remedy on its own, then the
-compatible combinations of the winners within the time budget; the best verified
-configuration, predicted vs measured for each, and the code to apply the winner.
+"""The search of `gobrrr optimize` (gobrrr.api diagnoses first): the applicable remedies
+and their combinations in the order plan.py gives (cheap probes, then the winners
+together, under the default compile, under the costlier compiles), each started only
+when its estimated cost fits before the deadline; the best verified configuration,
+predicted vs measured for each, what was skipped and why, and the code to apply the
+winner.
 
 The user's objects are never run by a remedy: the base is rebuilt from the workload's
 factory when it has one (a fresh, independent instance) or deep-copied from it
-(copying.py), primed with one eager call (lazy optimizer state, gradients), and every
+(gobrrr.state), primed with one eager call (lazy optimizer state, gradients), and every
 candidate and the reference are copies of that base. The whole run also sits inside
 state.preserved_state, which restores everything of the user's the workload reaches.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 from gobrrr.errors import WARNING
+from gobrrr.gains import Gain, combine
 from gobrrr.remedies import catalog
 from gobrrr.remedies.base import (
+    PREP_COMPILE,
     Candidate,
     Context,
     RemedyResult,
@@ -28,6 +31,17 @@ from gobrrr.remedies.base import (
     workload_facts,
 )
 from gobrrr.remedies.evaluate import Reference, evaluate, make_reference
+from gobrrr.remedies.plan import (
+    MODE_FACTOR,
+    TIER_NAMES,
+    Entry,
+    MeasuredCompile,
+    Outcome,
+    SearchState,
+    compile_factor,
+    options,
+    plan,
+)
 from gobrrr.remedies.result import NONFINITE_REFERENCE, OptimizeResult
 from gobrrr.state import (
     Copied,
@@ -39,10 +53,9 @@ from gobrrr.state import (
 )
 from gobrrr.workload import Workload
 
-__all__ = ["optimize_workload"]
+__all__ = ["search_workload", "best_callable"]
 
 Progress = Callable[[str], None]
-_MAX_COMBINATIONS = 12
 
 
 def _base(w: Workload, notes: list[str]) -> tuple[Copied, bool]:
@@ -97,66 +110,24 @@ def _graph_breaks(base: Copied) -> dict[str, Any]:
             "break_reasons": reasons[:5]}
 
 
-def _combine_predicted(results: list[RemedyResult]) -> float | None:
-    """Savings of the parts add (each from its own share of the budget)."""
-    if any(r.predicted_speedup is None for r in results):
-        return None
-    saved = sum(1 - 1 / (r.predicted_speedup or 1) for r in results)
-    return 1 / (1 - saved) if saved < 0.99 else None
-
-
-def _combinations(winners: list[tuple[RemedySpec, RemedyResult]]) -> list[list[RemedySpec]]:
-    """Subsets (2 or more) of the best winner per group, most promising first."""
-    best: dict[str, tuple[RemedySpec, RemedyResult]] = {}
-    for spec, res in winners:
-        if spec.group not in best or (res.measured_speedup or 0) > (
-                best[spec.group][1].measured_speedup or 0):
-            best[spec.group] = (spec, res)
-    picks = list(best.values())
-    combos = [c for k in range(len(picks), 1, -1) for c in itertools.combinations(picks, k)]
-    combos.sort(key=lambda c: -math.prod(r.measured_speedup or 1 for _, r in c))
-    return [[s for s, _ in c] for c in combos[:_MAX_COMBINATIONS]]
-
-
-def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
-                      budget_s: float = 120.0, only: list[str] | None = None,
-                      ab_budget_s: float = 1.5, time_budget_s: float = 1.0,
-                      compile_backend: str = "inductor",
-                      extra_specs: list[RemedySpec] | None = None,
-                      progress: Progress | None = None) -> OptimizeResult:
-    """Predict, apply, verify and rank the remedies for `w` (see module docstring)."""
+def search_workload(w: Workload, *, deadline: float, report: Any = None,
+                    only: list[str] | None = None, ab_budget_s: float = 1.5,
+                    compile_backend: str = "inductor",
+                    extra_specs: list[RemedySpec] | None = None,
+                    progress: Progress | None = None) -> OptimizeResult:
+    """Predict, apply, verify and rank the remedies for `w` until `deadline` (a
+    time.perf_counter() value), in the order plan.py gives. `report`: the diagnosis
+    (gobrrr.api runs it first); None: no predictions."""
     import torch
 
     say = progress or (lambda _m: None)
     t_start = time.perf_counter()
     specs = catalog.select(only) + list(extra_specs or [])
-    if report is None and diagnose:
-        from gobrrr.api import diagnose_workload
-
-        say("diagnosing first: the predictions come from its budget")
-        report = diagnose_workload(w, time_budget_s=time_budget_s, progress=say)
     notes: list[str] = []
-    deadline = time.perf_counter() + budget_s
     with preserved_state(w) as state:
         base, independent = _base(w, notes)
         zero_calls = _prime(base, w)
-        if report is not None:
-            records = report.counts.records
-        else:
-            from gobrrr.counting import count
-
-            # the user's exception as a WorkloadError: their traceback, exit 2
-            records = count(Workload(w.name, base.fn, base.args, base.kwargs,
-                                     w.device).run, "counting a copy").records
-        facts = workload_facts(base.modules, base.optimizers)
-        if report is not None:  # the report's ops were counted on the user's objects
-            reach = walk(w.fn, w.args, w.kwargs)
-            facts["param_storages"] = workload_facts(reach.modules, [])["param_storages"]
-        ctx = Context.from_report(w.device, report, records,
-                                  zero_grad_set_to_none=zero_calls,
-                                  independent_copy=independent,
-                                  compile_backend=compile_backend, **facts)
-        ctx.reference_precision = _reference_precision(ctx)
+        ctx = _context(w, report, base, independent, zero_calls, compile_backend)
         if ctx.reference_precision:
             notes.append("eager already runs fp32 matmuls/convolutions in TF32 here "
                          "(torch.backends flags): outputs are compared at TF32 tolerance")
@@ -164,10 +135,10 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
         ref = make_reference(base, w.device)
         if ref.nonfinite:
             say(f"{WARNING}{NONFINITE_REFERENCE}: {ref.nonfinite}")
-        results, best_cand, best_res = _run_all(specs, base, ref, ctx, ab_budget_s,
-                                                deadline, say, notes)
-        compiling = {s.name for s in specs if s.family in ("compile", "attention")}
-        if any(set(r.components) & compiling and r.status != "not applicable"
+        results, best_cand, best_res = _search(specs, base, ref, ctx, ab_budget_s,
+                                               deadline, say, notes)
+        compiling = {s.name for s in specs if s.prep == PREP_COMPILE}
+        if any(set(r.components) & compiling and r.compile_s is not None
                for r in results):
             torch._dynamo.reset()  # drop gobrrr's variants (their memory, their guards)
             notes.append("torch.compile's caches were reset (torch._dynamo.reset()) to "
@@ -176,6 +147,30 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
     notes = [f"{WARNING}{line}" for line in state.warnings] + notes
     return OptimizeResult.build(w, report, results, best_res, best_cand, specs, ref,
                                 notes, time.perf_counter() - t_start)
+
+
+def _context(w: Workload, report: Any, base: Copied, independent: bool,
+             zero_calls: list[bool], compile_backend: str) -> Context:
+    """What the remedies read. The counted ops are the diagnosis's (counted on the
+    user's objects, so theirs are the parameters freezing would fold), else a count of
+    the base copy's call."""
+    if report is not None:
+        records = report.counts.records
+        reach = walk(w.fn, w.args, w.kwargs)
+        storages = workload_facts(reach.modules, [])["param_storages"]
+    else:
+        from gobrrr.counting import count
+
+        # the user's exception as a WorkloadError: their traceback, exit 2
+        records = count(Workload(w.name, base.fn, base.args, base.kwargs,
+                                 w.device).run, "counting a copy").records
+        storages = workload_facts(base.modules, [])["param_storages"]
+    facts = workload_facts(base.modules, base.optimizers) | {"param_storages": storages}
+    ctx = Context.from_report(w.device, report, records, zero_grad_set_to_none=zero_calls,
+                              independent_copy=independent,
+                              compile_backend=compile_backend, **facts)
+    ctx.reference_precision = _reference_precision(ctx)
+    return ctx
 
 
 def _reference_precision(ctx: Context) -> str | None:
@@ -191,66 +186,115 @@ def _reference_precision(ctx: Context) -> str | None:
     return None
 
 
-def _run_all(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
-             ab_budget_s: float, deadline: float, say: Progress,
-             notes: list[str]) -> tuple[list[RemedyResult], Candidate | None,
-                                        RemedyResult | None]:
+def _entries(specs: list[RemedySpec], ctx: Context,
+             results: list[RemedyResult]) -> tuple[list[Entry], dict[str, Gain]]:
+    """The remedies the search may run, with their predicted gains; the others get
+    their row now (not applicable, advice)."""
+    entries: list[Entry] = []
+    gains: dict[str, Gain] = {}
+    for rank, spec in enumerate(specs):
+        gain = spec.predict(ctx)
+        gains[spec.name] = gain
+        row = RemedyResult(spec.name, spec.regime, "not applicable", "", gain.speedup,
+                           gain.basis, components=(spec.name,), snippet=spec.snippet)
+        why_not = spec.applies(ctx)
+        if why_not:
+            row.reason = why_not
+            results.append(row)
+        elif spec.advice_only:
+            row.status, row.reason = "advice", gain.basis
+            results.append(row)
+        else:
+            entries.append(Entry(spec.name, spec.group, spec.prep, spec.stage, gain, rank,
+                                 spec.compile_mode, spec.keep_when_neutral, spec.excludes))
+    return entries, gains
+
+
+def _basis(ctx: Context, names: tuple[str, ...], gains: dict[str, Gain]) -> str:
+    """The basis of an option's prediction: the remedy's own, or the combination's."""
+    if len(names) == 1:
+        return gains[names[0]].basis
+    if ctx.budget is None:
+        return "no diagnose budget"
+    return combine(ctx.budget, [gains[n] for n in names], names).basis
+
+
+def _row(name: str, components: tuple[str, ...], by_name: dict[str, RemedySpec],
+         status: str, reason: str) -> RemedyResult:
+    parts = sorted((by_name[n] for n in components), key=lambda s: s.stage)
+    return RemedyResult(name, "+".join(dict.fromkeys(s.regime for s in parts)), status,
+                        reason, components=components,
+                        snippet="\n".join(s.snippet for s in parts))
+
+
+def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
+            ab_budget_s: float, deadline: float, say: Progress,
+            notes: list[str]) -> tuple[list[RemedyResult], Candidate | None,
+                                       RemedyResult | None]:
+    """Plan (plan.py), run the first option, plan again with what it measured, until
+    nothing fits; what never ran is "skipped" with the plan's reason."""
     results: list[RemedyResult] = []
     best_cand: Candidate | None = None
     best_res: RemedyResult | None = None
     breaks: dict[str, Any] | None = None
-    winners: list[tuple[RemedySpec, RemedyResult]] = []
-
-    def keep(res: RemedyResult, cand: Candidate | None) -> None:
-        nonlocal best_cand, best_res
-        results.append(res)
-        if cand is not None and res.status == "verified" and (
-                best_res is None or (res.measured_speedup or 0) > (
-                    best_res.measured_speedup or 0)):
-            best_cand, best_res = cand, res
-
-    for spec in specs:
-        gain = spec.predict(ctx)
-        predicted, basis = gain.speedup, gain.basis
-        res = RemedyResult(spec.name, spec.regime, "not applicable", "", predicted, basis,
-                           components=(spec.name,), snippet=spec.snippet)
-        why_not = spec.applies(ctx)
-        if why_not:
-            res.reason = why_not
-            keep(res, None)
-            continue
-        if spec.advice_only:
-            res.status, res.reason = "advice", basis
-            keep(res, None)
-            continue
-        if time.perf_counter() > deadline:
-            res.status, res.reason = "not applicable", "skipped: --budget-s spent"
-            keep(res, None)
-            continue
-        say(f"remedy {spec.name}: apply to a copy, verify, time A/B")
-        if spec.family in ("compile", "attention") and breaks is None:
-            breaks = _graph_breaks(base)
-        got, cand = evaluate([spec], base, ref, ctx, ab_budget_s)
-        got.predicted_speedup, got.prediction_basis = predicted, basis
-        got.snippet = spec.snippet
-        if spec.family in ("compile", "attention") and breaks:
-            got.checks.update(breaks)
-        keep(got, cand)
-        if got.status == "verified":
-            winners.append((spec, got))
-    by_name = {r.name: r for r in results}
-    for combo in _combinations(winners):
-        if time.perf_counter() > deadline:
-            notes.append("combinations stopped: --budget-s spent")
+    by_name = {s.name: s for s in specs}
+    entries, gains = _entries(specs, ctx, results)
+    n_ops = sum(1 for r in ctx.records if r.op_class != "view")
+    state = SearchState(entries, ctx.device, n_ops, ref.call_s, ab_budget_s, ctx.budget)
+    ran = 0
+    while True:
+        now = plan(options(state), deadline - time.perf_counter())
+        if not now.order:
             break
-        name = "+".join(s.name for s in combo)
-        say(f"combination {name}")
-        got, cand = evaluate(combo, base, ref, ctx, ab_budget_s)
-        got.predicted_speedup = _combine_predicted([by_name[s.name] for s in combo])
-        got.prediction_basis = "savings of the parts added"
-        got.snippet = "\n".join(s.snippet for s in sorted(combo, key=lambda s: s.stage))
-        keep(got, cand)
+        opt = now.order[0]
+        combo = [by_name[n] for n in opt.components]
+        pred = f"predicted {opt.predicted:.2f}x, " if opt.predicted else ""
+        say(f"{'remedy' if len(combo) == 1 else 'combination'} {opt.name} "
+            f"({TIER_NAMES[opt.tier]}: {pred}~{opt.cost_s:.1f} s): apply to a copy, "
+            "verify, time A/B")
+        compiles = any(s.prep == PREP_COMPILE for s in combo)
+        if compiles and breaks is None:
+            breaks = _graph_breaks(base)
+        got, cand = evaluate(combo, base, ref, ctx, ab_budget_s, deadline)
+        got.predicted_speedup = opt.predicted
+        got.prediction_basis = _basis(ctx, opt.components, gains)
+        got.snippet = _row(opt.name, opt.components, by_name, "", "").snippet
+        got.checks["plan"] = {"tier": TIER_NAMES[opt.tier], "estimated_prep_s": opt.prep_s,
+                              "estimated_s": opt.cost_s, "prep_basis": opt.prep_basis}
+        if compiles and breaks:
+            got.checks.update(breaks)
+        ran += 1
+        results.append(got)
+        meas = f" {got.measured_speedup:.2f}x" if got.measured_speedup else ""
+        say(f"  -> {got.status}{meas}" + ("" if got.status == "verified"
+                                          else f": {got.reason[:120]}"))
+        if cand is not None and got.status == "verified" and (
+                best_res is None or (got.measured_speedup or 0) > (
+                    best_res.measured_speedup or 0)):
+            best_cand, best_res = cand, got
+        state.done[opt.name] = Outcome(got.status, got.measured_speedup, got.compile_s)
+        if compiles and got.compile_s and state.measured_compile is None:
+            state.measured_compile = _measured_compile(combo, got.compile_s)
+    remaining = {o.name: o for o in options(state)}
+    for skip in now.skipped:
+        found = remaining[skip.name]
+        row = _row(skip.name, found.components, by_name, "skipped", skip.reason)
+        row.predicted_speedup = found.predicted
+        row.prediction_basis = _basis(ctx, found.components, gains)
+        results.append(row)
+    if now.skipped:
+        say(f"{len(now.skipped)} candidate(s) skipped (the table says why)")
+        notes.append(f"search: {ran} candidate(s) run, {len(now.skipped)} skipped for "
+                     "time or worth (docs/optimize.md: the search)")
     return results, best_cand, best_res
+
+
+def _measured_compile(combo: list[RemedySpec], compile_s: float) -> MeasuredCompile:
+    modes = [s.compile_mode or "default" for s in combo
+             if s.prep == PREP_COMPILE and s.group == "execution"] or ["default"]
+    mode = max(modes, key=lambda m: MODE_FACTOR.get(m, 1.0))
+    freezing = any(s.group == "freezing" for s in combo)
+    return MeasuredCompile(compile_s, compile_factor(mode, freezing))
 
 
 def best_callable(cand: Candidate | None, ref: Reference) -> Callable[..., Any]:

@@ -166,10 +166,12 @@ def print_report(report: Report) -> None:
 
 _STATUS_STYLE = {"verified": "green", "rejected": "red", "failed": "red", "slower": "yellow",
                  "no significant change": "dim", "not applicable": "dim", "advice": "cyan",
-                 "unverifiable": "magenta"}
-# Table order: what can be used first, then what could not be judged, then failures.
+                 "unverifiable": "magenta", "skipped": "blue"}
+# Table order: what can be used first, then what could not be judged, then failures,
+# then what did not run (skipped: the search's choice; not applicable: the workload's).
 _STATUS_RANK = {"verified": 0, "no significant change": 1, "slower": 2, "advice": 3,
-                "unverifiable": 4, "rejected": 5, "failed": 6, "not applicable": 7}
+                "unverifiable": 4, "rejected": 5, "failed": 6, "skipped": 7,
+                "not applicable": 8}
 
 
 def _x(v: float | None) -> str:
@@ -224,6 +226,9 @@ def print_optimize(res: OptimizeResult) -> None:
     out.print(escape(res.snippet), soft_wrap=True)
     for note in res.notes:
         out.print(f"[dim]note: {escape(note)}[/dim]")
+    if res.budget_s:
+        out.print(f"[dim]{res.optimize_s:.1f} s of --budget-s {res.budget_s:g} "
+                  f"(diagnosis {res.diagnose_s:.1f} s)[/dim]")
 
 
 def print_comparison(c: Comparison) -> None:

@@ -1,0 +1,382 @@
+"""The search plan: which candidates to run, in which order, and which to skip, from
+predicted gains, preparation estimates and the time left. Pure functions over numbers:
+every decision can be tested exactly; runner.py measures, then asks again after each
+candidate (a measured compile rescales the estimates, a verified remedy joins the stack).
+
+The order spends time where the gain is:
+1. Probes (TIER_PROBE): remedies that cost a few calls (a flag flip, a mutation of the
+   copy, a CUDA-graph capture), largest predicted gain first. They check the cheap
+   predictions, and their winners form the *stack*.
+2. The stack together (TIER_STACK), alone and captured in a CUDA graph: the remedies that
+   multiply (precision x graphs, inference mode x anything) before any compile.
+3. The stack under the default compile (TIER_COMPILE): the cheapest compile, and the one
+   whose measured time scales the estimates of the costlier modes.
+4. The stack under the costlier compiles (TIER_COSTLY): reduce-overhead, freezing, SDPA,
+   largest predicted gain first.
+5. max-autotune (TIER_AUTOTUNE), last of the compiles, so the modes it must beat are
+   measured by then: only when its predicted gain over the best of them pays for its
+   compile (MAX_AUTOTUNE_MIN_GAIN) and its compile fits.
+6. What the combinations already cover (TIER_REST): a compile alone, for the table.
+Within a tier: predicted gain, then catalog order. An option starts only when its
+estimated cost (preparation + verification + A/B timing) fits in the time left after the
+options before it; an in-process compile cannot be interrupted, so the estimate decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gobrrr.gains import Gain, combine
+from gobrrr.remedies.base import PREP_CAPTURE, PREP_COMPILE, PREP_FLAG
+
+if TYPE_CHECKING:
+    from gobrrr.budget import Budget
+
+__all__ = ["Option", "Skip", "Plan", "plan", "Entry", "Outcome", "stack", "options",
+           "compile_prep_s", "measure_s", "TIER_PROBE", "TIER_STACK", "TIER_COMPILE",
+           "TIER_COSTLY", "TIER_AUTOTUNE", "TIER_REST", "TIER_NAMES", "SearchState",
+           "MeasuredCompile", "compile_factor", "MODE_FACTOR", "FREEZING_FACTOR",
+           "MAX_AUTOTUNE_MIN_GAIN", "COMPILE_BASE_S", "COMPILE_PER_OP_S", "EXEC_GROUPS"]
+
+TIER_PROBE, TIER_STACK, TIER_COMPILE, TIER_COSTLY, TIER_AUTOTUNE, TIER_REST = range(6)
+TIER_NAMES = {TIER_PROBE: "probe", TIER_STACK: "stack", TIER_COMPILE: "default compile",
+              TIER_COSTLY: "costlier compile", TIER_AUTOTUNE: "max-autotune",
+              TIER_REST: "alone"}
+
+# Compile time before any compile was measured: Inductor lowers an FX graph with about
+# one node per aten op of the call, and its time grows with the ops that make kernels
+# (views make none). Measured on this project's 2-core CPU (torch 2.13, cold caches): a
+# 12-op MLP (8 not views) 9.1 s, of which 5-8 s is Inductor's first start in the process;
+# 60 such ops 6.1 s and 180 ops 15.9 s once started: ~0.08 s per op. On CUDA each fused
+# kernel is a Triton compile (in parallel workers): assumed 0.1 s per op and 15 s to
+# start, ~50 s for GPT-2 small's ~370 ops. Only the first compile rests on these: every
+# later estimate scales the first compile measured.
+COMPILE_BASE_S = {"cpu": 8.0, "cuda": 15.0}
+COMPILE_PER_OP_S = {"cpu": 0.08, "cuda": 0.1}
+# A mode's compile time relative to the default mode's, for the same graph:
+# - reduce-overhead: the same Inductor compile, plus CUDA-graph recording on the first
+#   calls (a few calls' worth) and the cudagraph-tree bookkeeping: ~1.2x.
+# - max-autotune: every GEMM/conv shape benchmarked against Triton templates, each
+#   template compiled: 5-20x the default (234 s for GPT-2 small on an H200, where the
+#   default compile takes tens of seconds). The plan takes the top of that range: an
+#   estimate too low starts a compile that cannot be stopped and overruns --budget-s,
+#   one too high only skips a mode whose gain over cuBLAS is rarely large.
+MODE_FACTOR = {"default": 1.0, "reduce-overhead": 1.2, "max-autotune": 20.0}
+# Freezing adds constant folding and (on CPU) weight prepacking passes to the compile.
+FREEZING_FACTOR = 1.1
+# max-autotune must be predicted at least this much faster than the best compile already
+# measured (or predicted) with the same remedies to be worth its compile.
+MAX_AUTOTUNE_MIN_GAIN = 1.1
+# Groups whose remedies execute the step (compile, capture) or modify that execution.
+EXEC_GROUPS = ("execution", "freezing")
+
+# What the harness does with each candidate besides preparing it (evaluate.py,
+# verify.ab_time): 3 warm calls, 2 verification calls, one call of each side to size the
+# A/B blocks, then at least 8 ABBA rounds of two blocks, each block at least block_s and
+# at least one call, until the A/B budget is spent.
+_CANDIDATE_CALLS = 6
+_MIN_AB_ROUNDS = 8
+_BLOCK_S = {"cpu": 10e-3, "cuda": 2e-3}
+_CAPTURE_CALLS = 4  # 3 warm-up calls on a side stream, then the captured one
+
+
+@dataclass(frozen=True)
+class Option:
+    """One candidate the search may run: a remedy alone or several together."""
+
+    name: str
+    components: tuple[str, ...]
+    tier: int
+    predicted: float | None  # whole-workload speedup predicted (None: no prediction)
+    prep_s: float  # estimated preparation: compile, capture, autotuning
+    measure_s: float  # estimated verification and A/B timing
+    rank: int = 0  # catalog order: ties, and runs without predictions
+    prep_basis: str = ""  # how prep_s was estimated (said when it is skipped)
+    # (name, speedup) of the best cheaper option this one must beat by MAX_AUTOTUNE_MIN_GAIN
+    worth_over: tuple[str, float] | None = None
+
+    @property
+    def cost_s(self) -> float:
+        return self.prep_s + self.measure_s
+
+
+@dataclass(frozen=True)
+class Skip:
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    order: tuple[Option, ...]  # what runs, first to last, if the estimates hold
+    skipped: tuple[Skip, ...]
+
+
+def _priority(o: Option) -> tuple[int, float, int, str]:
+    # no prediction sorts after every predicted gain of its tier
+    return o.tier, -(o.predicted or 0.0), o.rank, o.name
+
+
+def _secs(s: float) -> str:
+    return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+
+
+def plan(options: Sequence[Option], time_left_s: float) -> Plan:
+    """Order `options` (module docstring) and skip those not worth their cost or that do
+    not fit in `time_left_s` after the ones before them."""
+    order: list[Option] = []
+    skipped: list[Skip] = []
+    spent_s = 0.0
+    for o in sorted(options, key=_priority):
+        if o.worth_over is not None:
+            twin, twin_speedup = o.worth_over
+            if o.predicted is None:
+                skipped.append(Skip(o.name, f"no predicted gain over {twin} to pay for its "
+                                            f"~{_secs(o.prep_s)} compile"))
+                continue
+            ratio = o.predicted / twin_speedup
+            if ratio < MAX_AUTOTUNE_MIN_GAIN:
+                skipped.append(Skip(o.name, (
+                    f"predicted {o.predicted:.2f}x, {ratio:.2f}x over {twin} "
+                    f"({twin_speedup:.2f}x): under the {MAX_AUTOTUNE_MIN_GAIN:.2f}x that "
+                    f"pays for its ~{_secs(o.prep_s)} compile")))
+                continue
+        left_s = time_left_s - spent_s
+        if o.cost_s > left_s:
+            how = f" ({o.prep_basis})" if o.prep_basis else ""
+            skipped.append(Skip(o.name, (
+                f"needs ~{_secs(o.cost_s)}: preparation ~{_secs(o.prep_s)}{how} + "
+                f"measuring ~{_secs(o.measure_s)}; {_secs(max(0.0, left_s))} of --budget-s "
+                "left")))
+            continue
+        order.append(o)
+        spent_s += o.cost_s
+    return Plan(tuple(order), tuple(skipped))
+
+
+# ------------------------------------------------------------------ estimates
+
+
+def measure_s(call_s: float, ab_budget_s: float, device: str) -> float:
+    """Seconds to verify and A/B-time one candidate whose calls take about `call_s`."""
+    block_s = max(_BLOCK_S.get(device, 10e-3), call_s)
+    ab_s = max(ab_budget_s + 2 * block_s, 2 * _MIN_AB_ROUNDS * block_s)
+    return _CANDIDATE_CALLS * call_s + ab_s
+
+
+@dataclass(frozen=True)
+class MeasuredCompile:
+    """The first compile the search measured: what later estimates scale."""
+
+    prep_s: float
+    factor: float  # its mode's MODE_FACTOR (x FREEZING_FACTOR)
+
+
+def compile_factor(mode: str, freezing: bool) -> float:
+    return MODE_FACTOR.get(mode, 1.0) * (FREEZING_FACTOR if freezing else 1.0)
+
+
+def compile_prep_s(device: str, n_ops: int, mode: str, freezing: bool,
+                   measured: MeasuredCompile | None) -> tuple[float, str]:
+    """(seconds, basis) to compile the workload in `mode`: the first measured compile
+    scaled by the modes' factors, else the prior from the graph size."""
+    factor = compile_factor(mode, freezing)
+    scaled = f" x {factor:g} ({mode}{' + freezing' if freezing else ''})" \
+        if factor != 1 else ""
+    if measured is not None:
+        s = measured.prep_s * factor / measured.factor
+        base = f"the measured compile {_secs(measured.prep_s)}"
+        if measured.factor != 1:
+            base += f" / {measured.factor:g}"
+        return s, base + scaled
+    base_s = COMPILE_BASE_S.get(device, COMPILE_BASE_S["cuda"])
+    per_op_s = COMPILE_PER_OP_S.get(device, COMPILE_PER_OP_S["cuda"])
+    s = (base_s + n_ops * per_op_s) * factor
+    return s, f"{base_s:g} s + {n_ops} ops x {per_op_s:g} s{scaled}, before any compile"
+
+
+# ------------------------------------------------------------------ the options
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the plan needs to know of one applicable remedy (a RemedySpec, its gain)."""
+
+    name: str
+    group: str
+    prep: str  # PREP_FLAG | PREP_CAPTURE | PREP_COMPILE
+    stage: int
+    gain: Gain
+    rank: int
+    compile_mode: str | None = None
+    keep_when_neutral: bool = False
+    excludes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What running an option gave."""
+
+    status: str
+    measured: float | None = None  # speedup
+    prep_s: float | None = None  # measured preparation (compile_s)
+
+
+@dataclass
+class SearchState:
+    """Everything options() reads: the remedies, what ran, the workload's size and speed."""
+
+    entries: list[Entry]
+    device: str
+    n_ops: int  # aten ops of one call that are not views (compile_prep_s)
+    call_s: float
+    ab_budget_s: float
+    budget: Budget | None = None  # for combined predictions
+    done: dict[str, Outcome] = field(default_factory=dict)  # option name -> outcome
+    measured_compile: MeasuredCompile | None = None
+
+
+def _is_exec(e: Entry) -> bool:
+    return e.group in EXEC_GROUPS
+
+
+def _cheap(e: Entry) -> bool:
+    return e.prep in (PREP_FLAG, PREP_CAPTURE)
+
+
+def stack(entries: Sequence[Entry], done: dict[str, Outcome]) -> list[Entry]:
+    """The cheap winners that go together: per group (exclusive), the remedy measured
+    fastest among those verified faster; a `keep_when_neutral` one (inference mode) also
+    when it was correct without a significant change alone. Execution remedies are not in
+    it: they are what the stack is run under."""
+    best: dict[str, tuple[float, Entry]] = {}
+    for e in entries:
+        got = done.get(e.name)
+        if got is None or _is_exec(e) or not _cheap(e):
+            continue
+        if got.status == "verified":
+            score = got.measured or 1.0
+        elif got.status == "no significant change" and e.keep_when_neutral:
+            score = 0.0  # below any verified member of its group
+        else:
+            continue
+        if e.group not in best or score > best[e.group][0]:
+            best[e.group] = (score, e)
+    members = [e for _, e in best.values()]
+    names = {e.name for e in members}
+    members = [e for e in members if not set(e.excludes) & names]
+    return sorted(members, key=lambda e: (e.stage, e.rank))
+
+
+def _combined(state: SearchState, parts: Sequence[Entry]) -> float | None:
+    if len(parts) == 1:
+        return parts[0].gain.speedup
+    if state.budget is None:
+        return None
+    return combine(state.budget, [e.gain for e in parts], [e.name for e in parts]).speedup
+
+
+def _prep(state: SearchState, parts: Sequence[Entry]) -> tuple[float, str]:
+    compiles = [e for e in parts if e.prep == PREP_COMPILE]
+    if compiles:
+        modes = [e.compile_mode or "default" for e in compiles
+                 if e.group == "execution"] or ["default"]
+        mode = max(modes, key=lambda m: MODE_FACTOR.get(m, 1.0))
+        freezing = any(e.group == "freezing" for e in compiles)
+        return compile_prep_s(state.device, state.n_ops, mode, freezing,
+                              state.measured_compile)
+    if any(e.prep == PREP_CAPTURE for e in parts):
+        return _CAPTURE_CALLS * state.call_s, f"{_CAPTURE_CALLS} calls to capture"
+    return 0.0, ""
+
+
+def _option(state: SearchState, parts: Sequence[Entry], tier: int,
+            worth_over: tuple[str, float] | None = None) -> Option:
+    parts = sorted(parts, key=lambda e: (e.stage, e.rank))
+    prep_s, basis = _prep(state, parts)
+    return Option("+".join(e.name for e in parts), tuple(e.name for e in parts), tier,
+                  _combined(state, parts), prep_s,
+                  measure_s(state.call_s, state.ab_budget_s, state.device),
+                  min(e.rank for e in parts), basis, worth_over)
+
+
+def _compile_tier(e: Entry) -> int:
+    if e.compile_mode == "max-autotune":
+        return TIER_AUTOTUNE
+    plain = e.group == "execution" and e.compile_mode == "default" and e.name == "compile"
+    return TIER_COMPILE if plain else TIER_COSTLY
+
+
+def _best_compile(state: SearchState, prefix: tuple[str, ...],
+                  entries: Sequence[Entry]) -> tuple[str, float] | None:
+    """The compile of the same stack measured fastest (else predicted fastest): what
+    max-autotune must beat."""
+    found: list[tuple[str, float]] = []
+    for e in entries:
+        if e.prep != PREP_COMPILE or e.compile_mode == "max-autotune" \
+                or e.group != "execution":
+            continue
+        name = "+".join([*prefix, e.name]) if prefix else e.name
+        got = state.done.get(name)
+        if got is not None and got.measured is not None and got.status in (
+                "verified", "no significant change", "slower"):
+            found.append((name, got.measured))
+    if not found:
+        for e in entries:
+            if e.prep == PREP_COMPILE and e.group == "execution" \
+                    and e.compile_mode != "max-autotune" and e.gain.speedup:
+                parts = [*[x for x in entries if x.name in prefix], e]
+                pred = _combined(state, parts)
+                if pred:
+                    found.append(("+".join(p.name for p in sorted(
+                        parts, key=lambda x: (x.stage, x.rank))), pred))
+    return max(found, key=lambda f: f[1]) if found else None
+
+
+def options(state: SearchState) -> list[Option]:
+    """Every option not run yet, with its tier (module docstring). The stack exists once
+    every probe has run: until then the probes come first anyway."""
+    entries = state.entries
+    probes_left = any(_cheap(e) and e.name not in state.done for e in entries)
+    members = [] if probes_left else stack(entries, state.done)
+    out: list[Option] = []
+    for e in entries:
+        if _cheap(e):
+            tier = TIER_PROBE
+        elif members:
+            tier = TIER_REST
+        else:
+            tier = _compile_tier(e)
+        worth = None
+        if e.compile_mode == "max-autotune":
+            worth = _best_compile(state, (), entries)
+        out.append(_option(state, [e], tier, worth))
+    if members:
+        names = {m.name for m in members}
+        prefix = tuple(m.name for m in members)
+        if len(members) >= 2:
+            out.append(_option(state, members, TIER_STACK))
+        execs = [e for e in entries if _is_exec(e)
+                 and not (set(e.excludes) & names) and e.group == "execution"]
+        for e in execs:
+            tier = TIER_STACK if e.prep == PREP_CAPTURE else _compile_tier(e)
+            worth = None
+            if e.compile_mode == "max-autotune":
+                worth = _best_compile(state, prefix, entries)
+            out.append(_option(state, [*members, e], tier, worth))
+        freezing = [e for e in entries if e.group == "freezing"
+                    and not (set(e.excludes) & names)]
+        for f in freezing:
+            out.append(_option(state, [*members, f], TIER_COSTLY))
+            for e in execs:
+                if e.compile_mode == "reduce-overhead" and e.name not in f.excludes:
+                    out.append(_option(state, [*members, e, f], TIER_COSTLY))
+    seen: set[str] = set()
+    fresh = []
+    for o in out:
+        if o.name not in state.done and o.name not in seen:
+            seen.add(o.name)
+            fresh.append(o)
+    return fresh

@@ -1,0 +1,278 @@
+"""The search plan (remedies/plan.py) and the arithmetic of gains (gobrrr.gains), with
+exact numbers: which candidates run in which order, which are skipped and why, under a
+given budget. Pure functions: no workload runs here."""
+
+import pytest
+
+from gobrrr.api import diagnose_budget
+from gobrrr.budget import Budget
+from gobrrr.gains import Gain, combine, gain_from_saved, speedup_from_saved
+from gobrrr.remedies.base import PREP_CAPTURE, PREP_COMPILE, PREP_FLAG
+from gobrrr.remedies.plan import (
+    TIER_AUTOTUNE,
+    TIER_COMPILE,
+    TIER_COSTLY,
+    TIER_PROBE,
+    TIER_REST,
+    TIER_STACK,
+    Entry,
+    MeasuredCompile,
+    Option,
+    Outcome,
+    SearchState,
+    compile_prep_s,
+    measure_s,
+    options,
+    plan,
+    stack,
+)
+
+# ------------------------------------------------------------------ plan() itself
+
+# A GPU inference workload as the search sees it after the probes: four cheap probes,
+# then the stack (bf16 cast + inference mode) under the compiles. Costs in seconds.
+PROBES = [
+    Option("inference_mode", ("inference_mode",), TIER_PROBE, 1.1, 0.0, 2.0, rank=0),
+    Option("tf32", ("tf32",), TIER_PROBE, 2.0, 0.0, 2.0, rank=1),
+    Option("bf16_cast", ("bf16_cast",), TIER_PROBE, 3.0, 0.0, 2.0, rank=3),
+    Option("cuda_graphs", ("cuda_graphs",), TIER_PROBE, 1.5, 0.5, 2.0, rank=9),
+]
+STACKED = [
+    Option("s+cuda_graphs", ("s", "cuda_graphs"), TIER_STACK, 4.0, 0.5, 2.0, rank=0),
+    Option("s+compile", ("s", "compile"), TIER_COMPILE, 5.0, 30.0, 2.0, rank=0),
+    Option("s+compile_reduce_overhead", ("s", "compile_reduce_overhead"), TIER_COSTLY,
+           8.0, 36.0, 2.0, rank=0),
+    Option("s+freezing", ("s", "freezing"), TIER_COSTLY, 5.5, 33.0, 2.0, rank=0),
+    Option("s+compile_max_autotune", ("s", "compile_max_autotune"), TIER_AUTOTUNE, 9.0,
+           600.0, 2.0, rank=0, worth_over=("s+compile_reduce_overhead", 8.0)),
+    Option("compile", ("compile",), TIER_REST, 1.2, 30.0, 2.0, rank=12),
+]
+
+
+def names(p):
+    return [o.name for o in p.order]
+
+
+def reasons(p):
+    return {s.name: s.reason for s in p.skipped}
+
+
+def test_big_budget_runs_cheap_probes_then_the_stack_then_compiles_by_gain():
+    p = plan(PROBES + STACKED, 1000.0)
+    # probes by predicted gain; the stack; the default compile before the costlier ones
+    # (reduce-overhead 8.0x before freezing 5.5x); max-autotune last of the compiles:
+    # 9.0 / 8.0 = 1.125x over reduce-overhead pays for it (>= 1.10), 602 s fits in the
+    # 1000 - 8.5 - 2.5 - 32 - 38 - 35 = 884 s left; the compile alone for the table
+    assert names(p) == ["bf16_cast", "tf32", "cuda_graphs", "inference_mode",
+                        "s+cuda_graphs", "s+compile", "s+compile_reduce_overhead",
+                        "s+freezing", "s+compile_max_autotune", "compile"]
+    assert p.skipped == ()
+
+
+def test_tight_budget_skips_max_autotune_and_what_no_longer_fits():
+    p = plan(PROBES + STACKED, 120.0)
+    # 8.5 (probes) + 2.5 (stack) + 32 (compile) + 38 (reduce-overhead) = 81 s; freezing
+    # needs 35 of the 39 left: runs (116 s); max-autotune needs 602 s, 4 s are left
+    assert names(p) == ["bf16_cast", "tf32", "cuda_graphs", "inference_mode",
+                        "s+cuda_graphs", "s+compile", "s+compile_reduce_overhead",
+                        "s+freezing"]
+    assert reasons(p) == {
+        "s+compile_max_autotune": "needs ~602 s: preparation ~600 s + measuring ~2.0 s; "
+                                  "4.0 s of --budget-s left",
+        "compile": "needs ~32 s: preparation ~30 s + measuring ~2.0 s; 4.0 s of "
+                   "--budget-s left"}
+
+
+def test_max_autotune_not_worth_its_compile_is_skipped_whatever_the_time():
+    worth = Option("s+compile_max_autotune", ("s", "compile_max_autotune"), TIER_AUTOTUNE,
+                   8.4, 600.0, 2.0, worth_over=("s+compile_reduce_overhead", 8.0))
+    p = plan([worth], 10_000.0)
+    assert p.order == ()
+    # 8.4 / 8.0 = 1.05x over reduce-overhead: under 1.10x
+    assert reasons(p) == {"s+compile_max_autotune": (
+        "predicted 8.40x, 1.05x over s+compile_reduce_overhead (8.00x): under the 1.10x "
+        "that pays for its ~600 s compile")}
+    unpredicted = Option("m", ("m",), TIER_AUTOTUNE, None, 600.0, 2.0,
+                         worth_over=("c", 2.0))
+    assert reasons(plan([unpredicted], 10_000.0)) == {
+        "m": "no predicted gain over c to pay for its ~600 s compile"}
+
+
+def test_budget_so_small_only_flag_flips_run():
+    p = plan(PROBES + STACKED, 7.0)
+    # bf16_cast 2 s, tf32 2 s (4 s); cuda_graphs needs 2.5 s of the 3 left: runs (6.5 s);
+    # inference_mode needs 2 s of 0.5: skipped, and every compile
+    assert names(p) == ["bf16_cast", "tf32", "cuda_graphs"]
+    r = reasons(p)
+    assert r["inference_mode"] == ("needs ~2.0 s: preparation ~0.0 s + measuring ~2.0 s; "
+                                   "0.5 s of --budget-s left")
+    assert r["s+compile"].startswith("needs ~32 s: preparation ~30 s")
+    assert set(r) == {"inference_mode", "s+cuda_graphs", "s+compile",
+                      "s+compile_reduce_overhead", "s+freezing", "s+compile_max_autotune",
+                      "compile"}
+    assert plan(PROBES, 1.0).order == ()  # not even one flag flip fits in 1 s
+
+
+def test_without_predictions_the_catalog_order_decides():
+    opts = [Option(n, (n,), TIER_PROBE, None, 0.0, 1.0, rank=r)
+            for n, r in (("c", 2), ("a", 0), ("b", 1))]
+    opts.append(Option("d", ("d",), TIER_PROBE, 1.5, 0.0, 1.0, rank=3))
+    assert names(plan(opts, 100.0)) == ["d", "a", "b", "c"]  # a prediction comes first
+
+
+# ------------------------------------------------------------------ estimates
+
+
+def test_compile_estimates_from_the_graph_size_then_from_the_measured_compile():
+    # the prior: 15 s + 370 ops x 0.1 s on CUDA, 8 s + 8 ops x 0.08 s on CPU
+    assert compile_prep_s("cuda", 370, "default", False, None)[0] == pytest.approx(52.0)
+    assert compile_prep_s("cpu", 8, "default", False, None) == (
+        pytest.approx(8.64), "8 s + 8 ops x 0.08 s, before any compile")
+    s, basis = compile_prep_s("cuda", 370, "reduce-overhead", False, None)
+    assert s == pytest.approx(52.0 * 1.2)
+    assert basis == "15 s + 370 ops x 0.1 s x 1.2 (reduce-overhead), before any compile"
+    # once a default compile took 20 s: reduce-overhead 24 s, max-autotune 400 s,
+    # freezing 22 s; a first compile in reduce-overhead mode (24 s) scales back to 20 s
+    measured = MeasuredCompile(20.0, 1.0)
+    assert compile_prep_s("cuda", 370, "reduce-overhead", False, measured) == (
+        pytest.approx(24.0), "the measured compile 20 s x 1.2 (reduce-overhead)")
+    assert compile_prep_s("cuda", 370, "max-autotune", False, measured)[0] == \
+        pytest.approx(400.0)
+    assert compile_prep_s("cuda", 370, "default", True, measured)[0] == pytest.approx(22.0)
+    ro_first = MeasuredCompile(24.0, 1.2)
+    assert compile_prep_s("cuda", 370, "default", False, ro_first)[0] == pytest.approx(20.0)
+
+
+def test_measuring_cost():
+    # 6 candidate calls + max(A/B budget + 2 blocks, 8 rounds x 2 blocks)
+    assert measure_s(0.01, 1.5, "cuda") == pytest.approx(0.06 + 1.52)
+    assert measure_s(1e-4, 1.5, "cpu") == pytest.approx(6e-4 + 1.52)  # 10 ms CPU blocks
+    assert measure_s(0.5, 1.5, "cuda") == pytest.approx(3.0 + 8.0)  # 16 one-call blocks
+
+
+def test_the_diagnosis_gets_a_quarter_of_the_budget():
+    assert diagnose_budget(120.0) == (1.0, True)  # 30 s: doctor's own 1 s, experiments
+    assert diagnose_budget(20.0) == (pytest.approx(5.0 / 14), True)
+    assert diagnose_budget(10.0) == (pytest.approx(2.5 / 3), False)  # under 5 s: none
+    assert diagnose_budget(1.0) == (0.08333333333333333, False)
+
+
+# ------------------------------------------------------------------ the options
+
+
+def budget():
+    # 10 ms per call: overhead 6, memory 2, compute 2
+    return Budget(wall_s=10e-3, busy_s=4e-3, overhead_s=6e-3, memory_s=2e-3, compute_s=2e-3,
+                  floor_s=0.0, below_roof_s=0.0)
+
+
+def gain(**saved_ms):
+    return gain_from_saved(budget(), {k: v * 1e-3 for k, v in saved_ms.items()}, "test")
+
+
+def entries():
+    return [
+        Entry("inference_mode", "grad", PREP_FLAG, 1, gain(overhead=1), 0,
+              keep_when_neutral=True),
+        Entry("tf32", "precision", PREP_FLAG, 1, gain(compute=1), 1),
+        Entry("bf16_cast", "precision", PREP_FLAG, 0, gain(compute=1.5, memory=1), 3),
+        Entry("cuda_graphs", "execution", PREP_CAPTURE, 2, gain(overhead=5), 9),
+        Entry("compile", "execution", PREP_COMPILE, 2, gain(memory=1), 10,
+              compile_mode="default"),
+        Entry("compile_reduce_overhead", "execution", PREP_COMPILE, 2,
+              gain(overhead=5, memory=1), 11, compile_mode="reduce-overhead"),
+        Entry("compile_max_autotune", "execution", PREP_COMPILE, 2,
+              gain(overhead=5, memory=1, compute=0.5), 12, compile_mode="max-autotune"),
+        Entry("freezing", "freezing", PREP_COMPILE, 3, gain(memory=1.2), 13,
+              compile_mode="default", excludes=("cuda_graphs",)),
+    ]
+
+
+def state():
+    return SearchState(entries(), "cuda", 370, 0.01, 1.5, budget())
+
+
+def test_gains_combine_part_by_part():
+    b = budget()
+    # 10 / (10 - 1.5 - 1) = 1.3333x
+    assert entries()[2].gain.speedup == pytest.approx(10 / 7.5)
+    # bf16 cast + inference mode + reduce-overhead: overhead keeps (1 - 1/6)(1 - 5/6) =
+    # 5/36 of 6 ms; memory (1 - 1/2)(1 - 1/2) = 1/4 of 2 ms; compute 1.5 of 2 ms goes
+    saved = 6 * (1 - 5 / 36) + 2 * (1 - 1 / 4) + 1.5
+    g = combine(b, [e.gain for e in entries() if e.name in
+                    ("inference_mode", "bf16_cast", "compile_reduce_overhead")])
+    assert g.speedup == pytest.approx(10 / (10 - saved))  # 5.4545x
+    assert g.saved_s["overhead"] == pytest.approx(6e-3 * 31 / 36)
+    # never more than the budget holds: two removals of all the overhead remove it once
+    twice = combine(b, [gain(overhead=6), gain(overhead=6)])
+    assert twice.speedup == pytest.approx(10 / 4)
+    assert combine(b, [Gain.none("x")]).speedup is None
+
+
+def test_one_speedup_helper_with_no_prediction_of_zero_time():
+    assert speedup_from_saved(100.0, 20.0) == pytest.approx(1.25)
+    assert speedup_from_saved(100.0, 0.0) is None
+    assert speedup_from_saved(100.0, 100.0) is None  # all time gone: no prediction
+    assert speedup_from_saved(100.0, 150.0) is None
+    assert speedup_from_saved(0.0, 1.0) is None
+
+
+def test_before_the_probes_ran_only_singles_are_options():
+    opts = {o.name: o for o in options(state())}
+    assert set(opts) == {e.name for e in entries()}
+    assert {n: o.tier for n, o in opts.items()} == {
+        "inference_mode": TIER_PROBE, "tf32": TIER_PROBE, "bf16_cast": TIER_PROBE,
+        "cuda_graphs": TIER_PROBE, "compile": TIER_COMPILE,
+        "compile_reduce_overhead": TIER_COSTLY, "freezing": TIER_COSTLY,
+        "compile_max_autotune": TIER_AUTOTUNE}
+    assert opts["compile"].prep_s == pytest.approx(52.0)  # 15 + 370 x 0.1, no compile yet
+    assert opts["cuda_graphs"].prep_s == pytest.approx(0.04)  # 4 calls of 10 ms
+    assert opts["tf32"].measure_s == pytest.approx(1.58)
+    # max-autotune must beat the best other compile predicted: reduce-overhead 2.5x
+    assert opts["compile_max_autotune"].worth_over == ("compile_reduce_overhead",
+                                                       pytest.approx(2.5))
+
+
+def after_probes():
+    s = state()
+    s.done = {"inference_mode": Outcome("no significant change", 1.01),
+              "tf32": Outcome("verified", 2.0), "bf16_cast": Outcome("verified", 3.1),
+              "cuda_graphs": Outcome("verified", 1.8, 0.05)}
+    return s
+
+
+def test_the_stack_is_the_best_winner_per_group_and_the_neutral_inference_mode():
+    s = after_probes()
+    # tf32 (2.0x) loses to bf16_cast (3.1x) in the precision group; inference mode had no
+    # significant change alone but is kept (keep_when_neutral); graphs execute the stack
+    assert [e.name for e in stack(s.entries, s.done)] == ["bf16_cast", "inference_mode"]
+    s.done["inference_mode"] = Outcome("slower", 0.95)
+    assert [e.name for e in stack(s.entries, s.done)] == ["bf16_cast"]
+
+
+def test_after_the_probes_the_stack_multiplies_with_every_execution():
+    s = after_probes()
+    opts = {o.name: o for o in options(s)}
+    st = "bf16_cast+inference_mode"
+    assert {n: o.tier for n, o in opts.items()} == {
+        st: TIER_STACK, f"{st}+cuda_graphs": TIER_STACK, f"{st}+compile": TIER_COMPILE,
+        f"{st}+compile_reduce_overhead": TIER_COSTLY, f"{st}+freezing": TIER_COSTLY,
+        f"{st}+compile_reduce_overhead+freezing": TIER_COSTLY,
+        f"{st}+compile_max_autotune": TIER_AUTOTUNE,
+        "compile": TIER_REST, "compile_reduce_overhead": TIER_REST, "freezing": TIER_REST,
+        "compile_max_autotune": TIER_REST}
+    saved = 6 * (1 - 5 / 36) + 2 * (1 - 1 / 4) + 1.5
+    assert opts[f"{st}+compile_reduce_overhead"].predicted == \
+        pytest.approx(10 / (10 - saved))
+    order = names(plan(list(opts.values()), 1000.0))
+    assert order[:4] == [f"{st}+cuda_graphs", st, f"{st}+compile",
+                         f"{st}+compile_reduce_overhead+freezing"]
+    # a measured default compile of 20 s rescales the costlier ones
+    s.done[f"{st}+compile"] = Outcome("verified", 3.5, 20.0)
+    s.measured_compile = MeasuredCompile(20.0, 1.0)
+    opts = {o.name: o for o in options(s)}
+    assert opts[f"{st}+compile_reduce_overhead"].prep_s == pytest.approx(24.0)
+    assert opts[f"{st}+compile_reduce_overhead+freezing"].prep_s == pytest.approx(26.4)
+    assert opts[f"{st}+compile_max_autotune"].prep_s == pytest.approx(400.0)
+    # what max-autotune must beat is now the measured compile (3.5x), not a prediction
+    assert opts[f"{st}+compile_max_autotune"].worth_over == (f"{st}+compile", 3.5)
