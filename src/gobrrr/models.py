@@ -242,14 +242,17 @@ def _hf_sizes(config: Any, model_type: str) -> dict[str, Any]:
     return {k: v for k, v in sizes.items() if v is not None}
 
 
-def _hf_from_config(auto_class: Any, config: Any) -> Any:
+def _hf_from_config(auto_class: Any, config: Any, notes: list[str]) -> Any:
     """from_config with SDPA attention; a model or transformers version without SDPA
-    for it raises ValueError, and gets eager attention instead (recorded)."""
+    for it (GPT-2 in transformers 4.40, for one) raises ValueError, and gets eager
+    attention instead, with a note saying why."""
     try:
         return auto_class.from_config(config, attn_implementation=ATTENTION)
     except ValueError as exc:
         if "attn" not in str(exc).lower() and "sdpa" not in str(exc).lower():
             raise
+        first = str(exc).strip().splitlines()[0].split(". ")[0]
+        notes.append(f"eager attention: {ATTENTION} refused ({first})")
         return auto_class.from_config(config, attn_implementation="eager")
 
 
@@ -282,8 +285,9 @@ def _hf_builder(name: str, device: str, options: ModelOptions) -> Builder:
         import torch
 
         # a config of its own: from_config records dtype and attention in it
+        notes: list[str] = []
         model = _finish(target, device, options,
-                        lambda: _hf_from_config(auto, copy.deepcopy(config)))
+                        lambda: _hf_from_config(auto, copy.deepcopy(config), notes))
         ids = torch.randint(0, model.config.vocab_size, (batch_size, seq_len),
                             device=device, generator=_generator(device))
         attn = model.config._attn_implementation
@@ -292,7 +296,8 @@ def _hf_builder(name: str, device: str, options: ModelOptions) -> Builder:
         details = _details(transformers, entry.name, model, options,
                            config=_hf_sizes(model.config, entry.model_type),
                            config_source=entry.source, head=entry.head,
-                           seq_len=seq_len, attn_implementation=attn)
+                           seq_len=seq_len, attn_implementation=attn,
+                           **({"attn_note": notes[0]} if notes else {}))
         return _Built(step, (ids,), details,
                       _summary(model, options, f"seq {seq_len}", f"{attn} attention"))
 
