@@ -172,6 +172,30 @@ def test_missing_library_names_the_extra(monkeypatch):
     assert "pip install 'gobrrr[models]'" in lines[0]
 
 
+@pytest.mark.parametrize("error,needle", [
+    (RuntimeError("operator torchvision::nms does not exist\nmore"),
+     "installed but did not import (RuntimeError: operator torchvision::nms does not exist)"),
+    (ModuleNotFoundError("No module named 'PIL'", name="PIL"),
+     "installed but did not import (ModuleNotFoundError"),
+])
+def test_broken_library_is_one_line(monkeypatch, error, needle):
+    import importlib
+
+    real = importlib.import_module
+
+    def import_module(name, *args):
+        if name == "torchvision":
+            raise error
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    r = run("doctor", "torchvision:resnet18", "-q", "--device", "cpu")
+    assert r.exit_code == 2
+    lines = error_lines(r)
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "pip install 'gobrrr[models]'" in lines[0]
+
+
 @pytest.mark.parametrize("args,needle", [
     (["hf:gpt2-tiny", "--seq-len", "65"], "more than hf:gpt2-tiny's 64 positions"),
     (["hf:gpt2-tiny", "--image-size", "64"], "--image-size is for timm: and torchvision:"),
