@@ -61,3 +61,11 @@ def test_calibrate_json_keys():
     assert data["bandwidth_bytes_per_s"] > 0
     assert data["op_overhead_s"] > 0
     assert data["fingerprint"]["torch"] == torch.__version__
+
+
+def test_help_tells_the_two_budgets_apart():
+    doctor = " ".join(run("doctor", "--help").output.split())
+    optimize = " ".join(run("optimize", "--help").output.split())
+    assert "Sampling seconds per measurement" in doctor and "optimize's --budget-s" in doctor
+    assert "whole run of remedies" in optimize and "per measurement (that is doctor's" \
+        in optimize

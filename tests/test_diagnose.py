@@ -3,6 +3,7 @@ built-in examples on this CPU (measured, with margins), and the user's state unt
 
 import hashlib
 import json
+import time
 
 import pytest
 import torch
@@ -12,10 +13,18 @@ from gobrrr import examples
 from gobrrr.api import diagnose, diagnose_workload
 from gobrrr.budget import compute_budget, fusable_bytes_saved
 from gobrrr.counting import count
-from gobrrr.experiments import BatchTime, BatchTimes, read_batch
+from gobrrr.experiments import (
+    BATCH_ROUNDS,
+    BatchTime,
+    BatchTimes,
+    batch_rounds,
+    batch_times,
+    read_batch,
+)
 from gobrrr.hardware import Ceilings
+from gobrrr.timing import Timing
 from gobrrr.trace import Kernel, ProfiledRun
-from gobrrr.workload import load_target
+from gobrrr.workload import from_callable, load_target
 
 
 def ceilings(**kw):
@@ -233,11 +242,59 @@ def test_ops_that_cannot_be_replayed_are_shown_as_unmeasured():
     # the sin could not be replayed alone: no time measured for it (0 s, so its real
     # time lands in overhead), and the budget says so by name.
     run = ProfiledRun(counts=counts, device="cpu", op_time_s={0: 3e-6, 1: 0.0},
-                      unreplayable=["aten::sin"])
+                      unreplayable=["aten::sin"],
+                      replay_errors={"aten::sin": "RuntimeError: consumed"})
     run.busy_s = 3e-6
     b_ = compute_budget(run, wall_s=10e-6, ceil=ceilings(device="cpu"))
     assert b_.unmeasured_ops == ["aten::sin"]
     assert b_.overhead_s == pytest.approx(7e-6)
     assert any("could not be replayed alone (aten::sin)" in n and "upper bound" in n
+               and n.endswith("; aten::sin raised RuntimeError: consumed")  # and why
                for n in b_.notes)
     assert b_.to_dict()["unmeasured_ops"] == ["aten::sin"]
+
+
+def _timing(median_s):
+    return Timing(median_s, 0.0, median_s, median_s, 2, 1, 2, False, 0.0, (median_s,) * 2)
+
+
+def test_batch_rounds_drop_to_one_when_a_call_outlasts_the_budget():
+    assert batch_rounds(0.05, 0.1) == BATCH_ROUNDS == 3
+    assert batch_rounds(1.0, 0.1) == 1
+    timed = []
+
+    def timer(work):
+        timed.append(work.batch_size)
+        return _timing(2.0 if work.batch_size == 16 else 1.0)
+
+    w = from_callable(lambda a: a * 2.0, (torch.randn(8, 4),))
+    got = batch_times(w, _timing(1.0), timer, lambda _m: None, rounds=1)
+    # one round: the base's own timing is reused, the 2x batch timed once; 2x took
+    # over 50 ms, so no 4x (3 rounds: 2x, 1x, 2x, 1x, 2x = 5 measurements)
+    assert timed == [16]
+    assert [(p.factor, p.time_s) for p in got.points] == [(1, 1.0), (2, 2.0)]
+
+
+@pytest.mark.slow
+def test_a_slow_workload_keeps_to_its_time_budget(monkeypatch):
+    import gobrrr.hardware
+
+    monkeypatch.setattr(gobrrr.hardware, "calibrate",
+                        lambda *a, **k: ceilings(device="cpu"))  # not under test here
+    calls = []
+
+    def sleepy(x):
+        calls.append(x.shape[0])
+        time.sleep(1.0)
+        return x * 2.0
+
+    t0 = time.perf_counter()
+    r = diagnose(sleepy, torch.randn(8, 16), time_budget_s=0.1)
+    elapsed_s = time.perf_counter() - t0
+    # 1 s per call, 0.1 s per measurement: 3 calls to time it, 3 at 2x batch (one round;
+    # no 4x), 1 counted at 1x and 1 at 2x. Measured 9.5 s on a 2-core CPU; before, 7 calls
+    # per measurement and 3 rounds of batch timing took 45.6-46.7 s (44 calls).
+    assert calls == [8, 8, 8, 16, 16, 16, 8, 16]
+    assert r.timing.n_samples == 2 and r.timing.warmup_calls == 2
+    assert r.batch is not None and r.batch.time_ratio == pytest.approx(1.0, abs=0.1)
+    assert elapsed_s < 30  # generous: 8 s of it is sleeping

@@ -41,3 +41,15 @@ def test_no_winner_says_keep_eager():
     d["best"] = {"name": "eager", "status": "baseline", "predicted_speedup": None,
                  "measured_speedup": 1.0, "verified": True}
     assert "No remedy was verified faster than eager" in render_optimize(d)
+
+
+def test_unverifiable_remedies_are_named_in_the_headline_and_table():
+    d = result()
+    d["remedies"].append({"name": "compile_reduce_overhead", "regime": "overhead",
+                          "status": "unverifiable", "predicted_speedup": 2.0,
+                          "measured_speedup": 1.5, "verified": False, "interval": [1.4, 1.6],
+                          "reason": "eager differs from itself by 0.07 (relative L2): ..."})
+    html = render_optimize(d)
+    assert "1 remedy result(s) unverifiable" in html
+    row = html[html.index("compile_reduce_overhead"):]
+    assert "unverifiable" in row[:400] and "eager differs from itself" in row

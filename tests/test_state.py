@@ -114,7 +114,7 @@ def test_an_iterator_the_step_advances_is_named_loudly():
                                          r"advanced it"):
         report = gobrrr.diagnose(step, *args, time_budget_s=0.05, experiments=False)
     assert any("batches" in w for w in report.to_dict()["state"]["warnings"])
-    assert any("WARNING" in n and "batches" in n for n in report.notes)
+    assert any(n.startswith("warning: ") and "batches" in n for n in report.notes)
 
 
 def test_a_tensor_that_changes_size_is_reported_not_silently_kept():

@@ -104,3 +104,37 @@ def test_sync_brackets_every_sample():
 def test_real_clock_smoke():
     t = measure(lambda: sum(range(1000)), budget_s=0.2)
     assert t.median_s > 0 and t.n_samples >= 5
+
+
+@pytest.mark.parametrize("warmup_calls", [1, 2, 3])
+def test_a_call_longer_than_the_budget_is_made_three_times(warmup_calls):
+    clock = FakeClock()
+    fn, calls = make_fn(clock, [5.0])  # 5 s per call, a 0.1 s budget
+    t = measure(fn, clock=clock, sync=lambda: None, budget_s=0.1,
+                warmup_calls=warmup_calls)  # min_samples=5, warmup_s=0.05: the defaults
+    # the first call (one-time costs), then two samples and no more: before, 2 warm-up
+    # calls + min_samples 5 = 7 calls, 35 s for a 0.1 s budget
+    assert len(calls) == 3
+    assert t.n_samples == 2 and t.samples_s == (5.0, 5.0) and t.median_s == 5.0
+    # with 2+ warm-up calls the second is a warm single call: it is the first sample
+    assert t.warmup_calls == min(warmup_calls, 2)
+
+
+def test_a_call_under_the_budget_stops_two_samples_after_it_is_spent():
+    clock = FakeClock()
+    fn, calls = make_fn(clock, [0.06])  # 60 ms per call, a 0.1 s budget
+    t = measure(fn, clock=clock, sync=lambda: None, budget_s=0.1)
+    # warm-up: 2 calls (the second counts: 60 ms of budget); one sample spends it, a
+    # second makes the median: 4 calls (before: 2 + 5 = 7)
+    assert len(calls) == 4 and t.warmup_calls == 2 and t.n_samples == 2
+    assert t.median_s == pytest.approx(0.06)
+
+
+def test_a_slow_first_call_is_outside_the_budget():
+    clock = FakeClock()
+    fn, calls = make_fn(clock, [10.0] + [0.002] * 100)  # compiling, then 2 ms calls
+    t = measure(fn, clock=clock, sync=lambda: None, budget_s=0.1)
+    # the first call's one-time cost spends nothing (a guard: the new rule must not cut
+    # a compiled workload short): warm-up as usual, 5 steady samples of one call
+    assert len(calls) == 7 and t.warmup_calls == 2 and t.n_samples == 5
+    assert t.median_s == pytest.approx(0.002)

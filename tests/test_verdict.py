@@ -43,7 +43,11 @@ def test_verdict_on_cuda_overhead_with_agreeing_graph_replay():
     # idle = 1 - busy / total = 1 - 20/100 = 80%
     assert v.evidence[0] == ("GPU idle 80% of wall time (100 us per call, 20 us of kernels "
                              "from 4 ops)")
-    assert v.evidence[1] == "CUDA-graph replay 4.00x faster than eager (budget predicted 5.00x)"
+    # added by the host-time rule: of the 80 us idle, 4 ops x 5 us = 20 us is dispatch,
+    # the other 60 us host time outside PyTorch ops (>= 10% of T_wall, so it is named)
+    assert v.evidence[1] == ("60 us per call is host time outside PyTorch ops (Python, "
+                             "sleep, data loading): no GPU or compiler remedy removes it")
+    assert v.evidence[2] == "CUDA-graph replay 4.00x faster than eager (budget predicted 5.00x)"
     assert v.agreement == "experiments agree with the budget"
 
 
@@ -82,19 +86,77 @@ def test_verdict_on_cpu_names_the_dispatch_cost():
                              "Python and dispatch (4 ops; one tiny op costs 5 us here)")
 
 
+GRAPHS = "CUDA graphs / torch.compile(mode='reduce-overhead')"
+COMPILE_CPU = "torch.compile (fewer dispatched ops)"
+
+
+def n_ops(n):
+    x = torch.randn(8)
+
+    def chain():
+        y = x
+        for _ in range(n):
+            y = y.cos()
+        return y
+
+    return count(chain)  # n counted ops, no views
+
+
 def test_predicted_gain_cuda_graphs():
-    # T_wall 100 us, kernels 20 us: graphs leave the kernels, 100 / 20 = 5.00x
+    # T_wall 100 us, kernels 20 us, 16 ops x 5 us = 80 us of dispatch = all the idle time:
+    # graphs leave the kernels, 100 / 20 = 5.00x
+    r = by_name(remedies_for(budget(80e-6, 15e-6, 5e-6), n_ops(16), ceilings(), "cuda",
+                             None, None))
+    assert r[GRAPHS].predicted_speedup == pytest.approx(5.0)
+    # changed by the host-time rule (was 5.00x): with 4 ops only 4 x 5 us = 20 us of the
+    # 80 us idle is dispatch that graphs remove: 100 / 80 = 1.25x
     r = by_name(remedies_for(budget(80e-6, 15e-6, 5e-6), four_ops(), ceilings(), "cuda",
                              None, None))
-    assert r["CUDA graphs / torch.compile(mode='reduce-overhead')"].predicted_speedup == \
-        pytest.approx(5.0)
+    assert r[GRAPHS].predicted_speedup == pytest.approx(1.25)
 
 
 def test_predicted_gain_compile_on_cpu():
-    # overhead 60 of 100 us removed: 100 / 40 = 2.50x
+    # changed by the host-time rule (was 2.50x, all 60 us of overhead removed): 4 ops x
+    # 5 us = 20 us of dispatch is what compiling can remove: 100 / 80 = 1.25x
     r = by_name(remedies_for(budget(60e-6, 40e-6, 0.0), four_ops(), ceilings("cpu"), "cpu",
                              None, None))
-    assert r["torch.compile (fewer dispatched ops)"].predicted_speedup == pytest.approx(2.5)
+    assert r[COMPILE_CPU].predicted_speedup == pytest.approx(1.25)
+    assert r[COMPILE_CPU].basis == ("upper bound: 4 ops x 5 us = 20 us of dispatch removed, "
+                                    "of 60 us of Python/dispatch time; 40 us of host time "
+                                    "outside PyTorch ops stays")
+    # 12 ops x 5 us = 60 us: all the overhead is dispatch, 100 / 40 = 2.50x as before
+    r = by_name(remedies_for(budget(60e-6, 40e-6, 0.0), n_ops(12), ceilings("cpu"), "cpu",
+                             None, None))
+    assert r[COMPILE_CPU].predicted_speedup == pytest.approx(2.5)
+
+
+def test_a_sleep_in_the_step_caps_the_overhead_predictions():
+    # 1 s of host time (a time.sleep) around 4 ops of 1 us: the overhead is ~1 s, but
+    # compiling or graphs remove only 4 x 5 us = 20 us of it (was 50,000x on CPU)
+    b = budget(1.0, 1e-6, 0.0)
+    total = 1.0 + 1e-6
+    cpu = by_name(remedies_for(b, four_ops(), ceilings("cpu"), "cpu", None, None))
+    assert cpu[COMPILE_CPU].predicted_speedup == pytest.approx(total / (total - 20e-6))
+    cuda = by_name(remedies_for(b, four_ops(), ceilings(), "cuda", None, None))
+    assert cuda[GRAPHS].predicted_speedup == pytest.approx(total / (total - 20e-6))
+    assert cuda[GRAPHS].basis == ("T_wall 1 s -> 1 s (kernel time 1 us): the launch "
+                                  "overhead goes, at most 4 ops x 5 us = 20 us of dispatch; "
+                                  "1 s of host time outside PyTorch ops stays")
+    host = ("1 s per call is host time outside PyTorch ops (Python, sleep, data loading): "
+            "no GPU or compiler remedy removes it")  # 1 s - 20 us = 0.99998 s
+    for device in ("cpu", "cuda"):
+        v = verdict_for(b, four_ops(), ceilings(device), device, None, None)
+        assert v.evidence[1] == host
+
+
+def test_host_time_under_a_tenth_of_wall_is_not_named():
+    # 4 ops x 5 us = 20 us of 29 us overhead: 9 us of 100 us is under 10%, not named
+    v = verdict_for(budget(29e-6, 71e-6, 0.0), four_ops(), ceilings("cpu"), "cpu", None,
+                    None)
+    assert not any("outside PyTorch ops" in e for e in v.evidence)
+    v = verdict_for(budget(31e-6, 69e-6, 0.0), four_ops(), ceilings("cpu"), "cpu", None,
+                    None)  # 11 us of 100 us: named
+    assert v.evidence[1].startswith("11 us per call is host time outside PyTorch ops")
 
 
 def test_predicted_gain_tf32_and_bf16():

@@ -267,9 +267,11 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
                      "counted as memory-bound")
     if run.unreplayable:
         names = sorted(set(run.unreplayable))
+        first = next(iter(run.replay_errors.items()), None)
+        why = f"; {first[0]} raised {first[1]}" if first else ""
         notes.append(f"{len(run.unreplayable)} op call(s) could not be replayed alone "
                      f"({', '.join(names[:5])}): their time is unmeasured and sits in "
-                     "overhead, which is then an upper bound")
+                     f"overhead, which is then an upper bound{why}")
     busy_s = compute_s + memory_s + view_s
     overhead_s = max(0.0, wall_s - busy_s) + view_s
     order: Callable[[RowBudget], float] = lambda r: -r.time_s  # noqa: E731

@@ -20,6 +20,7 @@ it higher for large ones; this is the roofline's bytes, not a hardware counter.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -481,6 +482,21 @@ def _run_counted(fn: Callable[..., Any], args: tuple, kwargs: dict, *, mark_rang
     mode = _CountingMode(result, tracker, scope, mark_ranges)
     if keep_calls:
         mode.calls = []
-    with tracker, _optimizer_scope(scope), mode:
-        fn(*args, **kwargs)
+    with warnings.catch_warnings():
+        # torch warns that a compiled module's hooks fire twice under global module
+        # hooks (ModuleTracker's): under the eager stance the compiled wrapper only
+        # forwards to the eager module, whose hooks fire once.
+        warnings.filterwarnings("ignore", message=".*global hooks on modules.*")
+        with _eager(), tracker, _optimizer_scope(scope), mode:
+            fn(*args, **kwargs)
     return result, mode.calls or []
+
+
+def _eager() -> Any:
+    """Compiled code runs as its eager twin while counted: no compile, and no recompile of
+    the user's compiled code (ModuleTracker's global hooks would fail its guards). torch
+    < 2.6 has no stance: there dynamo skips frames under a dispatch mode by itself."""
+    import contextlib
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()

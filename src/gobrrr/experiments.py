@@ -16,18 +16,19 @@ from __future__ import annotations
 import gc
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gobrrr.budget import Budget
 from gobrrr.counting import count
-from gobrrr.errors import UserError, WorkloadError
+from gobrrr.errors import UserError, first_line
 from gobrrr.timing import Timing
 from gobrrr.workload import Workload
 
 __all__ = ["BatchTime", "BatchTimes", "BatchPoint", "BatchScaling", "GraphTiming",
            "GraphReplay", "batch_times", "batch_counts", "read_batch", "graph_replay",
-           "read_graph", "capture_cuda_graph", "AGREE_TOLERANCE"]
+           "read_graph", "capture_cuda_graph", "batch_rounds", "AGREE_TOLERANCE",
+           "BATCH_ROUNDS"]
 
 # Experiment and budget agree when the measured ratio is within this relative distance of
 # the predicted one: both sides carry noise of a few % and the budget's split is itself an
@@ -124,11 +125,19 @@ def _free_device_memory(device: str) -> None:
 BATCH_ROUNDS = 3
 
 
+def batch_rounds(call_s: float, time_budget_s: float) -> int:
+    """BATCH_ROUNDS, or 1 when one call is longer than the time budget of a measurement:
+    each measurement then already takes 3 calls (timing.measure), 3 rounds would be 5 more
+    measurements at each size, and a ratio is read against a 25% tolerance, far wider
+    than the drift that interleaving cancels."""
+    return 1 if call_s > time_budget_s else BATCH_ROUNDS
+
+
 def batch_times(w: Workload, base: Timing, timer: Callable[[Workload], Timing],
-                progress: Progress) -> BatchTimes:
+                progress: Progress, rounds: int = BATCH_ROUNDS) -> BatchTimes:
     """Time the workload at 2x (and 4x when 2x took under 50 ms per call) its batch,
-    interleaved with the base batch; each point's time is scaled from the median of its
-    per-round ratios to the base's median time.
+    interleaved with the base batch over `rounds` rounds; each point's time is scaled
+    from the median of its per-round ratios to the base's median time.
 
     Run before any profiling: a profiler can leave tracing hooks that slow later kernel
     launches, which would bias an overhead-bound workload's times."""
@@ -142,27 +151,26 @@ def batch_times(w: Workload, base: Timing, timer: Callable[[Workload], Timing],
         progress(f"experiment: batch scaling, {factor}x batch")
         try:
             big = w.scaled(factor)
-        except UserError as exc:
+        except UserError as exc:  # no way to scale this workload: a limit, not a failure
             skipped = str(exc)
             break
-        except WorkloadError as exc:
-            scaled.append(BatchTime(factor, None, None, str(exc.original)))
+        except Exception as exc:  # the factory raised, or no memory to repeat the inputs
+            scaled.append(BatchTime(factor, None, None, first_line(exc)))
             break
         try:
             ratios = []
-            for i in range(BATCH_ROUNDS):
+            for i in range(rounds):
                 t_base = base.median_s if (i == 0 and factor == 2) else timer(w).median_s
                 if not (i == 0 and factor == 2):
                     base_times.append(t_base)
                 ratios.append(timer(big).median_s / t_base)
             scaled.append(BatchTime(factor, big.batch_size,
                                     statistics.median(base_times) * statistics.median(ratios)))
-        except (WorkloadError, RuntimeError) as exc:
-            # Out of memory (torch.OutOfMemoryError is a RuntimeError) or the workload
-            # refusing the bigger batch: record it, release the memory, use what ran.
-            original = exc.original if isinstance(exc, WorkloadError) else exc
-            scaled.append(BatchTime(factor, big.batch_size, None,
-                                    f"{type(original).__name__}: {original}"))
+        except Exception as exc:
+            # Out of memory (torch.OutOfMemoryError is a RuntimeError), the workload
+            # refusing the bigger batch, anything else: record its first line (the caller
+            # warns), release the memory, use what ran.
+            scaled.append(BatchTime(factor, big.batch_size, None, first_line(exc)))
             break
         finally:
             del big
@@ -171,20 +179,35 @@ def batch_times(w: Workload, base: Timing, timer: Callable[[Workload], Timing],
     return BatchTimes((first, *scaled), skipped)
 
 
-def batch_counts(w: Workload, times: BatchTimes) -> dict[int, tuple[int, int]]:
-    """(FLOPs, bytes) at each scaled batch that ran, by factor."""
+def batch_counts(w: Workload, times: BatchTimes
+                 ) -> tuple[dict[int, tuple[int, int]], BatchTimes]:
+    """(FLOPs, bytes) at each scaled batch that ran, by factor, and the times with the
+    error of each batch that could not be counted (no ratio can be read for it)."""
     out: dict[int, tuple[int, int]] = {}
-    for p in times.points[1:]:
-        if p.time_s is None:
+    points = list(times.points)
+    for i, p in enumerate(points):
+        if p.factor == 1 or p.time_s is None:
             continue
-        big = w.scaled(p.factor)
+        big: Workload | None = None
         try:
+            big = w.scaled(p.factor)
             counts = count(big.run, f"counting at {p.factor}x batch")
             out[p.factor] = (counts.total_flops, counts.total_bytes)
+        except Exception as exc:  # recorded on the point: the reading and a warning say it
+            points[i] = replace(p, error=first_line(exc))
         finally:
             del big
             _free_device_memory(w.device)
-    return out
+    return out, replace(times, points=tuple(points))
+
+
+def _failed_reading(points: list[BatchPoint]) -> str:
+    failed = next((p for p in points if p.error), None)
+    if failed is None:
+        return "no 2x measurement"
+    if failed.time_s is None:
+        return f"the {failed.factor}x batch did not run: {failed.error}"
+    return f"the {failed.factor}x batch ran but could not be counted: {failed.error}"
 
 
 def read_batch(times: BatchTimes, counts: dict[int, tuple[int, int]],
@@ -195,15 +218,13 @@ def read_batch(times: BatchTimes, counts: dict[int, tuple[int, int]],
     for p in times.points:
         flops, nbytes = counts.get(p.factor, (None, None))
         points.append(BatchPoint(p.batch_size, p.factor, p.time_s, flops, nbytes, p.error))
-    if times.skipped:
+    if times.skipped or not points:
         return BatchScaling(points, skipped=times.skipped)
     base = points[0]
     two = next((p for p in points if p.factor == 2 and p.time_s), None)
     if two is None or not base.time_s or not base.flops or not base.bytes or \
             two.flops is None or two.bytes is None or two.time_s is None:
-        failed = next((p for p in points if p.error), None)
-        return BatchScaling(points, reading=(f"the 2x batch did not run: {failed.error}"
-                                             if failed else "no 2x measurement"))
+        return BatchScaling(points, reading=_failed_reading(points))
     rt = two.time_s / base.time_s
     rf = two.flops / base.flops
     rb = two.bytes / base.bytes
@@ -268,10 +289,12 @@ def graph_replay(w: Workload, eager: Timing,
         torch.cuda.synchronize()
         del graph
         _free_device_memory("cuda")
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return GraphTiming(False, f"capture failed: {type(exc).__name__}: {msg[:300]}")
-    t = timer(graph.replay)
-    result = GraphTiming(True, None, eager.median_s, t.median_s)
-    del graph
-    _free_device_memory("cuda")
-    return result
+        return GraphTiming(False, f"capture failed: {first_line(exc, 300)}")
+    try:
+        t = timer(graph.replay)
+    except Exception as exc:  # a replay can fail where the capture passed: a reason too
+        return GraphTiming(False, f"replay failed: {first_line(exc, 300)}")
+    finally:
+        del graph
+        _free_device_memory("cuda")
+    return GraphTiming(True, None, eager.median_s, t.median_s)

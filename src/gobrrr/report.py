@@ -13,6 +13,7 @@ from typing import Any
 
 from gobrrr import __version__
 from gobrrr.budget import Budget
+from gobrrr.compiled import CompileInfo
 from gobrrr.counting import CountResult
 from gobrrr.experiments import BatchScaling, GraphReplay
 from gobrrr.hardware import Ceilings
@@ -22,8 +23,8 @@ from gobrrr.verdict import Remedy, Verdict
 
 __all__ = ["Report", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1.2"  # 1.1: budget.per_call, .kernels, .unmeasured_ops; state
-# 1.2: workload.model (model targets: library, config, dtype, mode)
+SCHEMA_VERSION = "1.1"  # 1.1: budget.per_call, .kernels, .unmeasured_ops; state;
+# workload.model (model targets: library, config, dtype, mode)
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     # what was saved and restored of the user's state, and what could not be (loud)
     state: StateCheck | None = None
+    compiled: CompileInfo | None = None  # the workload runs under torch.compile
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
                          .isoformat(timespec="seconds"))
 
@@ -88,6 +90,7 @@ class Report:
             "diagnose_s": self.diagnose_s,
             "notes": self.notes,
             "state": self.state.to_dict() if self.state is not None else None,
+            "compiled": self.compiled.to_dict() if self.compiled is not None else None,
         }
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -97,6 +97,7 @@ class Reach:
     containers: list[Any] = field(default_factory=list)  # mutable list, dict, set
     globals: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     iterators: list[Any] = field(default_factory=list)  # cannot be rewound
+    functions: list[Any] = field(default_factory=list)  # the functions it runs through
     names: dict[int, str] = field(default_factory=dict)  # id -> where it was found
 
     def name(self, obj: Any) -> str:
@@ -133,6 +134,7 @@ def walk(fn: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = No
         elif isinstance(obj, torch.Generator):
             reach.generators.append(obj)
         elif isinstance(obj, types.FunctionType):
+            reach.functions.append(obj)
             for cell, var in zip(obj.__closure__ or (), obj.__code__.co_freevars,
                                  strict=False):
                 if _cell_full(cell):

@@ -70,6 +70,11 @@ def device_sync(device: str) -> Callable[[], None]:
     return lambda: None
 
 
+# Once the budget is spent a measurement stops at this many samples: a median of two
+# calls, never one call's luck, and no more (see `measure` on slow calls).
+SPENT_MIN_SAMPLES = 2
+
+
 def measure(
     fn: Callable[[], Any],
     *,
@@ -87,6 +92,13 @@ def measure(
 ) -> Timing:
     """Time `fn()` per call.
 
+    The budget counts every call after the first (warm-up included; the first call
+    carries one-time costs such as compiling, which no budget should pay for). Once it is
+    spent the measurement stops as soon as it has SPENT_MIN_SAMPLES samples, whatever
+    min_samples and warmup_calls say, and the warm-up's last call counts as a sample when
+    it was a single warm call. So a call longer than the budget is made exactly 3 times:
+    the first, one warm call that is also the first sample, one more sample.
+
     No L2 flush between calls, on purpose: T_wall is what back-to-back calls cost, as in
     a training loop, where a small kernel's inputs are often still in L2 because the
     previous kernel just wrote them (benchmarks/l2_flush.py measures the difference).
@@ -95,44 +107,48 @@ def measure(
     if sync is None:
         sync = device_sync(device)
 
-    # Warm-up: at least `warmup_calls` calls and `warmup_s` seconds, but never past the
-    # budget once the minimum calls are in. The fastest warm call estimates the call time.
-    start = clock()
-    n_warm = 0
-    est_s = math.inf
-    while True:
+    def timed(n_calls: int) -> float:
+        """Seconds per call of `n_calls` back-to-back calls between two syncs."""
         sync()
         t0 = clock()
-        fn()
+        for _ in range(n_calls):
+            fn()
         sync()
-        dt = clock() - t0
-        n_warm += 1
-        if n_warm > 1 or warmup_calls <= 1:  # the first call carries one-time costs
-            est_s = min(est_s, dt)
+        return (clock() - t0) / n_calls
+
+    # Warm-up: at least `warmup_calls` calls and `warmup_s` seconds, but never past the
+    # budget. The fastest warm call (not the first) estimates the call time.
+    start = clock()
+    warm_s = [timed(1)]
+    budget_from = clock()  # the first call's one-time costs are outside the budget
+    spent = False
+    while True:
         elapsed = clock() - start
-        if n_warm >= warmup_calls and (elapsed >= warmup_s or elapsed >= budget_s):
+        spent = clock() - budget_from >= budget_s
+        if spent or (len(warm_s) >= warmup_calls
+                     and (elapsed >= warmup_s or elapsed >= budget_s)):
             break
-    if not math.isfinite(est_s):
-        est_s = dt
+        warm_s.append(timed(1))
+    est_s = min(warm_s[1:]) if len(warm_s) > 1 else warm_s[0]
 
     want = min_sample_s / est_s if est_s > 0 else max_calls_per_sample
     calls_per_sample = int(min(max(1, math.ceil(want)), max_calls_per_sample))
 
-    samples: list[float] = []
-    start = clock()
+    # A warm call that alone spent the budget is a sample already: calling again only to
+    # discard it would time a slow call a fourth time.
+    reuse = spent and len(warm_s) > 1 and calls_per_sample == 1
+    samples: list[float] = [warm_s[-1]] if reuse else []
     rel = math.inf
     while True:
-        sync()
-        t0 = clock()
-        for _ in range(calls_per_sample):
-            fn()
-        sync()
-        samples.append((clock() - t0) / calls_per_sample)
+        samples.append(timed(calls_per_sample))
         med, iqr, _, _ = summarize(samples)
         rel = iqr / med if med > 0 else 0.0
+        spent = clock() - budget_from >= budget_s
         if len(samples) >= max_samples:
             break
-        if len(samples) >= min_samples and (rel <= max_rel_iqr or clock() - start >= budget_s):
+        if len(samples) >= min_samples and (rel <= max_rel_iqr or spent):
+            break
+        if spent and len(samples) >= SPENT_MIN_SAMPLES:
             break
 
     med, iqr, lo, hi = summarize(samples)
@@ -143,7 +159,7 @@ def measure(
         max_s=hi,
         n_samples=len(samples),
         calls_per_sample=calls_per_sample,
-        warmup_calls=n_warm,
+        warmup_calls=len(warm_s),
         noisy=rel > max_rel_iqr,
         rel_iqr=rel,
         samples_s=tuple(samples),

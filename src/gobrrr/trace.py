@@ -25,6 +25,7 @@ from gobrrr.counting import (
     count_marked,
     count_with_calls,
 )
+from gobrrr.errors import first_line
 from gobrrr.workload import Workload
 
 __all__ = ["Kernel", "ProfiledRun", "profile_counted", "is_math_kernel"]
@@ -62,6 +63,7 @@ class ProfiledRun:
     empty_range_cost_s: float = 0.0  # CPU only: dispatch cost subtracted from each op
     unattributed_s: float = 0.0  # kernel time outside any counted op
     unreplayable: list[str] = field(default_factory=list)  # CPU ops that failed to replay
+    replay_errors: dict[str, str] = field(default_factory=dict)  # op -> first error line
     _by_index: dict[int, list[Kernel]] | None = None
 
     def kernels_of(self, index: int) -> list[Kernel]:
@@ -226,9 +228,10 @@ def _cpu_timed(w: Workload, budget_per_op_s: float = 0.02) -> ProfiledRun:
                             budget_s=budget_per_op_s, warmup_s=0.0, min_samples=3,
                             max_samples=20, min_sample_s=2e-4)
                 cache[sig] = max(0.0, t.median_s - empty_s)
-            except Exception:  # an op that cannot run twice (e.g. consumed state)
-                cache[sig] = 0.0
+            except Exception as exc:  # an op that cannot run twice (e.g. consumed state)
+                cache[sig] = 0.0  # unmeasured, not free: the budget's note says so and why
                 run.unreplayable.append(rec.op)
+                run.replay_errors.setdefault(rec.op, first_line(exc))
         run.op_time_s[rec.index] = cache[sig]
     del calls
     run.busy_s = sum(run.op_time_s.values())

@@ -15,7 +15,13 @@ from gobrrr.experiments import BatchScaling, GraphReplay
 from gobrrr.hardware import Ceilings
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_pct, fmt_s
 
-__all__ = ["Remedy", "Verdict", "remedies_for", "verdict_for"]
+__all__ = ["Remedy", "Verdict", "HostTime", "host_time", "remedies_for", "verdict_for",
+           "HOST_NOTE_FRACTION"]
+
+# Host time outside PyTorch ops is named in the evidence from this share of T_wall up:
+# below it, it is within the error of its own estimate (a tiny op's cost stands for every
+# op's dispatch) plus the timer's spread (up to 5%).
+HOST_NOTE_FRACTION = 0.10
 
 
 @dataclass
@@ -41,8 +47,31 @@ class Verdict:
         return dict(vars(self))
 
 
+@dataclass(frozen=True)
+class HostTime:
+    """The budget's overhead split by what an overhead remedy can remove, per call."""
+
+    n_ops: int  # dispatched aten ops of one call, views included (each is a dispatch)
+    dispatch_s: float  # n_ops x the measured per-op cost, at most the overhead
+    outside_s: float  # the rest: host time outside PyTorch ops (Python, sleep, loading)
+
+
+def host_time(b: Budget, counts: CountResult, ceil: Ceilings) -> HostTime:
+    """What torch.compile or CUDA graphs can remove is the dispatch (and launch) work of
+    the ops that ran: n_ops x the measured cost of one tiny op is a fair upper estimate
+    of it. Overhead beyond that (on CUDA, GPU-idle time beyond it) is host time that is
+    not PyTorch dispatch, such as a sleep or data loading: no remedy here removes it."""
+    n_ops = len(counts.records)
+    dispatch_s = min(b.overhead_s, n_ops * ceil.op_overhead_s)
+    return HostTime(n_ops, dispatch_s, b.overhead_s - dispatch_s)
+
+
 def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
-                batch: BatchScaling | None, graph: GraphReplay | None) -> Verdict:
+                batch: BatchScaling | None, graph: GraphReplay | None,
+                findings: list[str] | None = None) -> Verdict:
+    """The dominant regime, its evidence (every number from the report), whether the
+    experiments agree with the budget; `findings` (recompiles, graph breaks) are added
+    to the evidence as they are."""
     fr = b.fractions
     regime = b.regime
     ev: list[str] = []
@@ -55,6 +84,10 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         ev.append(f"ops execute {fmt_pct(b.busy_s / b.total_s if b.total_s else 0)} of "
                   f"wall time ({fmt_s(b.wall_s)} per call); the rest is Python and dispatch "
                   f"({n_ops} ops; one tiny op costs {fmt_s(ceil.op_overhead_s)} here)")
+    host = host_time(b, counts, ceil)
+    if b.total_s > 0 and host.outside_s >= HOST_NOTE_FRACTION * b.total_s:
+        ev.append(f"{fmt_s(host.outside_s)} per call is host time outside PyTorch ops "
+                  "(Python, sleep, data loading): no GPU or compiler remedy removes it")
     if regime == "memory" and b.memory_s > 0:
         mem_bytes = sum(r.bytes for r in b.per_op if r.memory_s > 0)
         ev.append(f"memory-bound ops moved {fmt_num(mem_bytes, 'B')} at "
@@ -76,6 +109,7 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                   f"CUDA-graph replay {graph.speedup:.2f}x faster than eager")
     elif graph is not None and not graph.possible and device == "cuda":
         ev.append(f"no CUDA-graph replay: {graph.reason}")
+    ev += findings or []
     disagree = []
     if batch is not None and batch.agrees is False:
         disagree.append(f"batch scaling measured {batch.time_ratio:.2f}x where the budget "
@@ -105,22 +139,31 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     speedup; sorted by predicted gain."""
     out: list[Remedy] = []
     total = b.total_s
-    overhead = b.overhead_s
-    if device == "cuda" and overhead > 0:
+    # Overhead remedies save at most the dispatch of the ops that ran, never host time
+    # outside them: a sleep in the step would otherwise predict a millionfold gain.
+    host = host_time(b, counts, ceil)
+    dispatch = (f"{host.n_ops} ops x {fmt_s(ceil.op_overhead_s)} = "
+                f"{fmt_s(host.dispatch_s)} of dispatch")
+    stays = (f"; {fmt_s(host.outside_s)} of host time outside PyTorch ops stays"
+             if host.outside_s > 0 else "")
+    if device == "cuda" and host.dispatch_s > 0:
         measured = f"; graph replay measured {graph.speedup:.2f}x" if (
             graph and graph.speedup) else ""
         out.append(Remedy(
             "CUDA graphs / torch.compile(mode='reduce-overhead')", "overhead",
-            _speedup(total, overhead),
-            f"T_wall {fmt_s(total)} -> kernel time {fmt_s(b.busy_s)}: the launch overhead "
-            f"goes{measured}",
+            _speedup(total, host.dispatch_s),
+            f"T_wall {fmt_s(total)} -> {fmt_s(total - host.dispatch_s)} (kernel time "
+            f"{fmt_s(b.busy_s)}): the launch overhead goes, at most {dispatch}"
+            f"{stays}{measured}",
             "capture the step with torch.cuda.graphs (optimizers with capturable=True) or "
             "torch.compile(mode='reduce-overhead')",
         ))
-    if device == "cpu" and overhead > 0:
+    if device == "cpu" and host.dispatch_s > 0:
         out.append(Remedy(
-            "torch.compile (fewer dispatched ops)", "overhead", _speedup(total, overhead),
-            f"upper bound: all {fmt_s(overhead)} of Python/dispatch time removed",
+            "torch.compile (fewer dispatched ops)", "overhead",
+            _speedup(total, host.dispatch_s),
+            f"upper bound: {dispatch} removed, of {fmt_s(b.overhead_s)} of Python/dispatch "
+            f"time{stays}",
             "torch.compile the model: fused kernels are dispatched once per group of ops",
         ))
     # Advice only when doubling the batch buys at least 10% more samples per second.

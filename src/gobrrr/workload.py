@@ -41,6 +41,9 @@ class Workload:
     batch_size: int | None = None
     factory: Factory | None = None  # factory(batch_size) -> (fn, args); scales exactly
     description: str = ""
+    # The same work as eager PyTorch, for a callable that replays a CUDA graph: counted
+    # for FLOPs and bytes, never timed (gobrrr.diagnose(..., eager=...)).
+    eager: Callable[..., Any] | None = None
     # what a model target was built from (models.py: library, config, dtype, mode)
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -88,7 +91,7 @@ class Workload:
                             "(give a factory make_workload(batch_size) instead)")
         return Workload(self.name, self.fn, args, kwargs, self.device,
                         None if self.batch_size is None else self.batch_size * factor,
-                        None, self.description, self.details)
+                        None, self.description, details=self.details)
 
 
 def _infer_device(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

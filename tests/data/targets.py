@@ -54,3 +54,23 @@ def fails_above_4(batch_size=4):
         raise RuntimeError("CUDA out of memory (simulated)")
     w = torch.randn(16, 16)
     return (lambda x: x @ w), (torch.randn(batch_size, 16),)
+
+
+def raises_on_second_call(batch_size=2):
+    """Each instance runs once, then raises: priming a copy passes, the next call fails."""
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        if len(calls) > 1:
+            raise ValueError("the second call of this instance fails")
+        return x * 2.0
+
+    return fn, (torch.randn(batch_size, 5),)
+
+
+def nan_output(batch_size=4):
+    """A broken workload: its first row of weights is NaN, so every output is NaN."""
+    w = torch.randn(16, 16)
+    w[0] = float("nan")
+    return (lambda x: x @ w), (torch.randn(batch_size, 16),)

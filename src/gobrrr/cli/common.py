@@ -17,10 +17,11 @@ from typing import Any, NoReturn
 
 import click
 
-from gobrrr.errors import UserError, WorkloadError, user_traceback
+from gobrrr.errors import WARNING, UserError, WorkloadError, user_traceback
 
 __all__ = ["DEVICE", "resolve_device", "progress_printer", "run_guarded", "finish_progress",
-           "emit_json", "check_writable", "deliver", "model_options", "TARGET_HELP"]
+           "emit_json", "check_writable", "deliver", "show_notes", "model_options",
+           "TARGET_HELP"]
 
 DEVICE = click.Choice(["auto", "cpu", "cuda"])
 
@@ -143,6 +144,17 @@ def run_guarded(action: Callable[[], Any]) -> Any:
         finish_progress()
         click.echo(user_traceback(exc.original), err=True)
         _fail(str(exc), exc.exit_code)
+
+
+def show_notes(notes: Sequence[str], say: Callable[[str], None], quiet: bool) -> None:
+    """Notes as progress lines; warnings (failures the run survived) on stderr also with
+    -q, which silences progress, never warnings. Without -q a warning was already said
+    as progress when it happened, so it is not repeated."""
+    for note in notes:
+        if not note.startswith(WARNING):
+            say(note)
+        elif quiet:
+            click.echo(f"gobrrr: {note}", err=True)
 
 
 def finish_progress() -> None:

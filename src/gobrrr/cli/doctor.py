@@ -27,7 +27,10 @@ _HELP = f"Split a workload's time into compute, memory and overhead.\n\n{TARGET_
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--no-experiments", is_flag=True, help="Skip batch scaling and graph replay.")
 @click.option("--time-budget", "time_budget_s", type=click.FloatRange(min=0.05), default=2.0,
-              show_default=True, help="Seconds of repeats per timing.")
+              show_default=True,
+              help="Sampling seconds per measurement (warm-up included, the first call "
+                   "not); a call longer than this is made 3 times. Per measurement, not "
+                   "a limit on the whole run (that is optimize's --budget-s).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a self-contained HTML report here.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -46,6 +49,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         progress_printer,
         resolve_device,
         run_guarded,
+        show_notes,
     )
 
     def body() -> None:
@@ -66,11 +70,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         # diagnose_workload records name, description, device and batch; a model
         # target's details (library, config, dtype, mode) come from the Workload itself
         report = replace(report, workload=w.to_dict())
-        for note in report.notes:
-            if note.startswith("WARNING: "):  # loud even with -q: the user's state
-                click.echo(f"gobrrr: {note}", err=True)
-            else:
-                say(note)
+        show_notes(report.notes, say, quiet)
         writes: list[tuple[Path, Callable[[Path], Any]]] = []
         if html_path is not None:
             writes.append((html_path, report.save_html))

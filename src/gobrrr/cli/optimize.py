@@ -25,7 +25,9 @@ optimizers, set_to_none, SDPA, batch size (advice).
               help="Batch size for a factory target (default: its own default).")
 @model_options
 @click.option("--budget-s", type=click.FloatRange(min=1), default=120.0, show_default=True,
-              help="Seconds for remedies and combinations (after diagnose).")
+              help="Seconds for the whole run of remedies and combinations (after "
+                   "diagnose; checked before each one starts). A limit on the run, not the "
+                   "sampling time per measurement (that is doctor's --time-budget).")
 @click.option("--only", "only", multiple=True,
               help="Remedies or families to try, e.g. --only compile,tf32 (repeatable).")
 @click.option("--no-diagnose", is_flag=True,
@@ -48,7 +50,9 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
         progress_printer,
         resolve_device,
         run_guarded,
+        show_notes,
     )
+    from gobrrr.errors import WARNING
 
     def body() -> None:
         from gobrrr.models import ModelOptions
@@ -66,9 +70,8 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
             + (f": {w.description}" if w.details else ""))  # a model target: what was built
         res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                 only=list(only) or None, progress=say)
-        for note in res.notes:
-            if note.startswith("WARNING: "):  # loud even with -q: the user's state
-                click.echo(f"gobrrr: {note}", err=True)
+        # warnings on stderr also with -q; the other notes are in the table and JSON
+        show_notes([n for n in res.notes if n.startswith(WARNING)], say, quiet)
         writes = []
         if html_path:
             from gobrrr.show.optimize_html import write_optimize

@@ -25,8 +25,10 @@ __all__ = ["Context", "Candidate", "RemedySpec", "RemedyResult", "STATUSES",
 # Ordering of application when remedies combine (see module docstring).
 STAGE_MUTATE, STAGE_PRECISION, STAGE_EXECUTION = 0, 1, 2
 
-STATUSES = ("verified", "no significant change", "slower", "rejected", "failed",
-            "not applicable", "advice")
+# "unverifiable": the reference cannot judge the outputs (not finite, or eager differs
+# from itself beyond verify.NOISE_CEILING); timed, never "verified", never the best.
+STATUSES = ("verified", "no significant change", "slower", "unverifiable", "rejected",
+            "failed", "not applicable", "advice")
 
 Progress = Callable[[str], None]
 

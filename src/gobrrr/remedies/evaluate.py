@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gobrrr.errors import WorkloadError, first_line
+from gobrrr.finite import nonfinite_summary
 from gobrrr.remedies.base import (
     Candidate,
     Context,
@@ -25,7 +27,7 @@ from gobrrr.remedies.verify import (
     compare,
     compile_problems,
     dynamo_snapshot,
-    tolerance_for,
+    tolerance_given_noise,
 )
 from gobrrr.state import Copied, clone_tree, copy_workload, restore, snapshot
 from gobrrr.timing import device_sync
@@ -41,12 +43,8 @@ class Reference:
     work: Copied  # the eager copy: side A of every A/B
     outputs: list[Any]  # two consecutive calls from the base state
     out_dtype: str  # lowest-precision floating output: picks the tolerance
-    nondeterminism: dict[str, float]  # eager vs eager, per measure
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:240] if text else ''}".rstrip(": ")
+    nondeterminism: dict[str, float]  # eager vs eager, per measure (empty: not finite)
+    nonfinite: str | None = None  # where the reference has NaN/inf: nothing to verify
 
 
 def _two_calls(call: Callable[[], Any], device: str) -> list[Any]:
@@ -71,14 +69,31 @@ def _out_dtype(outputs: list[Any]) -> str:
     return min(known, key=order.index) if known else "float32"
 
 
+def _eager_call(work: Copied, where: str) -> Callable[[], Any]:
+    """One call of an eager copy; the user's exception becomes a WorkloadError (their
+    traceback, exit 2), as for every other call of their code outside a candidate."""
+    def call() -> Any:
+        try:
+            return work.fn(*work.args, **work.kwargs)
+        except Exception as exc:
+            raise WorkloadError(where, exc) from exc
+
+    return call
+
+
 def make_reference(base: Copied, device: str) -> Reference:
     """Two eager copies from the base state: one is the reference (and A side), the
     other tells how much eager differs from itself."""
     ref = copy_workload(base.fn, base.args, base.kwargs)
-    outs = _two_calls(lambda: ref.fn(*ref.args, **ref.kwargs), device)
+    outs = _two_calls(_eager_call(ref, "running the eager reference"), device)
     twin = copy_workload(base.fn, base.args, base.kwargs)
-    again = _two_calls(lambda: twin.fn(*twin.args, **twin.kwargs), device)
+    again = _two_calls(_eager_call(twin, "running the eager reference again"), device)
     dtype = _out_dtype(outs)
+    # the first of the two calls whose output is not finite, named as the user counts
+    nonfinite = next((f"call {i + 1} {found}" for i, out in enumerate(outs)
+                      if (found := nonfinite_summary(out))), None)
+    if nonfinite:  # NaN vs NaN is no measure of eager's noise: nothing can be verified
+        return Reference(ref, outs, dtype, {}, nonfinite)
     nondet = {m: compare(outs, again, m, 0.0).max_error
               for m in ("elementwise", "relative_l2")}
     return Reference(ref, outs, dtype, nondet)
@@ -115,7 +130,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
             sync()
         res.compile_s = time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - compile/capture/OOM: a reason, not a crash
-        res.reason = f"{'preparing' if cand.prepare else 'applying'}: {_first_line(exc)}"
+        res.reason = f"{'preparing' if cand.prepare else 'applying'}: {first_line(exc)}"
         del cand, w
         _free(ctx.device)
         return res, None
@@ -136,28 +151,27 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
         with switches_on(cand):
             outs = _two_calls(cand.call, ctx.device)
     except Exception as exc:  # noqa: BLE001
-        res.reason = f"running: {_first_line(exc)}"
+        res.reason = f"running: {first_line(exc)}"
         return res, None
-    measure, rtol = tolerance_for(ref.out_dtype, cand.precision or ctx.reference_precision)
-    noise = ref.nondeterminism.get(measure, 0.0)
-    notes: list[str] = []
-    if noise > rtol:
-        notes.append(f"eager differs from itself by {noise:.3g}: tolerance raised from "
-                     f"{rtol:g} to {2 * noise:.3g}")
-        rtol = 2 * noise
-    cmp = compare(ref.outputs, outs, measure, rtol)
-    res.tolerance, res.max_error, res.verified = cmp.tolerance, cmp.max_error, cmp.ok
-    if cmp.cosine is not None:
-        res.checks["cosine_min"] = cmp.cosine
-    if not cmp.ok:
-        res.status, res.reason = "rejected", "; ".join([cmp.reason, *notes])
-        return res, None
+    tol = tolerance_given_noise(ref.out_dtype, cand.precision or ctx.reference_precision,
+                                ref.nondeterminism)
+    notes = [tol.note] if tol.note else []
+    unverifiable = (f"the reference output is not finite ({ref.nonfinite}): nothing to "
+                    "verify against" if ref.nonfinite else tol.unverifiable)
+    if not unverifiable:
+        cmp = compare(ref.outputs, outs, tol.measure, tol.rtol)
+        res.tolerance, res.max_error, res.verified = cmp.tolerance, cmp.max_error, cmp.ok
+        if cmp.cosine is not None:
+            res.checks["cosine_min"] = cmp.cosine
+        if not cmp.ok:
+            res.status, res.reason = "rejected", "; ".join([cmp.reason, *notes])
+            return res, None
     try:
         ab = ab_time(lambda: ref.work.fn(*ref.work.args, **ref.work.kwargs), cand.call,
                      device=ctx.device, budget_s=ab_budget_s,
                      b_context=lambda: switches_on(cand))
     except Exception as exc:  # noqa: BLE001
-        res.reason = f"timing: {_first_line(exc)}"
+        res.reason = f"timing: {first_line(exc)}"
         return res, None
     if warm is not None:
         problems, cnotes = compile_problems(warm, dynamo_snapshot())
@@ -170,10 +184,15 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     res.measured_speedup, res.interval = ab.speedup, ab.interval
     res.eager_s, res.candidate_s = ab.eager_s, ab.candidate_s
     res.checks["ab_rounds"], res.checks["calls_per_block"] = ab.rounds, ab.calls_per_block
+    lo, hi = ab.interval
+    timed = f"{ab.speedup:.2f}x (95% interval {lo:.2f}-{hi:.2f}, {ab.rounds} A/B rounds)"
+    if unverifiable:  # timed, so the user sees the speed, but never a winner
+        res.status = "unverifiable"
+        res.reason = "; ".join([unverifiable, f"measured {timed}, outputs not verified",
+                                *notes])
+        return res, None
     change = ab.change
     res.status = {"faster": "verified", "slower": "slower"}.get(change,
                                                                  "no significant change")
-    lo, hi = ab.interval
-    res.reason = "; ".join([f"{ab.speedup:.2f}x (95% interval {lo:.2f}-{hi:.2f}, "
-                            f"{ab.rounds} A/B rounds)", *notes])
+    res.reason = "; ".join([timed, *notes])
     return res, (cand if change == "faster" else None)

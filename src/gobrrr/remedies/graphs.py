@@ -1,6 +1,8 @@
 """CUDA graphs: capture one call, replay it; the CPU's dispatch and launch work is done
 once at capture, so an overhead-bound step runs at the speed of its kernels
-(predicted: T_wall -> T_gpu, from the budget; docs/reference.md, H200: MLP batch 16, 106 -> 38 us).
+(predicted from the budget: the GPU-idle time goes, at most the dispatch of the ops that
+ran, n_ops x the per-op cost: host time outside PyTorch ops, a sleep or data loading,
+stays; docs/reference.md, H200: MLP batch 16, 106 -> 38 us).
 
 Optimizers are made capturable first (docs/reference.md: Adam refuses capture with
 "param_groups' capturable is False"): `capturable=True` keeps the step count on the GPU,

@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gobrrr import __version__
+from gobrrr.errors import WARNING
 from gobrrr.remedies.base import Candidate, RemedyResult, RemedySpec
 
-__all__ = ["OptimizeResult", "SCHEMA_VERSION", "snippet_for"]
+__all__ = ["OptimizeResult", "SCHEMA_VERSION", "NONFINITE_REFERENCE", "snippet_for"]
 
 SCHEMA_VERSION = "1.0"
+NONFINITE_REFERENCE = "the reference output is not finite"
 
 
 def snippet_for(best: RemedyResult | None) -> str:
@@ -22,6 +24,21 @@ def snippet_for(best: RemedyResult | None) -> str:
     head = (f"# gobrrr optimize: {best.name}, measured {best.measured_speedup:.2f}x, "
             f"outputs verified ({best.tolerance})")
     return head + "\n" + best.snippet
+
+
+def _diagnose_warnings(report: Any) -> list[str]:
+    """Failures the diagnosis survived stay visible in optimize's result too."""
+    return [] if report is None else [n for n in report.notes if n.startswith(WARNING)]
+
+
+def _reference_notes(ref: Any) -> list[str]:
+    if ref.nonfinite:
+        return [f"{WARNING}{NONFINITE_REFERENCE}: {ref.nonfinite}; no remedy can be "
+                "verified against it"]
+    nondet = ref.nondeterminism
+    if any(v > 0 for v in nondet.values()):
+        return [f"eager is non-deterministic: max difference {nondet}"]
+    return []
 
 
 @dataclass
@@ -49,15 +66,15 @@ class OptimizeResult:
               ref: Any, notes: list[str], elapsed_s: float) -> OptimizeResult:
         from gobrrr.remedies.runner import best_callable
 
-        nondet = ref.nondeterminism
         return cls(
             workload=w.to_dict(),
             device=w.device, remedies=results, best=best, snippet=snippet_for(best),
             best_fn=best_callable(cand, ref),
             regime=None if report is None else report.regime,
-            reference={"output_dtype": ref.out_dtype, "eager_nondeterminism": nondet},
-            notes=notes + ([f"eager is non-deterministic: max difference {nondet}"]
-                           if any(v > 0 for v in nondet.values()) else []),
+            reference={"output_dtype": ref.out_dtype,
+                       "eager_nondeterminism": ref.nondeterminism,
+                       "output_nonfinite": ref.nonfinite},
+            notes=_diagnose_warnings(report) + notes + _reference_notes(ref),
             optimize_s=elapsed_s,
         )
 

@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gobrrr.errors import WARNING
 from gobrrr.remedies import catalog
 from gobrrr.remedies.base import Candidate, Context, RemedyResult, RemedySpec, switches_on
 from gobrrr.remedies.evaluate import Reference, evaluate, make_reference
-from gobrrr.remedies.result import OptimizeResult
+from gobrrr.remedies.result import NONFINITE_REFERENCE, OptimizeResult
 from gobrrr.state import Copied, copy_workload, describe, preserved_state, stateful_ids
 from gobrrr.workload import Workload
 
@@ -130,7 +131,9 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
         else:
             from gobrrr.counting import count
 
-            records = count(_call_of(base)).records
+            # the user's exception as a WorkloadError: their traceback, exit 2
+            records = count(Workload(w.name, base.fn, base.args, base.kwargs,
+                                     w.device).run, "counting a copy").records
         ctx = Context(w.device, report, {type(m).__name__ for top in base.modules
                                          for m in top.modules()},
                       base.optimizers, zero_calls, independent, records, compile_backend)
@@ -140,6 +143,8 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
                          "(torch.backends flags): outputs are compared at TF32 tolerance")
         say("reference: eager, twice from the same state")
         ref = make_reference(base, w.device)
+        if ref.nonfinite:
+            say(f"{WARNING}{NONFINITE_REFERENCE}: {ref.nonfinite}")
         results, best_cand, best_res = _run_all(specs, base, ref, ctx, ab_budget_s,
                                                 deadline, say, notes)
         compiling = {s.name for s in specs if s.family in ("compile", "attention")}
@@ -149,7 +154,7 @@ def optimize_workload(w: Workload, *, report: Any = None, diagnose: bool = True,
             notes.append("torch.compile's caches were reset (torch._dynamo.reset()) to "
                          "compile each variant from a clean state: functions you had "
                          "compiled before compile again on their next call")
-    notes = [f"WARNING: {line}" for line in state.warnings] + notes
+    notes = [f"{WARNING}{line}" for line in state.warnings] + notes
     return OptimizeResult.build(w, report, results, best_res, best_cand, specs, ref,
                                 notes, time.perf_counter() - t_start)
 
@@ -165,10 +170,6 @@ def _reference_precision(ctx: Context) -> str | None:
     if (convs and tf32_enabled("conv")) or (mms and tf32_enabled("matmul")):
         return "tf32"
     return None
-
-
-def _call_of(base: Copied) -> Callable[[], Any]:
-    return lambda: base.fn(*base.args, **base.kwargs)
 
 
 def _run_all(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,

@@ -15,7 +15,9 @@ checked too) against the eager reference.
   (~8e-3); the limits give a few layers of headroom over that.
 - NaN or inf in a candidate's output never passes. Integer/bool outputs must match.
 - Eager is run twice from the same state; if it differs from itself by more than the
-  tolerance, the tolerance is raised to twice that difference and the result says so.
+  tolerance, the outputs are judged by relative L2 at twice eager's own difference (room
+  for the noise of both sides), but never above NOISE_CEILING of the output dtype: beyond
+  it a match proves nothing and the remedy is "unverifiable", never "verified".
 Speed (`ab_time`): reference and candidate alternate in blocks (ABBA), each block
 synchronized; the speedup is the median of per-round ratios with a bootstrap 95%
 interval. A change is significant only when the interval excludes 1 and the median moves
@@ -33,13 +35,25 @@ from typing import Any
 
 from gobrrr.timing import device_sync
 
-__all__ = ["Comparison", "ABResult", "compare", "tolerance_for", "ab_time",
-           "DynamoSnapshot", "dynamo_snapshot", "compile_problems", "bootstrap_median",
-           "SAME_PRECISION_RTOL", "LOWER_PRECISION_RTOL", "MIN_CHANGE"]
+__all__ = ["Comparison", "ABResult", "Tolerance", "compare", "tolerance_for",
+           "tolerance_given_noise", "ab_time", "DynamoSnapshot", "dynamo_snapshot",
+           "compile_problems", "bootstrap_median", "SAME_PRECISION_RTOL",
+           "LOWER_PRECISION_RTOL", "NOISE_CEILING", "MIN_CHANGE"]
 
 SAME_PRECISION_RTOL = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2,
                        "bfloat16": 2e-2}  # bf16: 1 ulp = 2^-7 relative, twice that
 LOWER_PRECISION_RTOL = {"tf32": 1e-2, "bf16": 5e-2}
+# The most a tolerance may grow to cover eager's own run-to-run differences, in relative
+# L2, by output dtype. Each is the tolerance of the next coarser format in use: a looser
+# check would also pass a remedy that silently computed in that format, so a match would
+# say nothing about correctness.
+NOISE_CEILING = {
+    "float64": SAME_PRECISION_RTOL["float32"],  # 1e-4: fp64 silently run in fp32 passes
+    "float32": LOWER_PRECISION_RTOL["tf32"],  # 1e-2: fp32 matmuls silently in TF32 pass
+    "float16": LOWER_PRECISION_RTOL["bf16"],  # 5e-2: fp16 silently replaced by bf16 passes
+    # 5e-2: nothing coarser is in use, so bf16 outputs keep bf16's own limit (no growth)
+    "bfloat16": LOWER_PRECISION_RTOL["bf16"],
+}
 MIN_CHANGE = 0.02  # below 2% a "win" is within timer drift, whatever the interval says
 
 
@@ -66,6 +80,39 @@ def tolerance_for(dtype_name: str, precision: str | None) -> tuple[str, float]:
     if dtype_name == "float16":
         return "relative_l2", LOWER_PRECISION_RTOL["tf32"]  # same 10-bit mantissa
     return "elementwise", SAME_PRECISION_RTOL.get(dtype_name, 1e-4)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How a candidate's outputs are judged against the reference."""
+
+    measure: str  # "elementwise" | "relative_l2"
+    rtol: float
+    note: str = ""  # how eager's own differences changed the tolerance
+    unverifiable: str = ""  # why no tolerance under the ceiling can judge: nothing passes
+
+
+def tolerance_given_noise(dtype_name: str, precision: str | None,
+                          nondeterminism: dict[str, float]) -> Tolerance:
+    """`tolerance_for`, grown to cover how much eager differs from itself (by measure,
+    from two eager runs from one state), up to NOISE_CEILING of the output dtype."""
+    measure, rtol = tolerance_for(dtype_name, precision)
+    noise = nondeterminism.get(measure, 0.0)
+    if noise <= rtol:
+        return Tolerance(measure, rtol)
+    # Eager's noisiest element now sets any elementwise maximum, which then says nothing:
+    # judge the whole output by relative L2, with room for the noise of both sides (2x).
+    noise_l2 = nondeterminism.get("relative_l2", math.inf)
+    needed = max(rtol, 2 * noise_l2)
+    ceiling = max(NOISE_CEILING.get(dtype_name, NOISE_CEILING["float32"]), rtol)
+    if needed > ceiling:
+        return Tolerance(measure, rtol, unverifiable=(
+            f"eager differs from itself by {noise_l2:.3g} (relative L2): a tolerance of "
+            f"{needed:.3g} would be needed, above the {ceiling:g} ceiling for {dtype_name} "
+            "outputs"))
+    return Tolerance("relative_l2", needed, note=(
+        f"eager differs from itself by {noise:.3g} ({measure}): judged by relative L2 <= "
+        f"{needed:.3g} instead (ceiling {ceiling:g})"))
 
 
 def _leaves(out: Any) -> list[Any]:

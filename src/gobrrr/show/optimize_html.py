@@ -30,6 +30,10 @@ def render_optimize(d: dict[str, Any]) -> str:
                 f"measured" + (f" (predicted {pred:.2f}x)" if pred else "")
                 if best.get("status") != "baseline" else
                 "No remedy was verified faster than eager: keep the workload as it is.")
+    unverifiable = sum(r["status"] == "unverifiable" for r in d["remedies"])
+    if unverifiable:
+        headline += (f" {unverifiable} remedy result(s) unverifiable: their outputs could not "
+                     "be judged against eager's (see the reasons); timed, never chosen.")
     rows = []
     for r in d["remedies"]:
         iv = r.get("interval")

@@ -167,7 +167,11 @@ def print_report(report: Report) -> None:
 
 
 _STATUS_STYLE = {"verified": "green", "rejected": "red", "failed": "red", "slower": "yellow",
-                 "no significant change": "dim", "not applicable": "dim", "advice": "cyan"}
+                 "no significant change": "dim", "not applicable": "dim", "advice": "cyan",
+                 "unverifiable": "magenta"}
+# Table order: what can be used first, then what could not be judged, then failures.
+_STATUS_RANK = {"verified": 0, "no significant change": 1, "slower": 2, "advice": 3,
+                "unverifiable": 4, "rejected": 5, "failed": 6, "not applicable": 7}
 
 
 def _x(v: float | None) -> str:
@@ -191,9 +195,7 @@ def print_optimize(res: OptimizeResult) -> None:
     table.add_column("meas.", justify="right")
     table.add_column("95% int.", justify="right")
     table.add_column("prep s", justify="right")
-    rank = {"verified": 0, "no significant change": 1, "slower": 2, "advice": 3,
-            "rejected": 4, "failed": 5, "not applicable": 6}
-    rows = sorted(res.remedies, key=lambda r: (rank.get(r.status, 9),
+    rows = sorted(res.remedies, key=lambda r: (_STATUS_RANK.get(r.status, 9),
                                                -(r.measured_speedup or 0)))
     for r in rows:
         style = _STATUS_STYLE.get(r.status, "")
@@ -217,6 +219,10 @@ def print_optimize(res: OptimizeResult) -> None:
         pred = f", predicted {_x(best.predicted_speedup)}" if best.predicted_speedup else ""
         out.print(f"\n[bold]Best:[/] {escape(best.name)}: {_x(best.measured_speedup)} "
                   f"measured{pred}; outputs verified ({escape(best.tolerance)}).")
+    unverifiable = sum(r.status == "unverifiable" for r in rows)
+    if unverifiable:
+        out.print(f"[magenta]{unverifiable} unverifiable[/]: outputs that could not be "
+                  "judged against eager's (see the reasons); timed, never chosen.")
     out.print(escape(res.snippet), soft_wrap=True)
     for note in res.notes:
         out.print(f"[dim]note: {escape(note)}[/dim]")

@@ -1,0 +1,449 @@
+"""Workloads under `torch.compile`: found, warmed up apart, and profiled as they run.
+
+- Detection: the callable, or anything it reaches (`state.walk`), is a compiled module
+  (`OptimizedModule`) or a compiled function (`_torchdynamo_orig_callable`).
+- Warm-up: the first call compiles (and, in mode="reduce-overhead", captures CUDA
+  graphs); it is timed apart and reported as compile time, never inside T_wall. Dynamo's
+  counters are read before and after the warm-up and after the timing: frames compiled
+  during the timing are recompiles (overhead the user can remove), `graph_break` entries
+  are graph breaks with their reasons.
+- Counting: the eager twin, by counting.py under `torch.compiler.set_stance("force_eager")`
+  (no compile, no recompile of the user's code; the twin's FLOPs and bytes).
+- Profiled run: *not* under the counting mode, which would run the compiled code eagerly.
+  One call under the torch profiler with `record_shapes`; every kernel-launching op of
+  the compiled code becomes a record: extern ATen ops (mm, addmm, convolution, attention)
+  with FLOPs from their recorded shapes, Triton kernels with bytes from their launch
+  arguments (inputs and outputs, as Inductor's own byte count does). On CPU, Inductor's
+  C++ kernels are not visible to the profiler: their time is the graph call's time minus
+  the ATen ops inside it, and their FLOPs and bytes are estimated from the eager twin
+  (its non-matmul FLOPs; its fusable bytes after a perfect fusion) and said to be.
+  Kernels replayed from a CUDA graph (mode="reduce-overhead") carry no shapes either:
+  the GEMM-like ones get the eager twin's matmul work, the others its other work.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gobrrr.counting import CountResult, OpRecord
+    from gobrrr.trace import ProfiledRun
+    from gobrrr.workload import Workload
+
+__all__ = ["CompileInfo", "DynamoCounts", "is_compiled", "dynamo_counts", "warm_up",
+           "read_compile", "profile_compiled", "graph_replay_note"]
+
+
+def _compiled_object(obj: Any) -> bool:
+    import torch
+
+    return isinstance(obj, torch._dynamo.eval_frame.OptimizedModule) or \
+        hasattr(obj, "_torchdynamo_orig_callable")
+
+
+def is_compiled(w: Workload) -> bool:
+    """Whether the workload runs code under torch.compile (itself, or a compiled module
+    or function it reaches)."""
+    if _compiled_object(w.fn) or _compiled_object(getattr(w.fn, "__self__", None)):
+        return True
+    from gobrrr.state import walk
+
+    r = walk(w.fn, w.args, w.kwargs)
+    return any(_compiled_object(o) for o in [*r.modules, *r.objects, *r.functions])
+
+
+@dataclass(frozen=True)
+class DynamoCounts:
+    """Dynamo's counters at one moment (they only grow while gobrrr runs)."""
+
+    frames: int
+    graphs: int
+    graph_breaks: dict[str, int]
+    recompile_limit_hit: bool
+
+
+def dynamo_counts() -> DynamoCounts:
+    from torch._dynamo.utils import counters
+
+    unimplemented: dict[str, int] = dict(counters.get("unimplemented", {}))
+    return DynamoCounts(int(counters["frames"]["total"]),
+                        int(counters["stats"]["unique_graphs"]),
+                        dict(counters.get("graph_break", {})),
+                        any("recompile" in k.lower() or "cache_size_limit" in k.lower()
+                            for k in unimplemented))
+
+
+@dataclass(frozen=True)
+class CompileInfo:
+    """What compiling cost and what dynamo reported while gobrrr ran the workload."""
+
+    first_call_s: float  # the first call gobrrr made: compile + capture when fresh
+    steady_call_s: float  # the call after it
+    compile_s: float  # first - steady: 0 when the user's code was already compiled
+    frames_compiled: int  # during the warm-up
+    graphs: int
+    graph_breaks: int
+    break_reasons: list[str] = field(default_factory=list)
+    recompiles_during_timing: int = 0
+    timed_calls: int = 0
+    recompile_limit_hit: bool = False
+
+    def findings(self) -> list[str]:
+        """Overhead the user can remove, one line each."""
+        out = []
+        if self.recompile_limit_hit:
+            out.append("dynamo hit its recompile limit: the frame now runs eagerly, "
+                       "uncompiled")
+        if self.recompiles_during_timing:
+            every = self.recompiles_during_timing >= 0.9 * self.timed_calls
+            out.append(f"{'recompiles on every call' if every else 'recompiles'}: "
+                       f"{self.recompiles_during_timing} in {self.timed_calls} timed calls "
+                       "(guards fail: a changing Python value, shape or dtype)")
+        if self.graph_breaks:
+            reasons = "; ".join(self.break_reasons[:3])
+            out.append(f"{self.graph_breaks} graph break(s): {reasons}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"findings": self.findings()}
+
+
+def warm_up(w: Workload) -> tuple[float, float, DynamoCounts, DynamoCounts]:
+    """Two timed calls before any measurement: (first call s, second call s, counters
+    before, counters after)."""
+    from gobrrr.timing import device_sync
+
+    sync = device_sync(w.device)
+    before = dynamo_counts()
+    times = []
+    for _ in range(2):
+        sync()
+        t0 = time.perf_counter()
+        w.run("the first call of a compiled workload (compile)")
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times[0], times[1], before, dynamo_counts()
+
+
+def read_compile(first_s: float, steady_s: float, before: DynamoCounts,
+                 warm: DynamoCounts, after_timing: DynamoCounts,
+                 timed_calls: int) -> CompileInfo:
+    breaks = {k: v - before.graph_breaks.get(k, 0) for k, v in after_timing.graph_breaks.items()
+              if v > before.graph_breaks.get(k, 0)}
+    reasons = sorted(breaks, key=lambda k: -breaks[k])
+    return CompileInfo(
+        first_call_s=first_s, steady_call_s=steady_s,
+        compile_s=max(0.0, first_s - steady_s),
+        frames_compiled=warm.frames - before.frames,
+        graphs=after_timing.graphs - before.graphs,
+        graph_breaks=sum(breaks.values()),
+        break_reasons=[r.splitlines()[0][:160] for r in reasons],
+        recompiles_during_timing=after_timing.frames - warm.frames,
+        timed_calls=timed_calls,
+        recompile_limit_hit=after_timing.recompile_limit_hit and not before.recompile_limit_hit)
+
+
+# ---------------------------------------------------------------- the profiled run
+
+# Bytes per element of the dtype names the profiler records ("Input type").
+_ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8,
+             "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+             "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
+_UNIT = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16", "double": "fp64"}
+
+
+def _tensor_args(e: Any, dtypes: list[str]) -> list[tuple[list[int], str]]:
+    """(shape, dtype) of the tensor arguments an op or a kernel launch recorded."""
+    shapes = list(getattr(e, "input_shapes", None) or [])
+    return [(s, d) for s, d in zip(shapes, dtypes, strict=False)
+            if d in _ITEMSIZE and isinstance(s, list) and len(s) > 0]
+
+
+def _dtype_lookup(prof: Any) -> Any:
+    """The recorded argument dtypes of a profiler event: `FunctionEvent.input_dtypes`
+    where torch has it (2.13), else from the raw Kineto events (torch 2.11 keeps them
+    there only), matched by name and start time."""
+    by_key: dict[tuple[str, float], list[str]] = {}
+    try:
+        kr = prof.profiler.kineto_results
+        t0 = kr.trace_start_ns()
+        for ke in kr.events():
+            by_key[(ke.name(), round((ke.start_ns() - t0) / 1000, 3))] = list(ke.dtypes())
+    except (AttributeError, RuntimeError):  # an older or newer profiler API
+        pass
+
+    def lookup(e: Any) -> list[str]:
+        got = getattr(e, "input_dtypes", None)
+        if got:
+            return list(got)
+        return by_key.get((str(e.name), round(float(e.time_range.start), 3)), [])
+
+    return lookup
+
+
+def _bytes_of(args: list[tuple[list[int], str]]) -> int:
+    return sum(math.prod(s) * _ITEMSIZE[d] for s, d in args)
+
+
+def _matmul_flops(name: str, args: list[tuple[list[int], str]]) -> int | None:
+    """2 FLOPs per multiply-add (torch.utils.flop_counter's convention) from the recorded
+    operand shapes; None when the shapes do not say."""
+    two_d = [s for s, _ in args if len(s) == 2]
+    three_d = [s for s, _ in args if len(s) == 3]
+    if name in ("aten::mm", "aten::addmm") or (name.startswith("triton_") and "mm" in name):
+        for a, b in zip(two_d, two_d[1:], strict=False):
+            if a[1] == b[0]:
+                return 2 * a[0] * a[1] * b[1]
+    if name in ("aten::bmm", "aten::baddbmm"):
+        for a, b in zip(three_d, three_d[1:], strict=False):
+            if a[0] == b[0] and a[2] == b[1]:
+                return 2 * a[0] * a[1] * a[2] * b[2]
+    if "scaled_dot_product" in name and len(args) >= 3:
+        q, k = args[0][0], args[1][0]
+        if len(q) == 4 and len(k) == 4:  # [B, H, L, E] x [B, H, S, E]: QK^T and PV
+            return 4 * q[0] * q[1] * q[2] * k[2] * q[3]
+    return None
+
+
+def _conv_flops(e: Any, args: list[tuple[list[int], str]]) -> int | None:
+    """2 x output elements x (C_in / groups) x kernel size, the output's spatial size
+    from the recorded stride, padding and dilation."""
+    concrete = list(getattr(e, "concrete_inputs", None) or [])
+    if len(args) < 2 or len(concrete) < 9:
+        return None
+    x, w = args[0][0], args[1][0]
+    stride, padding, dilation = concrete[3], concrete[4], concrete[5]
+    groups = concrete[8] if isinstance(concrete[8], int) else 1
+    if not all(isinstance(v, list) for v in (stride, padding, dilation)):
+        return None
+    spatial = [(x[2 + i] + 2 * padding[i] - dilation[i] * (w[2 + i] - 1) - 1) // stride[i] + 1
+               for i in range(len(w) - 2)]
+    return 2 * x[0] * w[0] * math.prod(spatial) * (x[1] // groups) * math.prod(w[2:])
+
+
+def _op_class(name: str) -> str:
+    if name.startswith("triton_"):
+        kind = name.split("_")[1] if "_" in name else ""
+        if "mm" in name or kind == "tem":
+            return "matmul"
+        return {"poi": "pointwise", "red": "reduction", "per": "reduction"}.get(kind, "other")
+    if "convolution" in name:
+        return "conv"
+    if "scaled_dot_product" in name:
+        return "attention"
+    if any(k in name for k in ("mm", "addmm", "bmm", "linear")):
+        return "matmul"
+    return "copy" if "copy" in name or "fill" in name else "other"
+
+
+def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> OpRecord:
+    from gobrrr.counting import MATMUL_CLASSES, OpRecord
+
+    args = _tensor_args(e, dtypes)
+    name = str(e.name)
+    op_class = _op_class(name)
+    flops = _conv_flops(e, args) if op_class == "conv" else _matmul_flops(name, args)
+    dtype = _UNIT.get(args[0][1], "none") if args else "none"
+    unit = None
+    if op_class in MATMUL_CLASSES:
+        unit = dtype
+        if dtype == "fp32" and device == "cuda":
+            from gobrrr.settings import tf32_enabled
+
+            unit = "tf32" if tf32_enabled("conv" if op_class == "conv" else "matmul") else "fp32"
+    return OpRecord(index=index, op=name, module=module, phase="compiled", op_class=op_class,
+                    dtype=dtype, flops=flops or 0, bytes=_bytes_of(args),
+                    tensor_core_unit=unit, has_formula=flops is not None)
+
+
+def _walk(e: Any) -> Any:
+    yield e
+    for c in e.cpu_children:
+        yield from _walk(c)
+
+
+def _is_op(e: Any) -> bool:
+    name = str(e.name)
+    return name.startswith(("aten::", "triton_", "cpp_fused"))
+
+
+def _owners(window: Any) -> list[Any]:
+    """The outermost ops (ATen, Triton, Inductor C++) below the window: each is one
+    record; the ATen calls an op makes inside itself belong to it."""
+    out = []
+
+    def visit(e: Any) -> None:
+        for c in e.cpu_children:
+            if _is_op(c):
+                out.append(c)
+            else:
+                visit(c)
+
+    visit(window)
+    return out
+
+
+def _graph_module(e: Any) -> str:
+    """Which part of the run an op belongs to: a compiled graph or eager code between
+    graphs (a graph break)."""
+    p = e.cpu_parent
+    while p is not None:
+        if str(p.name).startswith(("## Call CompiledFxGraph", "Torch-Compiled Region")):
+            return "compiled graph"
+        p = p.cpu_parent
+    return "eager (outside compiled graphs)"
+
+
+def profile_compiled(w: Workload, wall_s: float, eager: CountResult) -> ProfiledRun:
+    """One profiled call of a compiled workload (see the module docstring)."""
+    import warnings
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from gobrrr.counting import CountResult
+    from gobrrr.trace import WINDOW, Kernel, ProfiledRun, _device_starts, _with_starts
+
+    cuda = w.device == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    # Lead-in calls as in trace.profile_counted: the marked call runs in the sustained
+    # state the timer measured.
+    lead_in = int(min(50, max(3, math.ceil(0.1 / wall_s)))) if wall_s > 0 else 3
+    if cuda:
+        torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile(activities=acts, record_shapes=True) as prof:
+            for _ in range(lead_in):
+                w.run("the profiled run")
+            with record_function(WINDOW):
+                w.run("the profiled run")
+                if cuda:
+                    torch.cuda.synchronize()
+    events = prof.events()
+    window = next(e for e in events if e.name == WINDOW)
+    owners = _owners(window)
+    dtypes = _dtype_lookup(prof)
+    records = [_record(i, e, dtypes(e), _graph_module(e), w.device)
+               for i, e in enumerate(owners)]
+    run = ProfiledRun(counts=CountResult(records), device=w.device, op_time_s={})
+    if cuda:
+        starts = _device_starts(events)
+        owned: set[int] = set()
+        for i, e in enumerate(owners):
+            for sub in _walk(e):
+                owned.add(id(sub))
+                for k, start in _with_starts(sub, starts):
+                    run.kernels.append(Kernel(k.name, k.duration * 1e-6, i, start))
+        # Kernels no op launched: a CUDA graph's replay (mode="reduce-overhead") launches
+        # them all at once, with no shapes recorded. They get the eager twin's work.
+        replayed = [Kernel(k.name, k.duration * 1e-6, None, start)
+                    for sub in _walk(window) if id(sub) not in owned
+                    for k, start in _with_starts(sub, starts)]
+        run.kernels += _replayed_kernels(run, replayed, eager)
+        for k in run.kernels:
+            if k.record_index is None:
+                run.unattributed_s += k.duration_s
+            else:
+                run.op_time_s[k.record_index] = run.op_time_s.get(k.record_index, 0.0) + \
+                    k.duration_s
+    else:
+        for i, e in enumerate(owners):
+            run.op_time_s[i] = e.cpu_time_total * 1e-6
+        _add_cpp_kernels(run, window, eager)
+    run.busy_s = sum(run.op_time_s.values()) + run.unattributed_s
+    return run
+
+
+def _add_cpp_kernels(run: ProfiledRun, window: Any, eager: CountResult) -> None:
+    """CPU: Inductor's generated C++ kernels run inside each graph call without profiler
+    events. Their time: the graph calls' time minus the ATen ops inside them. Their FLOPs
+    and bytes (approximate): the eager twin's non-matmul FLOPs, and its fusable ops' bytes
+    after a perfect fusion (budget.fusable_bytes_saved)."""
+    from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
+    from gobrrr.counting import MATMUL_CLASSES, OpRecord
+
+    calls = [e for e in _walk(window) if str(e.name).startswith("## Call CompiledFxGraph")]
+    if not calls:
+        return
+    inside = sum(c.cpu_time_total for call in calls for c in call.cpu_children if _is_op(c))
+    rest_s = max(0.0, sum(c.cpu_time_total for c in calls) - inside) * 1e-6
+    saved, fusable = fusable_bytes_saved(eager.records)
+    other = [r for r in eager.records if r.op_class not in MATMUL_CLASSES]
+    rec = OpRecord(index=len(run.counts.records), op="inductor::cpp_kernels",
+                   module="compiled graph", phase="compiled", op_class="pointwise",
+                   dtype="fp32", flops=sum(r.flops for r in other),
+                   bytes=max(0, fusable - saved) + sum(
+                       r.bytes for r in other if r.op_class not in FUSABLE_CLASSES
+                       and r.op_class != "view"),
+                   tensor_core_unit=None, has_formula=False)
+    run.counts.records.append(rec)
+    run.op_time_s[rec.index] = rest_s
+
+
+def _replayed_kernels(run: ProfiledRun, kernels: list[Any], eager: CountResult) -> list[Any]:
+    """Kernels replayed from a CUDA graph, attributed to two records that carry the eager
+    twin's work (approximate, and named so): its matmul-class ops (FLOPs, bytes, unit) for
+    the GEMM/conv/attention kernels, and its other ops for the rest, with bytes after a
+    perfect fusion (what Inductor's fused kernels move at best)."""
+    from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
+    from gobrrr.counting import MATMUL_CLASSES, OpRecord
+    from gobrrr.trace import Kernel, is_math_kernel
+
+    if not kernels:
+        return []
+    mm = [r for r in eager.records if r.op_class in MATMUL_CLASSES]
+    rest = [r for r in eager.records if r.op_class not in MATMUL_CLASSES]
+    saved, fusable = fusable_bytes_saved(eager.records)
+    units = sorted({r.tensor_core_unit for r in mm if r.tensor_core_unit})
+    groups = {
+        "graph replay: matmul kernels (eager twin's work)": (
+            "matmul", sum(r.flops for r in mm), sum(r.bytes for r in mm),
+            units[0] if units else None, [k for k in kernels if is_math_kernel(k.name)]),
+        "graph replay: other kernels (eager twin's work, fused)": (
+            "pointwise", sum(r.flops for r in rest),
+            max(0, fusable - saved) + sum(r.bytes for r in rest
+                                          if r.op_class not in (*FUSABLE_CLASSES, "view")),
+            None, [k for k in kernels if not is_math_kernel(k.name)]),
+    }
+    out = []
+    for name, (op_class, flops, nbytes, unit, ks) in groups.items():
+        if not ks:
+            continue
+        rec = OpRecord(index=len(run.counts.records), op=name, module="CUDA graph",
+                       phase="compiled", op_class=op_class, dtype=unit or "fp32",
+                       flops=flops, bytes=nbytes, tensor_core_unit=unit, has_formula=False)
+        run.counts.records.append(rec)
+        out += [Kernel(k.name, k.duration_s, rec.index, k.start_us) for k in ks]
+    return out
+
+
+def graph_replay_note(run: ProfiledRun, w: Workload, count: Any) -> str:
+    """A workload whose call ran kernels but no op (it replays a CUDA graph): its kernel
+    time is measured, so overhead is; FLOPs and bytes come from `w.eager` when given
+    (its counted ops attributed to the replayed kernels, as for reduce-overhead), else
+    the kernels stay unattributed and the note says what is missing."""
+    unowned = [k for k in run.kernels if k.record_index is None]
+    if w.eager is None:
+        return ("the workload ran kernels but no PyTorch op (a CUDA graph replay?): kernel "
+                "time and overhead are measured; FLOPs and bytes need the eager callable: "
+                "gobrrr.diagnose(fn, *args, eager=eager_fn)")
+    from gobrrr.state import preserved_state
+    from gobrrr.workload import from_callable
+
+    with preserved_state(from_callable(w.eager, w.args, w.kwargs)):  # counted, not kept
+        eager = count(w.eager, *w.args, **w.kwargs)
+    run.kernels = [k for k in run.kernels if k.record_index is not None]
+    run.kernels += _replayed_kernels(run, unowned, eager)
+    run.unattributed_s = 0.0
+    run.op_time_s = {}
+    for k in run.kernels:
+        if k.record_index is not None:
+            run.op_time_s[k.record_index] = run.op_time_s.get(k.record_index, 0.0) + \
+                k.duration_s
+    return ("the workload replays a CUDA graph: its kernels carry the FLOPs and bytes of "
+            "the eager callable given as `eager=` (approximate: matched by kernel kind)")
+
