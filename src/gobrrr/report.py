@@ -23,7 +23,8 @@ from gobrrr.verdict import Remedy, Verdict
 
 __all__ = ["Report", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1.1"  # 1.1: budget.per_call, .kernels, .unmeasured_ops; state
+SCHEMA_VERSION = "1.1"  # 1.1: budget.per_call, .kernels, .unmeasured_ops; state;
+# workload.model (model targets: library, config, dtype, mode)
 
 
 @dataclass

@@ -103,6 +103,8 @@ def print_report(report: Report) -> None:
     out.print(f"[bold]gobrrr doctor[/bold]  {escape(r.workload['name'])} "
               f"(batch {r.workload['batch_size']}) on {fp.get('name')} "
               f"[dim]torch {fp.get('torch')}[/dim]")
+    if r.workload.get("model"):  # a model target: dtype, mode and sizes matter to read it
+        out.print(f"[dim]{escape(r.workload['description'])}[/dim]")
     out.print(f"[bold {_REGIME_STYLE[v.regime]}]{v.regime.upper()}-BOUND[/]: "
               f"{100 * v.share:.0f}% of {fmt_s(b.total_s)} per call")
     for line in v.evidence:
