@@ -221,6 +221,29 @@ def _has_tag(func: Any, name: str) -> bool:
     return tag is not None and tag in getattr(func, "tags", ())
 
 
+def _aliased_formula(name: str) -> Any:
+    """torch's formula for an op it has none for, where the math is the same: the CPU
+    flash-attention kernels (same FLOPs as the CUDA flash kernels; the formula reads only
+    the query, key, value (and grad) shapes, which come first in both)."""
+    from torch.utils.flop_counter import flop_registry
+
+    twin = {"_scaled_dot_product_flash_attention_for_cpu":
+            aten._scaled_dot_product_flash_attention,
+            "_scaled_dot_product_flash_attention_for_cpu_backward":
+            aten._scaled_dot_product_flash_attention_backward}.get(name)
+    return None if twin is None else flop_registry.get(twin)
+
+
+def _gqa_expanded(args: tuple) -> tuple:
+    """Attention arguments with every 4-D [B, H, S, E] tensor of fewer heads than the
+    query replaced by a meta tensor of the query's head count (no data, no memory)."""
+    four_d = [a for a in args if isinstance(a, torch.Tensor) and a.dim() == 4]
+    heads = max((a.shape[1] for a in four_d), default=0)
+    return tuple(torch.empty((a.shape[0], heads, *a.shape[2:]), dtype=a.dtype, device="meta")
+                 if isinstance(a, torch.Tensor) and a.dim() == 4 and a.shape[1] < heads
+                 and heads % a.shape[1] == 0 else a for a in args)
+
+
 def _classify_and_flops(
     func: Any, name: str, args: tuple, kwargs: dict, out: Any
 ) -> tuple[str, int, bool]:
@@ -228,8 +251,21 @@ def _classify_and_flops(
     from torch.utils.flop_counter import flop_registry
 
     packet = func.overloadpacket
-    if packet in flop_registry:
-        return _matmul_class(name), int(flop_registry[packet](*args, **kwargs, out_val=out)), True
+    formula = flop_registry.get(packet) or _aliased_formula(name)
+    if formula is not None:
+        try:
+            return _matmul_class(name), int(formula(*args, **kwargs, out_val=out)), True
+        except (AssertionError, RuntimeError, TypeError):
+            # torch's attention formula (2.11) asserts equal query and key/value heads:
+            # grouped-query attention (LLaMA-style) repeats each key/value head for
+            # Hq/Hkv query heads, so count it as that many full heads.
+            if "scaled_dot_product" in name:
+                try:
+                    return (_matmul_class(name),
+                            int(formula(*_gqa_expanded(args), **kwargs, out_val=out)), True)
+                except (AssertionError, RuntimeError, TypeError):
+                    pass
+            return _matmul_class(name), 0, False
     if func.is_view or name in ("detach", "alias", "_unsafe_view", "lift_fresh"):
         return "view", 0, True
     if name in _ALLOCS:

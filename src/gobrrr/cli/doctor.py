@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +68,6 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
                                    time_budget_s=time_budget_s, progress=say)
         # diagnose_workload records name, description, device and batch; a model
         # target's details (library, config, dtype, mode) come from the Workload itself
-        report = replace(report, workload=w.to_dict())
         show_notes(report.notes, say, quiet)
         writes: list[tuple[Path, Callable[[Path], Any]]] = []
         if html_path is not None:
