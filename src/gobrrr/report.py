@@ -23,7 +23,9 @@ from gobrrr.verdict import Remedy, Verdict
 
 __all__ = ["Report", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1.1"  # 1.1: budget.per_call, .kernels, .unmeasured_ops; state
+# 1.1: budget.per_call, .kernels, .unmeasured_ops; state
+# 1.2: workload.source and workload.trace (gobrrr analyze); machine.source "datasheet"
+SCHEMA_VERSION = "1.2"
 
 
 @dataclass
