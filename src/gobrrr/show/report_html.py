@@ -110,6 +110,10 @@ def _ceilings_table(m: dict[str, Any]) -> Any:
 
 def title_of(d: dict[str, Any]) -> tuple[str, str]:
     w, fp = d["workload"], d["machine"]["fingerprint"]
+    if w.get("source") == "trace":  # gobrrr analyze: a profiler trace, not a run
+        return (f"gobrrr analyze: {w['name']}",
+                f"{w.get('description') or ''} ({w['device']}), torch {fp.get('torch')}, "
+                f"ceilings {d['machine'].get('source')}, {d['created']}")
     title = f"gobrrr doctor: {w['name']}"
     sub = (f"{w.get('description') or ''} - batch {w.get('batch_size')} on "
            f"{fp.get('name', w['device'])} ({w['device']}), torch {fp.get('torch')}, "
