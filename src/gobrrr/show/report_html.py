@@ -132,8 +132,11 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
     roof_caption = (
         "Each dot is one op (all its calls): x = FLOPs per byte, y = achieved FLOP/s; "
         "area = its time; color = where its time went. Hover a dot for its name; the "
-        "number is its row in the per-op table. Roofs are this machine's measured "
-        "ceilings (fp32 is also the roof of non-matmul math).")
+        "number is its row in the per-op table. Roofs are "
+        + ("the datasheet's peaks of this GPU (not calibrated on this machine)"
+           if d["machine"].get("source") == "datasheet" else
+           "this machine's measured ceilings")
+        + " (fp32 is also the roof of non-matmul math).")
     if off:
         roof_caption += (f" {len(off)} ops with no FLOPs or no bytes ({fmt_s(off_s)}) "
                          "cannot sit on a log-log roofline; they are in the table.")
