@@ -345,3 +345,27 @@ def test_unknown_gpu_without_ceilings_is_one_line(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(UserError, match="no ceilings for the trace's GPU"):
         analyze([path])
+
+
+def test_pure_python_parser_is_used_with_a_note_when_the_c_backend_is_missing(monkeypatch):
+    import ijson
+
+    from gobrrr import tracefile
+
+    def python_backend():
+        return ijson.get_backend("python"), "pure-Python backend (test)"
+
+    monkeypatch.setattr(tracefile, "ijson_backend", python_backend)
+    monkeypatch.setattr("gobrrr.tracestream.ijson_backend", python_backend)
+    r = analyze([DATA / "mlp_b1_forward.json.gz"])
+    assert "pure-Python backend (test)" in r.notes
+    assert r.budget.busy_s == pytest.approx((17.632 + 17.536) / 2 * US, abs=1e-12)
+
+
+def test_ijson_is_imported_only_by_analyze():
+    import subprocess
+    import sys
+
+    code = "import sys, gobrrr, gobrrr.cli, gobrrr.tracefile; print('ijson' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
