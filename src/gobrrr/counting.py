@@ -40,6 +40,7 @@ __all__ = [
     "RANGE_PREFIX",
     "dtype_name",
     "MATMUL_CLASSES",
+    "count_op",
 ]
 
 aten = torch.ops.aten
@@ -84,6 +85,9 @@ class OpRecord:
     # addresses, meaningful only within one counted run, never serialized.
     reads: tuple[int, ...] = ()
     writes: tuple[tuple[int, int], ...] = ()  # (storage, bytes written)
+    # Where flops and bytes are unknown (a trace recorded without shapes), the regime its
+    # time goes to, from what it is (a GEMM, a view) rather than a roofline; else None.
+    regime_hint: str | None = None
 
 
 @dataclass
@@ -316,18 +320,17 @@ def _distinct_bytes(t: torch.Tensor) -> int:
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, Any, tuple[int, ...], tuple[int, ...]]:
-    try:
-        ptr = t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):
-        ptr = id(t)
-    return ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride())
+    return _storage_ptr(t), t.storage_offset(), tuple(t.shape), tuple(t.stride())
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
     try:
-        return t.untyped_storage().data_ptr()
+        ptr = t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):
         return id(t)
+    # Meta tensors (rebuilt from a trace's recorded shapes, tracecount.py) all have
+    # address 0: each stands for a storage of its own, or two inputs would count once.
+    return id(t) if ptr == 0 and t.device.type == "meta" else ptr
 
 
 def _bytes(func: Any, name: str, op_class: str, args: tuple, kwargs: dict, out: Any,
@@ -536,3 +539,27 @@ def _eager() -> Any:
 
     set_stance = getattr(torch.compiler, "set_stance", None)
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
+def count_op(func: Any, args: tuple, kwargs: dict, *, run: bool = True) -> list[OpRecord]:
+    """Count one aten op call with the formulas `count` uses: the records of what the
+    dispatch mode saw (one, or the parts of an op that decomposes). For ops rebuilt from
+    a profiler trace on meta tensors (tracecount.py): module and phase are left to the
+    caller ("Global", "forward"). run=False: the op is not run (one that needs data, such
+    as `_local_scalar_dense`): one record from its inputs alone, outputs not counted."""
+    result = CountResult()
+    if run:
+        with _CountingMode(result, None, _Scope()):
+            func(*args, **kwargs)
+        return result.records
+    name = func.overloadpacket.__name__
+    op_class, flops, has_formula = _classify_and_flops(func, name, args, kwargs, None)
+    nbytes = _bytes(func, name, op_class, args, kwargs, None, [])
+    dtype = _out_dtype(args, None)
+    tensors = _tensors(args)
+    device_type = tensors[0].device.type if tensors else "cpu"
+    return [OpRecord(index=0, op=f"aten::{name}", module="Global", phase="forward",
+                     op_class=op_class, dtype=dtype,
+                     flops=flops if math.isfinite(flops) else 0, bytes=nbytes,
+                     tensor_core_unit=_tensor_core_unit(op_class, dtype, device_type),
+                     has_formula=has_formula)]

@@ -23,8 +23,9 @@ from gobrrr.verdict import Remedy, Verdict
 
 __all__ = ["Report", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1.1"  # 1.1: budget.per_call, .kernels, .unmeasured_ops; state;
-# workload.model (model targets: library, config, dtype, mode)
+# 1.1: budget.per_call, .kernels, .unmeasured_ops; state; compiled; workload.model
+# 1.2: workload.source and workload.trace (gobrrr analyze); machine.source "datasheet"
+SCHEMA_VERSION = "1.2"
 
 
 @dataclass

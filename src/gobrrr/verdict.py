@@ -64,6 +64,10 @@ def host_time(b: Budget, counts: CountResult, ceil: Ceilings) -> HostTime:
     n_ops = len(counts.records)
     dispatch_s = min(b.overhead_s, n_ops * ceil.op_overhead_s)
     return HostTime(n_ops, dispatch_s, b.overhead_s - dispatch_s)
+def _roof_kind(ceil: Ceilings) -> str:
+    """How the ceilings were had: "measured", or "datasheet" (a trace from a GPU this
+    machine has not calibrated, gobrrr analyze)."""
+    return "datasheet" if ceil.source == "datasheet" else "measured"
 
 
 def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
@@ -93,13 +97,14 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         ev.append(f"memory-bound ops moved {fmt_num(mem_bytes, 'B')} at "
                   f"{fmt_bytes_per_s(mem_bytes / b.memory_s)} = "
                   f"{fmt_pct(mem_bytes / b.memory_s / ceil.bandwidth_bytes_per_s)} of the "
-                  "measured copy bandwidth")
+                  f"{_roof_kind(ceil)} copy bandwidth")
     if regime == "compute" and b.compute_s > 0:
         flops = sum(r.flops for r in b.per_op if r.compute_s > 0)
         unit = max(b.compute_s_by_unit, key=lambda k: b.compute_s_by_unit[k])
         peak = ceil.peak_flops_per_s.get(unit, ceil.vector_flops_per_s())
         ev.append(f"compute-bound ops ran at {fmt_flops(flops / b.compute_s)} = "
-                  f"{fmt_pct(flops / b.compute_s / peak)} of the measured {unit} peak")
+                  f"{fmt_pct(flops / b.compute_s / peak)} of the {_roof_kind(ceil)} {unit} "
+                  "peak")
     if batch is not None and batch.time_ratio is not None:
         ev.append(batch.reading)
     if graph is not None and graph.possible and graph.speedup:
@@ -192,7 +197,7 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         out.append(Remedy(
             "TF32 matmuls", "compute", _speedup(total, saved),
             f"fp32 matmul time {fmt_s(fp32_s)} at {peaks['tf32'] / peaks['fp32']:.1f}x the "
-            "rate (measured tf32 / fp32 peaks)",
+            f"rate ({_roof_kind(ceil)} tf32 / fp32 peaks)",
             "torch.set_float32_matmul_precision('high')",
         ))
     slow_s = fp32_s + b.compute_s_by_unit.get("tf32", 0.0)
@@ -202,7 +207,7 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
             saved = slow_s * (1 - from_peak / peaks["bf16"])
             out.append(Remedy(
                 "bf16 autocast", "compute", _speedup(total, saved),
-                f"fp32/tf32 matmul time {fmt_s(slow_s)} at the measured bf16 rate "
+                f"fp32/tf32 matmul time {fmt_s(slow_s)} at the {_roof_kind(ceil)} bf16 rate "
                 f"({peaks['bf16'] / from_peak:.1f}x); halves matmul bytes too",
                 "with torch.autocast(device_type, dtype=torch.bfloat16): ...",
             ))
