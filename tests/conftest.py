@@ -1,13 +1,30 @@
+import importlib
+
 import pytest
 import torch
 
 
+def _imports(*modules):
+    """Whether every module imports: torchvision from PyPI is installed beside a CPU
+    torch of another version raises at import (not ImportError), so catch everything."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            return False
+    return True
+
+
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs CUDA (run on the GPU machine)")
-    for item in items:
-        if "cuda" in item.keywords:
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs CUDA (run on the GPU machine)")
+        for item in items:
+            if "cuda" in item.keywords:
+                item.add_marker(skip)
+    vision = [item for item in items if "vision" in item.keywords]
+    if vision and not _imports("torchvision", "timm"):
+        skip = pytest.mark.skip(reason="needs torchvision and timm (the models extra)")
+        for item in vision:
             item.add_marker(skip)
 
 

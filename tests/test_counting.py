@@ -157,3 +157,19 @@ def test_cuda_adam_foreach_counts_every_element():
     r = count(opt.step)
     assert r.uncounted_ops == []
     assert r.total_flops >= 11 * 212  # the foreach path does at least the same math
+
+
+def test_grouped_query_attention_counts_every_query_head():
+    # 8 query heads sharing 2 key/value heads (LLaMA-style GQA): the work is that of 8
+    # full heads, QK^T and PV: 2 x 2*B*H*L*S*E = 4*2*8*16*16*32 = 524288 FLOPs.
+    q = torch.randn(2, 8, 16, 32)
+    kv = torch.randn(2, 2, 16, 32)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    r = count(lambda: sdpa(q, kv.repeat_interleave(4, 1), kv.repeat_interleave(4, 1)))
+    att = [x for x in r.records if x.op_class == "attention"]
+    assert att and att[0].flops == 524288 and att[0].has_formula
+    from gobrrr.counting import _gqa_expanded
+
+    expanded = _gqa_expanded((q, kv, kv, 0.0))
+    assert [tuple(a.shape) for a in expanded[:3]] == [(2, 8, 16, 32)] * 3
+    assert expanded[1].device.type == "meta" and expanded[3] == 0.0

@@ -163,8 +163,7 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
     remedies = remedies_for(budget, run.counts, ceil, w.device, batch, graph,
                             **_facts(w))
     return Report(
-        workload={"name": w.name, "description": w.description, "device": w.device,
-                  "batch_size": w.batch_size},
+        workload=w.to_dict(),
         ceilings=ceil, timing=wall, counts=run.counts, budget=budget, verdict=verdict,
         remedies=remedies, batch=batch, graph=graph,
         diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,

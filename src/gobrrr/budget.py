@@ -9,6 +9,9 @@
 - Each op's busy time goes to compute or memory by which roofline term is larger:
   flops / peak(its unit) vs bytes / bandwidth (measured ceilings). Within a matmul-class
   op on CUDA, non-GEMM kernels (layout transposes, split-K reductions) go to memory.
+- An op whose flops and bytes are unknown (a trace recorded without shapes) carries a
+  regime hint instead (GEMM-like: compute, views: overhead, the rest: memory) and no
+  roofline floor.
 - Each op also gets its achieved fraction of its own roofline: floor / time, where
   floor = max(flops / peak, bytes / bandwidth). Ops under BELOW_ROOF_FRACTION are flagged:
   the three regimes say where time goes, the roofline fraction how well it is spent.
@@ -234,10 +237,11 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
         t_memory = rec.bytes / ceil.bandwidth_bytes_per_s if rec.bytes else 0.0
         floor_s = max(t_compute, t_memory)
         c = m = o = 0.0
-        if rec.flops == 0 and rec.bytes == 0:
+        hint = rec.regime_hint  # flops and bytes unknown: what the op is decides
+        if (hint is None and rec.flops == 0 and rec.bytes == 0) or hint == "overhead":
             o = t_s  # views and bookkeeping: pure overhead
             regime = "overhead"
-        elif t_compute >= t_memory:
+        elif hint == "compute" or (hint is None and t_compute >= t_memory):
             c, m = main_s, aux_s
             regime = "compute"
         else:

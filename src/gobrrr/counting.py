@@ -40,6 +40,7 @@ __all__ = [
     "RANGE_PREFIX",
     "dtype_name",
     "MATMUL_CLASSES",
+    "count_op",
 ]
 
 aten = torch.ops.aten
@@ -84,6 +85,9 @@ class OpRecord:
     # addresses, meaningful only within one counted run, never serialized.
     reads: tuple[int, ...] = ()
     writes: tuple[tuple[int, int], ...] = ()  # (storage, bytes written)
+    # Where flops and bytes are unknown (a trace recorded without shapes), the regime its
+    # time goes to, from what it is (a GEMM, a view) rather than a roofline; else None.
+    regime_hint: str | None = None
     # Autograd recorded this op (grad mode on and an input requires grad): it paid for an
     # autograd node, the bookkeeping torch.inference_mode() removes (remedies/grad.py).
     autograd: bool = False
@@ -224,6 +228,29 @@ def _has_tag(func: Any, name: str) -> bool:
     return tag is not None and tag in getattr(func, "tags", ())
 
 
+def _aliased_formula(name: str) -> Any:
+    """torch's formula for an op it has none for, where the math is the same: the CPU
+    flash-attention kernels (same FLOPs as the CUDA flash kernels; the formula reads only
+    the query, key, value (and grad) shapes, which come first in both)."""
+    from torch.utils.flop_counter import flop_registry
+
+    twin = {"_scaled_dot_product_flash_attention_for_cpu":
+            aten._scaled_dot_product_flash_attention,
+            "_scaled_dot_product_flash_attention_for_cpu_backward":
+            aten._scaled_dot_product_flash_attention_backward}.get(name)
+    return None if twin is None else flop_registry.get(twin)
+
+
+def _gqa_expanded(args: tuple) -> tuple:
+    """Attention arguments with every 4-D [B, H, S, E] tensor of fewer heads than the
+    query replaced by a meta tensor of the query's head count (no data, no memory)."""
+    four_d = [a for a in args if isinstance(a, torch.Tensor) and a.dim() == 4]
+    heads = max((a.shape[1] for a in four_d), default=0)
+    return tuple(torch.empty((a.shape[0], heads, *a.shape[2:]), dtype=a.dtype, device="meta")
+                 if isinstance(a, torch.Tensor) and a.dim() == 4 and a.shape[1] < heads
+                 and heads % a.shape[1] == 0 else a for a in args)
+
+
 def _classify_and_flops(
     func: Any, name: str, args: tuple, kwargs: dict, out: Any
 ) -> tuple[str, int, bool]:
@@ -231,8 +258,21 @@ def _classify_and_flops(
     from torch.utils.flop_counter import flop_registry
 
     packet = func.overloadpacket
-    if packet in flop_registry:
-        return _matmul_class(name), int(flop_registry[packet](*args, **kwargs, out_val=out)), True
+    formula = flop_registry.get(packet) or _aliased_formula(name)
+    if formula is not None:
+        try:
+            return _matmul_class(name), int(formula(*args, **kwargs, out_val=out)), True
+        except (AssertionError, RuntimeError, TypeError):
+            # torch's attention formula (2.11) asserts equal query and key/value heads:
+            # grouped-query attention (LLaMA-style) repeats each key/value head for
+            # Hq/Hkv query heads, so count it as that many full heads.
+            if "scaled_dot_product" in name:
+                try:
+                    return (_matmul_class(name),
+                            int(formula(*_gqa_expanded(args), **kwargs, out_val=out)), True)
+                except (AssertionError, RuntimeError, TypeError):
+                    pass
+            return _matmul_class(name), 0, False
     if func.is_view or name in ("detach", "alias", "_unsafe_view", "lift_fresh"):
         return "view", 0, True
     if name in _ALLOCS:
@@ -283,18 +323,17 @@ def _distinct_bytes(t: torch.Tensor) -> int:
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, Any, tuple[int, ...], tuple[int, ...]]:
-    try:
-        ptr = t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):
-        ptr = id(t)
-    return ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride())
+    return _storage_ptr(t), t.storage_offset(), tuple(t.shape), tuple(t.stride())
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
     try:
-        return t.untyped_storage().data_ptr()
+        ptr = t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):
         return id(t)
+    # Meta tensors (rebuilt from a trace's recorded shapes, tracecount.py) all have
+    # address 0: each stands for a storage of its own, or two inputs would count once.
+    return id(t) if ptr == 0 and t.device.type == "meta" else ptr
 
 
 def _bytes(func: Any, name: str, op_class: str, args: tuple, kwargs: dict, out: Any,
@@ -505,3 +544,27 @@ def _eager() -> Any:
 
     set_stance = getattr(torch.compiler, "set_stance", None)
     return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
+
+
+def count_op(func: Any, args: tuple, kwargs: dict, *, run: bool = True) -> list[OpRecord]:
+    """Count one aten op call with the formulas `count` uses: the records of what the
+    dispatch mode saw (one, or the parts of an op that decomposes). For ops rebuilt from
+    a profiler trace on meta tensors (tracecount.py): module and phase are left to the
+    caller ("Global", "forward"). run=False: the op is not run (one that needs data, such
+    as `_local_scalar_dense`): one record from its inputs alone, outputs not counted."""
+    result = CountResult()
+    if run:
+        with _CountingMode(result, None, _Scope()):
+            func(*args, **kwargs)
+        return result.records
+    name = func.overloadpacket.__name__
+    op_class, flops, has_formula = _classify_and_flops(func, name, args, kwargs, None)
+    nbytes = _bytes(func, name, op_class, args, kwargs, None, [])
+    dtype = _out_dtype(args, None)
+    tensors = _tensors(args)
+    device_type = tensors[0].device.type if tensors else "cpu"
+    return [OpRecord(index=0, op=f"aten::{name}", module="Global", phase="forward",
+                     op_class=op_class, dtype=dtype,
+                     flops=flops if math.isfinite(flops) else 0, bytes=nbytes,
+                     tensor_core_unit=_tensor_core_unit(op_class, dtype, device_type),
+                     has_formula=has_formula)]

@@ -29,6 +29,7 @@ __all__ = [
     "calibrate",
     "fingerprint",
     "cache_dir",
+    "cached_for",
     "SCHEMA_VERSION",
 ]
 
@@ -48,8 +49,14 @@ class Ceilings:
     calibrate_s: float
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    source: str = "measured"  # "measured" | "cache"
+    source: str = "measured"  # "measured" | "cache" | "datasheet" (analyze: not measured here)
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def roof_kind(self) -> str:
+        """How the ceilings were had, for sentences: "measured", or "datasheet" (a trace
+        from a GPU this machine has not calibrated, gobrrr analyze)."""
+        return "datasheet" if self.source == "datasheet" else "measured"
 
     def vector_flops_per_s(self) -> float:
         """Ceiling for non-matmul math (pointwise, reductions): the fp32 rate without
@@ -146,6 +153,18 @@ def _load_cache(path: Path, notes: list[str]) -> Ceilings | None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         notes.append(f"cache {path} unreadable ({type(exc).__name__}); re-measuring")
         return None
+
+
+def cached_for(device: str, name: str) -> Ceilings | None:
+    """The newest calibration cached on this machine for a device of this name (any torch
+    or driver version), or None: what `gobrrr analyze` uses for a trace recorded on the
+    same GPU model. Unreadable cache files are skipped."""
+    found = []
+    for path in cache_dir().glob(f"ceilings-{device}-*.json"):
+        ceil = _load_cache(path, [])
+        if ceil is not None and ceil.fingerprint.get("name") == name:
+            found.append(ceil)
+    return max(found, key=lambda c: c.measured_at) if found else None
 
 
 def _save_cache(path: Path, ceil: Ceilings, notes: list[str]) -> None:

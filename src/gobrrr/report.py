@@ -23,8 +23,10 @@ from gobrrr.verdict import Remedy, Verdict
 
 __all__ = ["Report", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1.2"  # 1.1: budget.per_call, .kernels, .unmeasured_ops; state
-# 1.2: remedies[].spec
+# 1.1: budget.per_call, .kernels, .unmeasured_ops; state; compiled; workload.model
+# 1.2: workload.source and workload.trace (gobrrr analyze); machine.source "datasheet"
+# 1.3: remedies[].spec (the catalog remedy whose prediction it is)
+SCHEMA_VERSION = "1.3"
 
 
 @dataclass

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import io
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -69,9 +70,34 @@ def _cell_full(cell: Any) -> bool:
 
 _MISSING = object()  # a global name the code uses but that is not bound (yet)
 
+@functools.lru_cache(maxsize=512)
+def _library_module(name: str | None) -> bool:
+    """A module of the standard library or of an installed package (site-packages):
+    its globals and objects are the library's, not the user's state (a logger, torch's
+    own caches). The user's scripts and notebooks are neither."""
+    import sys
+    import sysconfig
+
+    if not name or name == "__main__":
+        return False
+    if name.split(".")[0] in sys.stdlib_module_names:
+        return True
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None) or ""
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
+    return any(path.startswith(r) for r in roots if r)
+
+
 # Values that hold no state of the user's: never descended into.
 _STATELESS = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, str, bytes,
               int, float, bool, complex, type(None), range, slice)
+
+
+def _is_torch_state(obj: Any) -> bool:
+    """torch's stateful objects that hold the user's training state: LR schedulers,
+    gradient scalers, and other objects of torch.optim / torch.amp."""
+    return type(obj).__module__.split(".")[:2] in (["torch", "optim"], ["torch", "amp"],
+                                                    ["torch", "cuda"])
 
 
 def _is_iterator(obj: Any) -> bool:
@@ -98,6 +124,7 @@ class Reach:
     globals: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     iterators: list[Any] = field(default_factory=list)  # cannot be rewound
     functions: list[Any] = field(default_factory=list)  # the functions it runs through
+    cells: list[Any] = field(default_factory=list)  # their closure cells (`nonlocal n`)
     names: dict[int, str] = field(default_factory=dict)  # id -> where it was found
 
     def name(self, obj: Any) -> str:
@@ -137,8 +164,11 @@ def walk(fn: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = No
             reach.functions.append(obj)
             for cell, var in zip(obj.__closure__ or (), obj.__code__.co_freevars,
                                  strict=False):
+                reach.cells.append(cell)
                 if _cell_full(cell):
                     visit(cell.cell_contents, f"{path}.<closure {var}>", depth + 1)
+            if _library_module(obj.__module__):
+                return  # torch's or the stdlib's own globals are not the user's state
             for i, d in enumerate(obj.__defaults__ or ()):
                 visit(d, f"{path}.<default {i}>", depth + 1)
             for k, d in (obj.__kwdefaults__ or {}).items():
@@ -163,7 +193,8 @@ def walk(fn: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = No
             for k, v in obj.keywords.items():
                 visit(v, f"{path}.keywords[{k!r}]", depth + 1)
         elif _is_iterator(obj):
-            reach.iterators.append(obj)
+            if not isinstance(obj, io.IOBase):  # a file is not a data position to rewind
+                reach.iterators.append(obj)
         elif isinstance(obj, (list, tuple, set, frozenset)):
             if isinstance(obj, (list, set)):
                 reach.containers.append(obj)
@@ -174,6 +205,8 @@ def walk(fn: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = No
             for k, v in list(obj.items()):
                 visit(v, f"{path}[{k!r}]", depth + 1)
         elif isinstance(getattr(obj, "__dict__", None), dict):
+            if _library_module(type(obj).__module__) and not _is_torch_state(obj):
+                return  # a logger, a lock, a library's cache: not the user's state
             reach.objects.append(obj)  # a trainer, an LR scheduler, a GradScaler, ...
             for k, v in list(vars(obj).items()):
                 visit(v, f"{path}.{k}", depth + 1)
@@ -466,6 +499,8 @@ class _Guard:
                             set(c) if isinstance(c, set) else dict(c))
                            for c in reach.containers]
         self.globals = [(g, n, g.get(n, _MISSING)) for g, n in reach.globals]
+        self.cells = [(c, c.cell_contents if _cell_full(c) else _MISSING)
+                      for c in reach.cells]
         self.generators = [(gen, gen.get_state()) for gen in reach.generators]
         self.iterators = [(it, self._position(it)) for it in reach.iterators]
         self.rng = _global_rng_state()
@@ -475,6 +510,7 @@ class _Guard:
                             "objects": len(reach.objects),
                             "containers": len(reach.containers),
                             "globals": len(reach.globals),
+                            "closure_cells": len(reach.cells),
                             "generators": len(reach.generators),
                             "iterators": len(reach.iterators)}
 
@@ -574,6 +610,10 @@ class _Guard:
                 g.pop(n, None)
             elif g.get(n, _MISSING) is not value:
                 g[n] = value
+        for cell, value in self.cells:  # `nonlocal n; n += 1`: the same object again
+            if value is not _MISSING and (not _cell_full(cell) or
+                                          cell.cell_contents is not value):
+                cell.cell_contents = value
         for gen, st in self.generators:
             gen.set_state(st)
         _set_global_rng_state(self.rng)

@@ -41,8 +41,14 @@ _MATH_KERNEL = re.compile(
 )
 
 
+# Split-K reductions sum the partial products of a split GEMM: they move bytes and do one
+# add per element, though cuBLASLt names them "cublasLt::splitKreduce_kernel" (seen on the
+# H200 for fp32 addmm and mm, tests/data/traces/mlp_train_step.json.gz).
+_REDUCTION_KERNEL = re.compile(r"split_?k_?reduce|reduce_?split_?k", re.IGNORECASE)
+
+
 def is_math_kernel(name: str) -> bool:
-    return bool(_MATH_KERNEL.search(name))
+    return bool(_MATH_KERNEL.search(name)) and not _REDUCTION_KERNEL.search(name)
 
 
 @dataclass

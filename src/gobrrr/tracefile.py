@@ -6,6 +6,11 @@ The links are the ones Kineto writes: a kernel's `args["External id"]` is the Ex
 of the CPU op that launched it (`cpu_op` events), and its `args["correlation"]` that of the
 runtime call (`cuda_runtime`). Steps are the `ProfilerStep#N` user annotations on the CPU
 timeline. Times are microseconds on the trace's clock, as written.
+
+`read_trace` loads a whole (small) trace; `read_header` reads only the top-level keys
+written before `traceEvents` (device properties, distributedInfo, record_shapes), and
+`open_trace` + `reading` give every reader the same file handling and one-line errors
+(tracestream.py streams the events of traces of any size).
 """
 
 from __future__ import annotations
@@ -13,13 +18,16 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from gobrrr.errors import UserError
 
-__all__ = ["TraceKernel", "TraceOp", "TraceStep", "RawTrace", "read_trace", "parse_trace"]
+__all__ = ["TraceKernel", "TraceOp", "TraceStep", "RawTrace", "read_trace", "parse_trace",
+           "TraceHeader", "read_header", "open_trace", "reading", "ijson_backend"]
 
 
 @dataclass(frozen=True)
@@ -110,15 +118,147 @@ def read_trace(path: str | Path) -> RawTrace:
     """Read a trace file; bad input (missing, truncated .gz, not JSON, not a profiler
     trace) is one UserError line, never a traceback."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the suffix
-            raw = gzip.decompress(raw)
-        data = json.loads(raw)
-    except FileNotFoundError:
-        raise UserError(f"no such file: {p}") from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise UserError(f"{p}: cannot read it ({exc})") from None
-    except ValueError as exc:
-        raise UserError(f"{p} is not JSON ({exc})") from None
+    with reading(p), open_trace(p) as f:
+        data = json.loads(f.read())
     return parse_trace(data, str(p))
+
+
+# ---------------------------------------------------------------- files, errors, header
+
+
+@contextmanager
+def open_trace(path: Path) -> Iterator[IO[bytes]]:
+    """The trace's bytes, decompressed when the file is gzip (by its magic number, whatever
+    its suffix)."""
+    if path.is_dir():
+        raise UserError(f"{path} is a directory, not a trace file")
+    with path.open("rb") as raw:
+        if raw.read(2) == b"\x1f\x8b":
+            raw.seek(0)
+            with gzip.GzipFile(fileobj=raw) as gz:
+                yield cast(IO[bytes], gz)
+        else:
+            raw.seek(0)
+            yield raw
+
+
+@contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """Map what reading a trace can raise to one UserError line naming the file."""
+    try:
+        yield
+    except UserError:
+        raise
+    except FileNotFoundError:
+        raise UserError(f"no such file: {path}") from None
+    except (OSError, EOFError, zlib.error) as exc:  # unreadable, or a .gz cut short
+        raise UserError(f"{path}: cannot read it ({exc})") from None
+    except ValueError as exc:  # json's JSONDecodeError
+        raise UserError(f"{path} is not JSON ({exc})") from None
+    except Exception as exc:
+        if type(exc).__name__ not in ("JSONError", "IncompleteJSONError"):  # ijson's
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "premature EOF" in first:
+            raise UserError(f"{path}: the JSON ends early (a file cut short?)") from None
+        raise UserError(f"{path} is not JSON ({first})") from None
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    """The top-level keys a trace has before `traceEvents` (Kineto writes its metadata
+    there): small values only, the events are not read."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def device_properties(self) -> list[dict[str, Any]]:
+        props = self.meta.get("deviceProperties")
+        return [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+
+    @property
+    def device_name(self) -> str | None:
+        props = self.device_properties
+        return str(props[0]["name"]) if props and props[0].get("name") else None
+
+    @property
+    def distributed(self) -> dict[str, Any] | None:
+        """`distributedInfo` (rank, world_size, backend), written by torch.profiler when
+        torch.distributed was initialized; as an object or as a JSON string."""
+        info = self.meta.get("distributedInfo")
+        if isinstance(info, str):
+            try:
+                info = json.loads(info)
+            except ValueError:
+                return None
+        return info if isinstance(info, dict) else None
+
+    @property
+    def record_shapes(self) -> bool | None:
+        v = self.meta.get("record_shapes")
+        return None if v is None else str(v) not in ("0", "false", "False", "")
+
+    @property
+    def torch_version(self) -> str | None:
+        """torch.profiler writes no version of its own; a user's preset metadata or a
+        tool that merged traces sometimes does (e.g. "torch_version")."""
+        for key, value in self.meta.items():
+            k = key.lower()
+            if "torch" in k and "version" in k and isinstance(value, (str, int, float)):
+                return str(value)
+        return None
+
+
+def read_header(path: str | Path) -> TraceHeader:
+    """The metadata before `traceEvents`; a UserError unless the file is a JSON object
+    with a `traceEvents` list. Reads only as far as the events' start."""
+    p = Path(path)
+    meta: dict[str, Any] = {}
+    backend, _note = ijson_backend()
+    with reading(p), open_trace(p) as f:
+        events = backend.parse(f)
+        first = next(events, None)
+        if first is None or first[:2] != ("", "start_map"):
+            raise UserError(f"{p} is not a torch.profiler trace (not a JSON object)")
+        for prefix, event, value in events:
+            if (prefix, event) == ("", "end_map"):
+                break
+            if (prefix, event) != ("", "map_key"):
+                continue
+            if value == "traceEvents":
+                if next(events, (None, None, None))[1] != "start_array":
+                    break
+                return TraceHeader(p, meta)
+            meta[value] = _build_value(events)
+    raise UserError(f"{p} is not a torch.profiler trace (no traceEvents list)")
+
+
+def ijson_backend() -> tuple[Any, str | None]:
+    """ijson's C backend (yajl2_c, ~10x faster) when it is installed, else its pure-Python
+    one, with a note saying so. Imported here only: `import gobrrr` never needs ijson."""
+    import ijson
+
+    try:
+        return ijson.get_backend("yajl2_c"), None
+    except ImportError:
+        return ijson.get_backend("python"), (
+            "ijson's C backend (yajl2_c) is not available here: the trace was parsed by its "
+            "pure-Python backend, several times slower")
+
+
+def _build_value(events: Iterator[tuple[str, str, Any]]) -> Any:
+    """One JSON value from ijson.parse events (the next value in the stream)."""
+    from ijson.common import ObjectBuilder
+
+    builder = ObjectBuilder()
+    depth = 0
+    for _prefix, event, value in events:
+        builder.event(event, value)
+        if event in ("start_map", "start_array"):
+            depth += 1
+        elif event in ("end_map", "end_array"):
+            depth -= 1
+        if depth == 0:
+            return builder.value
+    return None

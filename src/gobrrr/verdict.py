@@ -76,13 +76,14 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         ev.append(f"memory-bound ops moved {fmt_num(mem_bytes, 'B')} at "
                   f"{fmt_bytes_per_s(mem_bytes / b.memory_s)} = "
                   f"{fmt_pct(mem_bytes / b.memory_s / ceil.bandwidth_bytes_per_s)} of the "
-                  "measured copy bandwidth")
+                  f"{ceil.roof_kind} copy bandwidth")
     if regime == "compute" and b.compute_s > 0:
         flops = sum(r.flops for r in b.per_op if r.compute_s > 0)
         unit = max(b.compute_s_by_unit, key=lambda k: b.compute_s_by_unit[k])
         peak = ceil.peak_flops_per_s.get(unit, ceil.vector_flops_per_s())
         ev.append(f"compute-bound ops ran at {fmt_flops(flops / b.compute_s)} = "
-                  f"{fmt_pct(flops / b.compute_s / peak)} of the measured {unit} peak")
+                  f"{fmt_pct(flops / b.compute_s / peak)} of the {ceil.roof_kind} {unit} "
+                  "peak")
     if batch is not None and batch.time_ratio is not None:
         ev.append(batch.reading)
     if graph is not None and graph.possible and graph.speedup:

@@ -5,6 +5,8 @@ Targets:
   None or "examples:NAME"   a built-in workload (examples.py)
   "path/to/file.py:NAME"    NAME() -> (callable, args_tuple), or a factory
                             NAME(batch_size[, device]) -> (callable, args_tuple)
+  "hf:NAME", "timm:NAME", "torchvision:NAME"
+                            a library's model with random weights (models.py)
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gobrrr.errors import UserError, WorkloadError
+
+if TYPE_CHECKING:
+    from gobrrr.models import ModelOptions
 
 __all__ = ["Workload", "load_target", "from_callable", "DEFAULT_EXAMPLE"]
 
@@ -39,6 +44,13 @@ class Workload:
     # The same work as eager PyTorch, for a callable that replays a CUDA graph: counted
     # for FLOPs and bytes, never timed (gobrrr.diagnose(..., eager=...)).
     eager: Callable[..., Any] | None = None
+    # what a model target was built from (models.py: library, config, dtype, mode)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's `workload` entry."""
+        return {"name": self.name, "description": self.description, "device": self.device,
+                "batch_size": self.batch_size, **self.details}
 
     def __call__(self) -> Any:
         return self.fn(*self.args, **self.kwargs)
@@ -57,8 +69,10 @@ class Workload:
         repeated along dim 0 (an assumption that dim 0 is the batch; the reason is raised
         as a UserError when no tensor argument can be scaled)."""
         if self.factory is not None and self.batch_size is not None:
-            return _call_factory(self.name, self.factory, self.batch_size * factor,
-                                 self.device, self.description)
+            big = _call_factory(self.name, self.factory, self.batch_size * factor,
+                                self.device, self.description)
+            big.details = self.details
+            return big
         import torch
 
         scaled_any = False
@@ -77,7 +91,7 @@ class Workload:
                             "(give a factory make_workload(batch_size) instead)")
         return Workload(self.name, self.fn, args, kwargs, self.device,
                         None if self.batch_size is None else self.batch_size * factor,
-                        None, self.description)
+                        None, self.description, details=self.details)
 
 
 def _infer_device(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -162,10 +176,16 @@ def _load_module(path: Path) -> Any:
     return module
 
 
-def load_target(target: str | None, device: str, batch_size: int | None = None) -> Workload:
-    """Resolve a target string to a Workload on `device` (see module docstring)."""
-    from gobrrr import examples
+def load_target(target: str | None, device: str, batch_size: int | None = None,
+                model_options: ModelOptions | None = None) -> Workload:
+    """Resolve a target string to a Workload on `device` (see module docstring).
+    `model_options` (--seq-len, --image-size, --dtype, --train) are for model targets
+    only; given with another target, they are a UserError."""
+    from gobrrr import examples, models
 
+    if target is not None and models.is_model_target(target):
+        return models.load(target, device, batch_size, model_options or models.ModelOptions())
+    models.refuse_options(target, model_options)
     if target is None or target.startswith("examples:"):
         name = DEFAULT_EXAMPLE if target is None else target.split(":", 1)[1]
         ex = examples.get(name)  # raises UserError for unknown names

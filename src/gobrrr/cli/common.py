@@ -20,9 +20,49 @@ import click
 from gobrrr.errors import WARNING, UserError, WorkloadError, user_traceback
 
 __all__ = ["DEVICE", "resolve_device", "progress_printer", "run_guarded", "finish_progress",
-           "emit_json", "check_writable", "deliver", "show_notes"]
+           "emit_json", "check_writable", "deliver", "show_notes", "model_options",
+           "TARGET_HELP"]
 
 DEVICE = click.Choice(["auto", "cpu", "cuda"])
+
+# Shared by doctor's and optimize's --help. \b keeps click from rewrapping the lines.
+TARGET_HELP = """TARGET is one of (default examples:mlp):
+
+\b
+  FILE.py:NAME       NAME() or NAME(batch_size[, device]) returns (callable, args)
+  examples:NAME      built in: mlp, matmul, pointwise, transformer, mlp_train
+  hf:NAME            a transformers model from a shipped config, random weights:
+                     gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base-uncased,
+                     bert-large-uncased, tinyllama-1.1b (--seq-len)
+  timm:NAME          a timm image classifier, random weights (--image-size),
+                     e.g. timm:resnet50, timm:vit_base_patch16_224
+  torchvision:NAME   a torchvision classifier, random weights (--image-size),
+                     e.g. torchvision:resnet50
+
+Model targets (hf:, timm:, torchvision:) never download: weights are random, inputs are
+random token ids or images. They run inference (eval mode, no_grad) unless --train.
+"""
+
+
+def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--seq-len, --image-size, --dtype and --train: for model targets only."""
+    options = [
+        click.option("--seq-len", type=click.IntRange(min=1), default=None,
+                     help="Tokens per sequence of an hf: target (default 128 on CPU, "
+                          "512 on CUDA, at most the model's positions)."),
+        click.option("--image-size", type=click.IntRange(min=1), default=None,
+                     help="Image height and width of a timm: or torchvision: target "
+                          "(default: the model's own, else 224)."),
+        click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
+                     help="Cast a model target's weights and floating inputs (default "
+                          "fp32). Autocast is a remedy of optimize, not this."),
+        click.option("--train", is_flag=True,
+                     help="Model targets: a training step (forward, loss, backward, "
+                          "AdamW step) instead of inference."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:

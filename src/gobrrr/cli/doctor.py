@@ -8,15 +8,21 @@ from typing import Any
 
 import click
 
+from gobrrr.cli.common import TARGET_HELP, model_options
+
 __all__ = ["register"]
 
 
-@click.command()
+_HELP = f"Split a workload's time into compute, memory and overhead.\n\n{TARGET_HELP}"
+
+
+@click.command(help=_HELP)
 @click.argument("target", required=False)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="Batch size for a factory target (default: its own default).")
+@model_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--no-experiments", is_flag=True, help="Skip batch scaling and graph replay.")
 @click.option("--time-budget", "time_budget_s", type=click.FloatRange(min=0.05), default=2.0,
@@ -29,14 +35,11 @@ __all__ = ["register"]
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a Chrome/Perfetto trace of the profiled run here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def doctor(target: str | None, device: str, batch_size: int | None, as_json: bool,
+def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
+           image_size: int | None, dtype: str | None, train: bool, as_json: bool,
            no_experiments: bool, time_budget_s: float, quiet: bool,
            html_path: Path | None = None, trace_path: Path | None = None) -> None:
-    """Split a workload's time into compute, memory and overhead.
-
-    TARGET is FILE.py:NAME (NAME() or NAME(batch_size) returns (callable, args)) or
-    examples:NAME (mlp, matmul, pointwise, transformer, mlp_train); default examples:mlp.
-    """
+    """Split a workload's time into compute, memory and overhead (help: _HELP)."""
     from gobrrr.cli.common import (
         check_writable,
         deliver,
@@ -50,16 +53,21 @@ def doctor(target: str | None, device: str, batch_size: int | None, as_json: boo
 
     def body() -> None:
         from gobrrr.api import diagnose_workload
+        from gobrrr.models import ModelOptions
         from gobrrr.show.terminal import print_report
         from gobrrr.workload import load_target
 
         check_writable(html_path, trace_path)
         dev = resolve_device(device)
         say = progress_printer(quiet)
-        w = load_target(target, dev, batch_size)
-        say(f"workload {w.name} (batch {w.batch_size}) on {w.device}")
+        w = load_target(target, dev, batch_size,
+                        ModelOptions(seq_len, image_size, dtype, train))
+        say(f"workload {w.name} (batch {w.batch_size}) on {w.device}"
+            + (f": {w.description}" if w.details else ""))  # a model target: what was built
         report = diagnose_workload(w, experiments=not no_experiments,
                                    time_budget_s=time_budget_s, progress=say)
+        # diagnose_workload records name, description, device and batch; a model
+        # target's details (library, config, dtype, mode) come from the Workload itself
         show_notes(report.notes, say, quiet)
         writes: list[tuple[Path, Callable[[Path], Any]]] = []
         if html_path is not None:

@@ -6,14 +6,25 @@ from pathlib import Path
 
 import click
 
+from gobrrr.cli.common import TARGET_HELP, model_options
+
 __all__ = ["register"]
 
-@click.command()
+_HELP = f"""Apply the essay's remedies to a copy of a workload, verify outputs and speed,
+and rank them: inference mode, TF32, bf16 (autocast, or the model cast), cuDNN
+benchmark, channels_last, fused optimizers, set_to_none, CUDA graphs, torch.compile
+(its modes, Inductor freezing), SDPA, batch size (advice).
+
+{TARGET_HELP}"""
+
+
+@click.command(help=_HELP)
 @click.argument("target", required=False)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="Batch size for a factory target (default: its own default).")
+@model_options
 @click.option("--budget-s", type=click.FloatRange(min=1), default=120.0, show_default=True,
               help="Seconds for the whole run of remedies, diagnosis included (it gets a "
                    "quarter): a candidate starts only when its estimated cost fits, one "
@@ -29,16 +40,11 @@ __all__ = ["register"]
               default=None,
               metavar="FILE", help="Also write a self-contained HTML page here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def optimize(target: str | None, device: str, batch_size: int | None, budget_s: float,
+def optimize(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
+             image_size: int | None, dtype: str | None, train: bool, budget_s: float,
              only: tuple[str, ...], no_diagnose: bool, as_json: bool, html_path: Path | None,
              quiet: bool) -> None:
-    """Apply the essay's remedies to a copy of a workload, verify outputs and speed,
-    and rank them: inference mode, TF32, bf16 (autocast, or the model cast), cuDNN
-    benchmark, channels_last, fused optimizers, set_to_none, CUDA graphs, torch.compile
-    (its modes, Inductor freezing), SDPA, batch size (advice).
-
-    TARGET is FILE.py:NAME or examples:NAME, as for `gobrrr doctor`.
-    """
+    """Apply remedies to a copy of a workload, verify, rank (help: _HELP)."""
     from gobrrr.cli.common import (
         check_writable,
         deliver,
@@ -53,6 +59,7 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
 
     def body() -> None:
         from gobrrr.api import optimize_workload
+        from gobrrr.models import ModelOptions
         from gobrrr.remedies import catalog
         from gobrrr.workload import load_target
 
@@ -60,8 +67,10 @@ def optimize(target: str | None, device: str, batch_size: int | None, budget_s: 
         check_writable(html_path)
         dev = resolve_device(device)
         say = progress_printer(quiet)
-        w = load_target(target, dev, batch_size)
-        say(f"workload {w.name} (batch {w.batch_size}) on {w.device}")
+        w = load_target(target, dev, batch_size,
+                        ModelOptions(seq_len, image_size, dtype, train))
+        say(f"workload {w.name} (batch {w.batch_size}) on {w.device}"
+            + (f": {w.description}" if w.details else ""))  # a model target: what was built
         res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                 only=list(only) or None, progress=say)
         # warnings on stderr also with -q; the other notes are in the table and JSON

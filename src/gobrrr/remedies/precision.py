@@ -75,7 +75,7 @@ def _predict_tf32(ctx: Context) -> Gain:
     rate = peaks["tf32"] / peaks["fp32"]
     return gain_from_saved(b, {"compute": fp32_s * (1 - 1 / rate)},
                            f"fp32 matmul time {fmt_s(fp32_s)} at {rate:.1f}x the rate "
-                           "(measured tf32 / fp32 peaks)")
+                           f"({ceil.roof_kind} tf32 / fp32 peaks)")
 
 
 def _bf16_compute(ctx: Context) -> tuple[float, str]:
@@ -92,7 +92,7 @@ def _bf16_compute(ctx: Context) -> tuple[float, str]:
         return 0.0, "the measured bf16 peak is no faster than fp32 here"
     rate = peaks["bf16"] / from_peak
     return slow_s * (1 - 1 / rate), (f"fp32/tf32 matmul time {fmt_s(slow_s)} at the "
-                                     f"measured bf16 rate ({rate:.1f}x)")
+                                     f"{ceil.roof_kind} bf16 rate ({rate:.1f}x)")
 
 
 def _predict_autocast(ctx: Context) -> Gain:

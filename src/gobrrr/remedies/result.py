@@ -69,8 +69,7 @@ class OptimizeResult:
         from gobrrr.remedies.runner import best_callable
 
         return cls(
-            workload={"name": w.name, "description": w.description, "device": w.device,
-                      "batch_size": w.batch_size},
+            workload=w.to_dict(),
             device=w.device, remedies=results, best=best, snippet=snippet_for(best),
             best_fn=best_callable(cand, ref),
             regime=None if report is None else report.regime,

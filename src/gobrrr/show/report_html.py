@@ -117,6 +117,10 @@ def _ceilings_table(m: dict[str, Any]) -> Any:
 
 def title_of(d: dict[str, Any]) -> tuple[str, str]:
     w, fp = d["workload"], d["machine"]["fingerprint"]
+    if w.get("source") == "trace":  # gobrrr analyze: a profiler trace, not a run
+        return (f"gobrrr analyze: {w['name']}",
+                f"{w.get('description') or ''} ({w['device']}), torch {fp.get('torch')}, "
+                f"ceilings {d['machine'].get('source')}, {d['created']}")
     title = f"gobrrr doctor: {w['name']}"
     sub = (f"{w.get('description') or ''} - batch {w.get('batch_size')} on "
            f"{fp.get('name', w['device'])} ({w['device']}), torch {fp.get('torch')}, "
@@ -135,8 +139,11 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
     roof_caption = (
         "Each dot is one op (all its calls): x = FLOPs per byte, y = achieved FLOP/s; "
         "area = its time; color = where its time went. Hover a dot for its name; the "
-        "number is its row in the per-op table. Roofs are this machine's measured "
-        "ceilings (fp32 is also the roof of non-matmul math).")
+        "number is its row in the per-op table. Roofs are "
+        + ("the datasheet's peaks of this GPU (not calibrated on this machine)"
+           if d["machine"].get("source") == "datasheet" else
+           "this machine's measured ceilings")
+        + " (fp32 is also the roof of non-matmul math).")
     if off:
         roof_caption += (f" {len(off)} ops with no FLOPs or no bytes ({fmt_s(off_s)}) "
                          "cannot sit on a log-log roofline; they are in the table.")

@@ -100,11 +100,16 @@ def print_report(report: Report) -> None:
     r, b, v = report, report.budget, report.verdict
     fp = r.ceilings.fingerprint
     # Names from the user's code are escaped: "[x]" in a module name is not rich markup.
-    out.print(f"[bold]gobrrr doctor[/bold]  {escape(r.workload['name'])} "
-              f"(batch {r.workload['batch_size']}) on {fp.get('name')} "
+    trace = r.workload.get("trace") if r.workload.get("source") == "trace" else None
+    what = (f"({trace['steps']} profiled steps)" if trace
+            else f"(batch {r.workload['batch_size']})")
+    out.print(f"[bold]gobrrr {'analyze' if trace else 'doctor'}[/bold]  "
+              f"{escape(r.workload['name'])} {what} on {fp.get('name')} "
               f"[dim]torch {fp.get('torch')}[/dim]")
+    if r.workload.get("model"):  # a model target: dtype, mode and sizes matter to read it
+        out.print(f"[dim]{escape(r.workload['description'])}[/dim]")
     out.print(f"[bold {_REGIME_STYLE[v.regime]}]{v.regime.upper()}-BOUND[/]: "
-              f"{100 * v.share:.0f}% of {fmt_s(b.total_s)} per call")
+              f"{100 * v.share:.0f}% of {fmt_s(b.total_s)} per {'step' if trace else 'call'}")
     for line in v.evidence:
         out.print(f"  - {escape(line)}")
     out.print(f"  [dim]{v.agreement}[/dim]")
@@ -158,6 +163,11 @@ def print_report(report: Report) -> None:
         out.print(t)
     if r.counts.uncounted_ops:
         out.print(f"[dim]ops with no FLOP formula: {', '.join(r.counts.uncounted_ops)}[/dim]")
+    if trace:
+        out.print(f"[dim]T_wall: mean span of {r.timing.n_samples} profiled steps (median "
+                  f"{fmt_s(r.timing.median_s)}, IQR {100 * r.timing.rel_iqr:.1f}%); "
+                  f"ceilings {r.ceilings.source}; analysed in {r.diagnose_s:.1f} s[/dim]")
+        return
     out.print(f"[dim]T_wall median of {r.timing.n_samples} samples x "
               f"{r.timing.calls_per_sample} calls (IQR {100 * r.timing.rel_iqr:.1f}%); "
               f"ceilings {r.ceilings.source} {r.ceilings.measured_at}; "

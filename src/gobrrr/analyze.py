@@ -1,0 +1,139 @@
+"""`gobrrr analyze`: the Report of a torch.profiler trace recorded elsewhere, the same
+Report `gobrrr doctor` makes (so the terminal, --json and --html renderers read it as
+they are), built from the trace instead of from runs of the workload.
+
+file -> header (tracefile.read_header: which GPU, which ranks) -> events streamed into
+columns (tracestream) -> the averaged profiled step (tracesteps: counted ops, kernels,
+T_wall and busy time per step; tracecount: FLOPs and bytes from recorded shapes) ->
+ceilings (traceceilings) -> budget -> verdict and remedies -> Report.
+
+Nothing is timed here: T_wall is the steps' span in the trace, so it carries the
+profiler's own cost (a note says so), and no experiment can check the budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gobrrr.errors import UserError
+from gobrrr.hardware import Ceilings
+from gobrrr.report import Report
+from gobrrr.timing import Timing
+from gobrrr.tracefile import TraceHeader, read_header
+
+__all__ = ["analyze", "check_traces"]
+
+Progress = Callable[[str], None]
+
+
+def check_traces(paths: Sequence[str | Path]) -> TraceHeader:
+    """The header of the one trace to analyse. Several traces are accepted only as the
+    ranks of one distributed job (each with a `distributedInfo`: distinct ranks, one world
+    size), and merging ranks is not done yet: every other case is one UserError line."""
+    if not paths:
+        raise UserError("give a trace file (a torch.profiler .json or .json.gz)")
+    headers = [read_header(p) for p in paths]
+    if len(headers) == 1:
+        return headers[0]
+    for h in headers:
+        info = h.distributed or {}
+        if not isinstance(info.get("rank"), int) or not isinstance(info.get("world_size"),
+                                                                   int):
+            raise UserError(f"{len(headers)} traces: several traces go together only as "
+                            f"ranks of one job, and {h.path.name} has no distributedInfo "
+                            "(rank, world_size); analyze one trace at a time")
+    infos = [h.distributed or {} for h in headers]
+    sizes = sorted({i["world_size"] for i in infos})
+    if len(sizes) > 1:
+        raise UserError(f"{len(headers)} traces of different world sizes {sizes}: not ranks "
+                        "of one job; analyze one trace at a time")
+    ranks = [i["rank"] for i in infos]
+    dup = next((r for r in ranks if ranks.count(r) > 1), None)
+    if dup is not None:
+        raise UserError(f"{len(headers)} traces but two are rank {dup}: not ranks of one "
+                        "job; analyze one trace at a time")
+    if any(not 0 <= r < sizes[0] for r in ranks):
+        raise UserError(f"ranks {sorted(ranks)} do not fit a world size of {sizes[0]}")
+    raise UserError(f"ranks {sorted(ranks)} of a {sizes[0]}-rank job: merging ranks is not "
+                    "supported yet; analyze one rank's trace at a time")
+
+
+def _timing(samples_s: list[float]) -> Timing:
+    """The steps' spans as the timer's statistics (one call per sample: one step)."""
+    from gobrrr.timing import summarize
+
+    med, iqr, lo, hi = summarize(samples_s)
+    rel = iqr / med if med > 0 else 0.0
+    return Timing(median_s=med, iqr_s=iqr, min_s=lo, max_s=hi, n_samples=len(samples_s),
+                  calls_per_sample=1, warmup_calls=0, noisy=rel > 0.05, rel_iqr=rel,
+                  samples_s=tuple(samples_s))
+
+
+def analyze(paths: Sequence[str | Path], *, ceilings: Ceilings | None = None,
+            progress: Progress | None = None) -> Report:
+    """The Report of one profiler trace (module docstring); `ceilings` overrides the
+    choice of traceceilings (tests, or ceilings measured elsewhere)."""
+    from gobrrr.budget import compute_budget
+    from gobrrr.traceceilings import ceilings_for_trace
+    from gobrrr.tracesteps import analyse_steps
+    from gobrrr.tracestream import stream_trace
+    from gobrrr.verdict import remedies_for, verdict_for
+
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    header = check_traces(paths)
+    say(f"reading {header.path.name}")
+    cols = stream_trace(header.path)
+    device = "cuda" if cols.has_device_activity else "cpu"
+    if ceilings is None:
+        ceil, ceil_notes = ceilings_for_trace(device, header.device_properties,
+                                              header.torch_version, say)
+    else:
+        ceil, ceil_notes = ceilings, ["ceilings: given by the caller"]
+    say(f"counting {len(cols.cpu['ts_us'])} CPU events and {len(cols.device['ts_us'])} "
+        "device events, ops from their recorded shapes")
+    tr = analyse_steps(cols)
+    if not tr.run.counts.records:
+        raise UserError(f"{header.path} has no operator events (cpu_op) inside its "
+                        "profiled steps: nothing to analyse")
+    budget = compute_budget(tr.run, tr.wall_s, ceil)
+    verdict = verdict_for(budget, tr.run.counts, ceil, device, None, None)
+    remedies = remedies_for(budget, tr.run.counts, ceil, device, None, None)
+    notes = list(cols.notes) + ceil_notes + tr.notes
+    if device == "cpu":
+        notes.insert(0, "the trace has no device activity: analysed on its CPU side; each "
+                        "op's busy time is its recorded duration (with what it calls "
+                        "inside), the rest of each step is overhead")
+    notes.append("times come from a profiled run: the profiler (more so with "
+                 "record_shapes) adds CPU time to every op, so this overhead is an upper "
+                 "bound of the unprofiled loop's (gobrrr doctor times it unprofiled)")
+    return Report(
+        workload=_workload(header, tr.steps, device, tr.kernels_per_step),
+        ceilings=ceil, timing=_timing(tr.samples_s), counts=tr.run.counts, budget=budget,
+        verdict=verdict, remedies=remedies, diagnose_s=time.perf_counter() - t0,
+        notes=notes + budget.notes)
+
+
+def _workload(header: TraceHeader, steps: int, device: str, kernels_per_step: float
+              ) -> dict[str, Any]:
+    gpu = header.device_name
+    where = f" on {gpu}" if gpu and device == "cuda" else " (CPU side)"
+    return {
+        "name": header.path.name,
+        "description": f"torch.profiler trace, {steps} step(s){where}",
+        "device": device,
+        "batch_size": None,
+        "source": "trace",
+        "trace": {
+            "files": [header.path.name],
+            "steps": steps,
+            "torch": header.torch_version,
+            "device_name": gpu,
+            "record_shapes": header.record_shapes,
+            "kernels_per_step": kernels_per_step,
+            "distributed": header.distributed,
+        },
+    }

@@ -1,0 +1,296 @@
+"""FLOPs and minimum bytes of an op recorded in a profiler trace, by the formulas of
+`gobrrr.count`.
+
+A trace recorded with `record_shapes=True` lists each op's arguments ("Input Dims",
+"Input type", "Input Strides", "Concrete Inputs"). The op's overload is the one whose
+schema matches those arguments; its tensors are rebuilt as meta tensors (shape, strides,
+dtype: no memory, no data), its scalars from their recorded values, and the op runs once
+under counting.py's dispatch mode (`count_op`): the same FLOP formulas and byte rules as
+a live `gobrrr doctor`, with nothing computed.
+
+An op that cannot run on meta tensors (it needs data, such as `_local_scalar_dense`) is
+counted from its inputs alone, outputs left out. Where nothing can be done (an op outside
+aten, a schema the recorded arguments do not match), the op's bytes are its recorded
+tensor inputs read once (outputs unknown), it has no FLOP formula, and it is listed as
+such. A
+trace without shapes gives no FLOPs and no bytes at all: the op carries a regime hint
+(GEMM-like ops compute, views overhead, the rest memory) instead of a roofline.
+
+Not recorded, so assumed: the dtype of the tensors in a tensor list (that of the op's other
+tensors, else fp32); tensor device (all on the device that ran the op); aliasing between
+arguments (two arguments that were one tensor count twice: bytes are an upper bound
+there).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import torch
+
+from gobrrr.counting import count_op, dtype_name
+from gobrrr.tracestream import RecordedArgs
+
+__all__ = ["OpCount", "count_recorded", "decomposes", "is_op_name"]
+
+# C++ type names the profiler writes in "Input type" (c10's scalar type names).
+_DTYPES: dict[str, torch.dtype] = {
+    "float": torch.float32, "double": torch.float64, "c10::Half": torch.float16,
+    "c10::BFloat16": torch.bfloat16, "long int": torch.int64, "long": torch.int64,
+    "int": torch.int32, "short int": torch.int16, "short": torch.int16,
+    "signed char": torch.int8, "unsigned char": torch.uint8, "bool": torch.bool,
+    "c10::complex<float>": torch.complex64, "c10::complex<double>": torch.complex128,
+    "c10::Float8_e4m3fn": torch.float8_e4m3fn, "c10::Float8_e5m2": torch.float8_e5m2,
+}
+# ScalarType codes, as "Concrete Inputs" writes a dtype argument (c10/core/ScalarType.h).
+_SCALAR_TYPES: dict[int, torch.dtype] = {
+    0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
+    5: torch.float16, 6: torch.float32, 7: torch.float64, 9: torch.complex64,
+    10: torch.complex128, 11: torch.bool, 15: torch.bfloat16, 23: torch.float8_e5m2,
+    24: torch.float8_e4m3fn,
+}
+_MEMORY_FORMATS = {0: torch.contiguous_format, 1: torch.preserve_format,
+                   2: torch.channels_last, 3: torch.channels_last_3d}
+_SCALAR_SCHEMA_TYPES = {"int", "SymInt", "float", "bool", "number", "ScalarType", "Layout",
+                        "MemoryFormat"}
+# Namespaces of profiler events that are not ops (autograd nodes, their wrappers).
+_NOT_OP_NAMESPACES = {"autograd", "torch"}
+
+
+@dataclass(frozen=True)
+class OpCount:
+    op_class: str
+    dtype: str
+    flops: int
+    bytes: int
+    has_formula: bool
+    tensor_core_unit: str | None
+    method: str  # "meta": rebuilt and counted; "shapes": input bytes only; "none": no shapes
+    regime_hint: str | None = None  # set when flops and bytes are unknown ("none")
+
+
+class _CannotRebuild(Exception):
+    pass
+
+
+def is_op_name(name: str) -> bool:
+    """An operator ("aten::mm", "c10d::allreduce_", "mylib::op"), not an autograd node,
+    a record_function range or a Python frame."""
+    ns, sep, op = name.partition("::")
+    return bool(sep) and ns.isidentifier() and ns not in _NOT_OP_NAMESPACES and \
+        op.replace(".", "_").isidentifier()
+
+
+@cache
+def _packet(name: str) -> Any:
+    ns, _, op = name.partition("::")
+    if ns != "aten":
+        return None
+    return getattr(torch.ops.aten, op.split(".")[0], None)
+
+
+def _base(schema_type: str) -> tuple[bool, str]:
+    if schema_type.startswith("Optional[") and schema_type.endswith("]"):
+        return True, schema_type[len("Optional["):-1]
+    return False, schema_type
+
+
+def _compatible(schema_type: str, recorded: str) -> int:
+    """How well one recorded argument fits one schema argument: -1 not at all, 0 loosely
+    (nothing recorded), 2 exactly."""
+    optional, base = _base(schema_type)
+    tensor_list = base.startswith("List[") and "Tensor" in base
+    if recorded == "":
+        return 0 if optional or base not in ("Tensor",) and not tensor_list else -1
+    if base == "Tensor":
+        return 2 if recorded in _DTYPES else -1
+    if tensor_list:
+        return 2 if recorded in ("TensorList", "GenericList") else -1
+    if base.startswith("List["):
+        return 2 if recorded in ("ScalarList", "GenericList") else -1
+    if base in _SCALAR_SCHEMA_TYPES:
+        return 2 if recorded == "Scalar" else -1
+    return 0 if recorded not in _DTYPES and recorded != "TensorList" else -1
+
+
+def _overload(name: str, args: RecordedArgs) -> Any:
+    """The overload of `name` whose schema the recorded arguments match best, or None."""
+    packet = _packet(name)
+    if packet is None:
+        return None
+    best: tuple[int, Any] | None = None
+    for ov_name in packet.overloads():
+        ov = getattr(packet, ov_name)
+        schema_args = ov._schema.arguments
+        if len(schema_args) != len(args.types):
+            continue
+        scores = [_compatible(str(a.real_type), t) for a, t in zip(schema_args, args.types,
+                                                                  strict=True)]
+        if min(scores, default=0) < 0:
+            continue
+        if best is None or sum(scores) > best[0]:
+            best = (sum(scores), ov)
+    return best[1] if best else None
+
+
+@cache
+def _decomposes_by_name(name: str) -> bool:
+    packet = _packet(name)
+    if packet is None:
+        return False
+    key = torch._C.DispatchKey.CompositeImplicitAutograd
+    ovs = [getattr(packet, o) for o in packet.overloads()]
+    return bool(ovs) and all(o.has_kernel_for_dispatch_key(key) for o in ovs)
+
+
+def decomposes(name: str, args: RecordedArgs | None) -> bool:
+    """Whether autograd decomposes the op before a dispatch mode sees it
+    (CompositeImplicitAutograd, e.g. aten::linear -> aten::t + aten::addmm): such an op is
+    not counted itself, the ops recorded inside it are."""
+    ov = _overload(name, args) if args is not None else None
+    if ov is None:
+        return _decomposes_by_name(name)
+    return bool(ov.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd))
+
+
+def _meta_tensor(dims: Any, strides: Any, dtype: torch.dtype) -> torch.Tensor:
+    if not isinstance(dims, list) or not all(isinstance(d, int) and d >= 0 for d in dims):
+        raise _CannotRebuild(f"dims {dims!r}")
+    if isinstance(strides, list) and len(strides) == len(dims) and \
+            all(isinstance(s, int) and s >= 0 for s in strides):
+        return torch.empty_strided(dims, strides, dtype=dtype, device="meta")
+    return torch.empty(dims, dtype=dtype, device="meta")
+
+
+def _parse(text: str) -> Any:
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise _CannotRebuild(f"value {text!r}") from None
+
+
+def _value(arg: Any, recorded: str, dims: Any, strides: Any, concrete: str,
+           list_dtype: torch.dtype) -> Any:
+    optional, base = _base(str(arg.real_type))
+    if base == "Tensor":
+        return None if recorded == "" else _meta_tensor(dims, strides, _DTYPES[recorded])
+    if base.startswith("List[") and "Tensor" in base:
+        if recorded == "" or not isinstance(dims, list):
+            return None
+        strides_list = strides if isinstance(strides, list) and len(strides) == len(dims) \
+            else [None] * len(dims)
+        return [_meta_tensor(d, s, list_dtype) for d, s in zip(dims, strides_list,
+                                                                strict=True)]
+    if base == "Device":
+        return torch.device("meta")  # whatever device it named: nothing is allocated
+    if concrete == "":
+        if arg.has_default_value():
+            return arg.default_value
+        if optional:
+            return None
+        if base == "Layout":
+            return torch.strided
+        raise _CannotRebuild(f"no value for {arg.name}")
+    v = _parse(concrete)
+    if base == "ScalarType":
+        if v not in _SCALAR_TYPES:
+            raise _CannotRebuild(f"dtype code {v!r}")
+        return _SCALAR_TYPES[v]
+    if base == "MemoryFormat":
+        return _MEMORY_FORMATS.get(v, torch.contiguous_format)
+    if base == "Layout":
+        return torch.strided
+    if base == "bool":
+        return bool(v)
+    if base in ("int", "SymInt"):
+        return int(v)
+    if base == "float":
+        return float(v)
+    return v
+
+
+def _arguments(ov: Any, args: RecordedArgs) -> tuple[list[Any], dict[str, Any]]:
+    n = len(args.types)
+    dims = args.dims if isinstance(args.dims, list) and len(args.dims) == n else [[]] * n
+    strides = args.strides if isinstance(args.strides, list) and len(args.strides) == n \
+        else [None] * n
+    concrete = args.concrete if isinstance(args.concrete, list) and len(args.concrete) == n \
+        else [""] * n
+    # A tensor list's dtype is not recorded: that of the op's other tensors, else fp32.
+    list_dtype = next((_DTYPES[t] for t in args.types if t in _DTYPES), torch.float32)
+    positional: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for arg, t, d, s, c in zip(ov._schema.arguments, args.types, dims, strides, concrete,
+                               strict=True):
+        v = _value(arg, t, d, s, c if isinstance(c, str) else "", list_dtype)
+        if arg.kwarg_only:
+            kwargs[arg.name] = v
+        else:
+            positional.append(v)
+    return positional, kwargs
+
+
+def _shape_bytes(args: RecordedArgs) -> tuple[int, str]:
+    """Bytes of the recorded tensor inputs (each distinct element once), and their dtype."""
+    total = 0
+    dtype = "none"
+    list_dtype = next((t for t in args.types if t in _DTYPES), "float")
+    for i, t in enumerate(args.types):
+        dims = args.dims[i] if i < len(args.dims) else []
+        if t in _DTYPES:
+            tensors = [(dims, _DTYPES[t])]
+            dtype = dtype if dtype != "none" else dtype_name(_DTYPES[t])
+        elif t == "TensorList" and isinstance(dims, list):
+            tensors = [(d, _DTYPES[list_dtype]) for d in dims]
+        else:
+            continue
+        for shape, dt in tensors:
+            if isinstance(shape, list) and all(isinstance(x, int) for x in shape):
+                total += math.prod(shape) * dt.itemsize
+    return total, dtype
+
+
+def _regime_hint(name: str) -> str:
+    from torch.utils.flop_counter import flop_registry
+
+    packet = _packet(name)
+    if packet is not None and packet in flop_registry:
+        return "compute"
+    if packet is not None and all(getattr(packet, o).is_view for o in packet.overloads()):
+        return "overhead"
+    return "memory"
+
+
+def count_recorded(name: str, args: RecordedArgs | None) -> OpCount:
+    """The op's FLOPs and minimum bytes from its recorded arguments (module docstring)."""
+    if args is None:
+        return OpCount("other", "none", 0, 0, False, None, "none", _regime_hint(name))
+    ov = _overload(name, args)
+    records: list[Any] | None = None
+    if ov is not None:
+        try:
+            positional, kwargs = _arguments(ov, args)
+            with torch.device("meta"):
+                try:
+                    records = count_op(ov, tuple(positional), kwargs)
+                except Exception:  # no meta kernel, or it needs data (item, nonzero)
+                    records = count_op(ov, tuple(positional), kwargs, run=False)
+        except Exception:  # arguments that cannot be rebuilt, or no formula applies
+            records = None
+        if records == []:
+            # It ran and no dispatch mode would see it (e.g. detach_, handled above the
+            # Python key): it moves nothing, like a view.
+            return OpCount("view", "none", 0, 0, True, None, "meta")
+        if records:
+            main = max(records, key=lambda r: (r.flops, r.bytes))
+            return OpCount(main.op_class, main.dtype, sum(r.flops for r in records),
+                           sum(r.bytes for r in records),
+                           all(r.has_formula for r in records), main.tensor_core_unit, "meta")
+    nbytes, dtype = _shape_bytes(args)
+    return OpCount("other", dtype, 0, nbytes, False, None, "shapes")

@@ -1,0 +1,207 @@
+"""Stream the events of a torch.profiler trace of any size into compact columns.
+
+One pass of ijson over `traceEvents` (tracefile.ijson_backend: its C backend when
+installed). Each event is reduced at once to the few numbers the analysis needs and
+appended to typed arrays, so memory grows by tens of bytes per event, not by a Python dict
+per event: a 1 GB trace of ~4 million events stays within a few hundred MB
+(benchmarks/analyze_large.py). Strings are interned: each op and kernel name once, and
+each distinct recorded argument list ("Input Dims", "Input type", "Input Strides",
+"Concrete Inputs") once per shape signature.
+
+What is kept, per kind of event (Kineto's categories):
+- `cpu_op` and `user_annotation` (record_function ranges): thread, start, duration, name,
+  External id, shape signature. `ProfilerStep#N` annotations become the steps.
+- `cuda_runtime` / `cuda_driver` (launch calls): thread, start, duration, correlation id
+  and External id, to link a kernel that carries no External id of its own.
+- `kernel`, `gpu_memcpy`, `gpu_memset` (device activity): start, duration, name, External
+  id, correlation id, stream, device.
+Everything else (flows, metadata, Python frames, GPU-side annotations) is skipped.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gobrrr.errors import UserError
+from gobrrr.tracefile import ijson_backend, open_trace, reading
+
+__all__ = ["RecordedArgs", "TraceColumns", "stream_trace", "CPU_OP", "ANNOTATION",
+           "DEVICE_KINDS"]
+
+CPU_OP, ANNOTATION = 0, 1  # kinds of CPU events
+DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
+_DEVICE_KIND = {c: i for i, c in enumerate(DEVICE_KINDS)}
+_LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+_STEP_PREFIX = "ProfilerStep#"
+
+
+@dataclass(frozen=True)
+class RecordedArgs:
+    """An op's arguments as the profiler recorded them (record_shapes=True), one entry
+    per argument of the op's schema: dims ([] for a scalar or a non-tensor), type (a C++
+    dtype name such as "float", or "Scalar", "ScalarList", "TensorList", "" when not
+    recorded), strides, and the value of scalars as text ("Concrete Inputs")."""
+
+    dims: list[Any]
+    types: list[str]
+    strides: list[Any] | None
+    concrete: list[str] | None
+
+
+@dataclass
+class TraceColumns:
+    """A trace's events as numpy columns (times in microseconds on the trace's clock)."""
+
+    path: Path
+    names: list[str]  # op, annotation and kernel names by id
+    sigs: list[RecordedArgs]  # recorded arguments by shape-signature id
+    steps: list[tuple[int, float, float]]  # (N of ProfilerStep#N, ts_us, dur_us)
+    cpu: dict[str, np.ndarray]  # ts_us dur_us thread name ext sig kind
+    launch: dict[str, np.ndarray]  # ts_us dur_us thread corr ext
+    device: dict[str, np.ndarray]  # ts_us dur_us name ext corr stream device kind
+    events: int = 0  # traceEvents read, of every kind
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_device_activity(self) -> bool:
+        return len(self.device["ts_us"]) > 0
+
+
+def _shape_concrete(concrete: Any) -> str:
+    """The recorded scalar values that can change shapes or dtypes (ints, bools, int lists,
+    dtype codes), as text. Float values (learning rates, Adam's bias corrections, which
+    change every step) are left out, so one op called with new floats each step keeps one
+    signature and its calls line up across steps."""
+    if not isinstance(concrete, list):
+        return ""
+    return "|".join("~" if isinstance(c, str) and ("." in c or "e" in c and c not in (
+        "True", "False")) else str(c) for c in concrete)
+
+
+def _int(x: Any) -> int:
+    return x if isinstance(x, int) and not isinstance(x, bool) else -1
+
+
+class _Columns:
+    """Typed arrays being filled while the trace streams."""
+
+    def __init__(self, spec: dict[str, str]) -> None:
+        self.cols: dict[str, array[Any]] = {name: array(code) for name, code in spec.items()}
+
+    def done(self) -> dict[str, np.ndarray]:
+        out = {}
+        for name, arr in self.cols.items():
+            out[name] = np.frombuffer(arr, dtype=arr.typecode).copy() if len(arr) else \
+                np.zeros(0, dtype=arr.typecode)
+        return out
+
+
+def stream_trace(path: str | Path) -> TraceColumns:
+    """Every event of `traceEvents`, reduced to columns (see the module docstring); one
+    UserError line for a file that cannot be read or parsed."""
+    p = Path(path)
+    backend, note = ijson_backend()
+    names: list[str] = []
+    name_ids: dict[str, int] = {}
+    sigs: list[RecordedArgs] = []
+    sig_ids: dict[tuple, int] = {}
+    threads: dict[tuple[Any, Any], int] = {}
+    steps: list[tuple[int, float, float]] = []
+    cpu = _Columns({"ts_us": "d", "dur_us": "d", "thread": "i", "name": "i", "ext": "q",
+                    "sig": "i", "kind": "b"})
+    launch = _Columns({"ts_us": "d", "dur_us": "d", "thread": "i", "corr": "q", "ext": "q"})
+    dev = _Columns({"ts_us": "d", "dur_us": "d", "name": "i", "ext": "q", "corr": "q",
+                    "stream": "q", "device": "q", "kind": "b"})
+    # Bound methods, looked up once: this loop runs once per event (millions).
+    c_ts, c_dur, c_thread, c_name, c_ext, c_sig, c_kind = (
+        cpu.cols[k].append for k in ("ts_us", "dur_us", "thread", "name", "ext", "sig",
+                                     "kind"))
+    n_events = 0
+
+    def name_id(name: str) -> int:
+        i = name_ids.get(name)
+        if i is None:
+            i = name_ids[name] = len(names)
+            names.append(name)
+        return i
+
+    with reading(p), open_trace(p) as f:
+        for e in backend.items(f, "traceEvents.item", use_float=True):
+            n_events += 1
+            if not isinstance(e, dict) or e.get("ph") != "X":
+                continue
+            ts = e.get("ts")
+            if not isinstance(ts, (int, float)):
+                continue
+            dur = e.get("dur", 0.0)
+            dur = float(dur) if isinstance(dur, (int, float)) else 0.0
+            cat = e.get("cat")
+            if cat == "cpu_op" or cat == "user_annotation":
+                name = str(e.get("name", ""))
+                if cat == "user_annotation" and name.startswith(_STEP_PREFIX):
+                    number = name[len(_STEP_PREFIX):]
+                    steps.append((int(number) if number.isdigit() else len(steps),
+                                  float(ts), dur))
+                    continue
+                args = e.get("args") or {}
+                key = (e.get("pid"), e.get("tid"))
+                thread = threads.get(key)
+                if thread is None:
+                    thread = threads[key] = len(threads)
+                sig = -1
+                dims = args.get("Input Dims") if cat == "cpu_op" else None
+                if dims is not None:
+                    nid = name_id(name)
+                    types = args.get("Input type")
+                    strides = args.get("Input Strides")
+                    concrete = args.get("Concrete Inputs")
+                    skey = (nid, repr(dims), repr(types), repr(strides),
+                            _shape_concrete(concrete))
+                    sig = sig_ids.get(skey, -1)
+                    if sig < 0:
+                        sig = sig_ids[skey] = len(sigs)
+                        sigs.append(RecordedArgs(dims, list(types or []), strides,
+                                                 concrete))
+                c_ts(float(ts))
+                c_dur(dur)
+                c_thread(thread)
+                c_name(name_id(name))
+                c_ext(_int(args.get("External id")))
+                c_sig(sig)
+                c_kind(CPU_OP if cat == "cpu_op" else ANNOTATION)
+            elif cat in _LAUNCH_CATS:
+                args = e.get("args") or {}
+                key = (e.get("pid"), e.get("tid"))
+                thread = threads.get(key)
+                if thread is None:
+                    thread = threads[key] = len(threads)
+                cols = launch.cols
+                cols["ts_us"].append(float(ts))
+                cols["dur_us"].append(dur)
+                cols["thread"].append(thread)
+                cols["corr"].append(_int(args.get("correlation")))
+                cols["ext"].append(_int(args.get("External id")))
+            elif cat in _DEVICE_KIND:
+                args = e.get("args") or {}
+                cols = dev.cols
+                cols["ts_us"].append(float(ts))
+                cols["dur_us"].append(dur)
+                cols["name"].append(name_id(str(e.get("name", ""))))
+                cols["ext"].append(_int(args.get("External id")))
+                cols["corr"].append(_int(args.get("correlation")))
+                cols["stream"].append(_int(args.get("stream")))
+                cols["device"].append(_int(args.get("device")))
+                cols["kind"].append(_DEVICE_KIND[cat])
+    out = TraceColumns(p, names, sigs, sorted(steps, key=lambda s: s[1]), cpu.done(),
+                       launch.done(), dev.done(), n_events)
+    if note:
+        out.notes.append(note)
+    if not len(out.cpu["ts_us"]) and not len(out.device["ts_us"]):
+        raise UserError(f"{p} is not a torch.profiler trace (no cpu_op, user_annotation or "
+                        "kernel events)")
+    return out

@@ -1,0 +1,371 @@
+"""`gobrrr analyze`: the doctor Report of a torch.profiler trace recorded elsewhere.
+
+The three traces under tests/data/traces were recorded on an NVIDIA H200 (torch 2.11,
+benchmarks/record_traces.py, two profiled steps each); their kernel counts and kernel
+times are the ones tests/test_tracefile.py counted from the raw JSON. No calibration of an
+H200 is cached here (conftest isolates the cache), so their ceilings are the datasheet's.
+CPU traces are recorded in the tests, of the built-in examples whose regime `gobrrr doctor`
+is tested to give (tests/test_diagnose.py: examples.<name>.expected_regime).
+"""
+
+import gzip
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from gobrrr import examples
+from gobrrr.analyze import analyze
+from gobrrr.cli import cli
+from gobrrr.errors import UserError
+from gobrrr.schema import validate
+from gobrrr.tracecount import count_recorded, decomposes
+from gobrrr.tracestream import RecordedArgs, stream_trace
+
+DATA = Path(__file__).parent / "data" / "traces"
+US = 1e-6
+
+
+def raw_events(name):
+    return json.loads(gzip.decompress((DATA / name).read_bytes()))["traceEvents"]
+
+
+def spans_us(events):
+    """Each ProfilerStep's span by the rule analyze documents, counted here from the raw
+    events: first recorded event in the step to the later of its last event (clipped to
+    the step) and the end of the last kernel its ops launched."""
+    steps = [e for e in events if e.get("cat") == "user_annotation"
+             and e["name"].startswith("ProfilerStep#")]
+    cpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in
+           ("cpu_op", "user_annotation", "cuda_runtime") and e not in steps]
+    ext_ts = {e["args"]["External id"]: e["ts"] for e in cpu if e.get("cat") == "cpu_op"}
+    out = []
+    for s in steps:
+        lo, hi = s["ts"], s["ts"] + s["dur"]
+        inside = [e for e in cpu if lo <= e["ts"] <= hi]
+        ends = [min(e["ts"] + e["dur"], hi) for e in inside]
+        ends += [k["ts"] + k["dur"] for k in events if k.get("cat") == "kernel"
+                 and lo <= ext_ts[k["args"]["External id"]] <= hi]
+        out.append(max(ends) - min(e["ts"] for e in inside))
+    return out
+
+
+def test_mlp_batch1_forward_is_overhead_bound_like_doctor_on_the_h200():
+    r = analyze([DATA / "mlp_b1_forward.json.gz"])
+    # gobrrr doctor examples:mlp --device cuda on the H200: overhead 0.85
+    # (benchmarks/results/h200/doctor-mlp.json). The trace's CPU side ran under the
+    # profiler, so its overhead share is higher still.
+    assert r.regime == "overhead" and r.fractions["overhead"] > 0.85
+    b = r.budget
+    # 8 kernels per step (4 GEMV + 4 GELU); kernel time 17.632 and 17.536 us per step.
+    assert r.workload["trace"]["kernels_per_step"] == 8 and len(b.kernels) == 8
+    assert b.busy_s == pytest.approx((17.632 + 17.536) / 2 * US, abs=1e-12)
+    assert b.wall_s == pytest.approx(sum(spans_us(raw_events("mlp_b1_forward.json.gz")))
+                                     / 2 * US, abs=1e-11)
+    assert b.overhead_s == pytest.approx(b.wall_s - b.busy_s, rel=1e-6)
+    addmm = [c for c in r.counts.records if c.op == "aten::addmm"]
+    # [1, 512] @ [512, 512]: 2 * 512 * 512 FLOPs; reads bias, input, weight, writes output.
+    assert [c.flops for c in addmm] == [2 * 512 * 512] * 4
+    assert addmm[0].bytes == 4 * (512 + 512 + 512 * 512 + 512)
+    assert r.counts.uncounted_ops == []
+    assert r.timing.n_samples == 2 and r.workload["trace"]["steps"] == 2
+    assert r.ceilings.source == "datasheet"
+    assert any("datasheet peaks of the NVIDIA H200" in n for n in r.notes)
+
+
+def test_pointwise_chain_is_memory_bound():
+    r = analyze([DATA / "pointwise_chain.json.gz"])
+    assert r.regime == "memory", r.fractions
+    b = r.budget
+    assert r.workload["trace"]["kernels_per_step"] == 4
+    assert b.busy_s == pytest.approx(266.719 / 2 * US, abs=1e-12)
+    assert b.wall_s == pytest.approx(sum(spans_us(raw_events("pointwise_chain.json.gz")))
+                                     / 2 * US, abs=1e-11)
+    # ((x * 2).sin() + 1).relu() on 2^24 fp32: each op 1 FLOP per element, reads and
+    # writes 2^24 * 4 bytes (mul and add also read their 0-dim long operand: 8 bytes).
+    n = 2**24
+    assert [(c.op, c.flops, c.bytes) for c in r.counts.records] == [
+        ("aten::mul", n, 8 * n + 8), ("aten::sin", n, 8 * n), ("aten::add", n, 8 * n + 8),
+        ("aten::relu", n, 8 * n)]
+    # aten::relu's kernel is launched by the aten::clamp_min inside it: relu's time.
+    assert all(r.budget.per_call[i].time_s > 0 for i in range(4))
+
+
+def test_training_step_every_kernel_lands_on_a_counted_op():
+    r = analyze([DATA / "mlp_train_step.json.gz"])
+    assert r.regime == "overhead", r.fractions
+    b = r.budget
+    assert r.workload["trace"]["kernels_per_step"] == 42
+    assert b.busy_s == pytest.approx(367.876 / 2 * US, abs=1e-12)
+    assert sum(k.duration_s for k in b.kernels) == pytest.approx(b.busy_s, rel=1e-9)
+    assert all(k.op_index is not None for k in b.kernels)  # none unattributed
+    by_op = {row.name: row for row in b.per_op}
+    assert by_op["aten::addmm"].calls == 4 and by_op["aten::mm"].calls == 7
+    # fp32 [64, 512] @ [512, 512]: 2 * 64 * 512 * 512 FLOPs per forward addmm.
+    assert by_op["aten::addmm"].flops == 4 * 2 * 64 * 512 * 512
+    phases = {c.phase for c in r.counts.records}
+    assert phases == {"forward", "backward", "optimizer"}
+    assert {"optimizer.Adam", "backward", "Global"} <= {m.name for m in b.per_module}
+    # A CUTLASS SGEMM plus a split-K reduction per forward addmm: the GEMM is compute,
+    # the reduction memory (as doctor splits a matmul's kernels).
+    regimes = {k.regime for k in b.kernels if k.op_index == by_op_index(r, "aten::addmm")}
+    assert regimes == {"compute", "memory"}
+
+
+def by_op_index(r, op):
+    return next(c.index for c in r.counts.records if c.op == op)
+
+
+def test_a_calibration_of_the_same_gpu_is_used(tmp_path):
+    from gobrrr.hardware import cache_dir
+
+    cal = json.loads((Path(__file__).parents[1] / "benchmarks" / "results" / "h200" /
+                      "calibrate.json").read_text())
+    cal.pop("datasheet")
+    cache_dir().mkdir(parents=True)
+    (cache_dir() / "ceilings-cuda-0123456789abcdef.json").write_text(json.dumps(cal))
+    r = analyze([DATA / "pointwise_chain.json.gz"])
+    assert r.ceilings.source == "cache"
+    assert r.ceilings.bandwidth_bytes_per_s == cal["bandwidth_bytes_per_s"]
+    assert any("this machine's calibration of the NVIDIA H200" in n for n in r.notes)
+    assert r.regime == "memory"
+
+
+def test_json_validates_and_html_renders(tmp_path):
+    html = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["analyze", str(DATA / "mlp_train_step.json.gz"),
+                                   "--json", "-q", "--html", str(html)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    validate(d, "report")
+    assert d["workload"]["source"] == "trace" and d["workload"]["trace"]["steps"] == 2
+    assert d["machine"]["source"] == "datasheet"
+    assert "gobrrr analyze: mlp_train_step.json.gz" in html.read_text()
+
+
+def test_terminal_report():
+    res = CliRunner().invoke(cli, ["analyze", str(DATA / "mlp_b1_forward.json.gz"), "-q"])
+    assert res.exit_code == 0, res.output
+    assert "gobrrr analyze" in res.stdout and "OVERHEAD-BOUND" in res.stdout
+    assert "per step" in res.stdout
+
+
+# ---------------------------------------------------------------- traces recorded here
+
+
+@pytest.fixture(scope="module")
+def cpu_ceilings(tmp_path_factory):
+    """This CPU's ceilings, measured once for the module."""
+    from gobrrr.hardware import calibrate
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        return calibrate("cpu")
+
+
+def record(path, fn, args, *, steps=4, shapes=True, with_schedule=True):
+    """A raw torch.profiler trace of `fn(*args)`, as a user would record it."""
+    for _ in range(2):
+        fn(*args)
+    sched = schedule(wait=0, warmup=1, active=steps) if with_schedule else None
+    warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes, schedule=sched,
+                 on_trace_ready=(lambda p: p.export_chrome_trace(str(path)))
+                 if with_schedule else None) as prof:
+        for _ in range(steps + 1):
+            fn(*args)
+            prof.step()
+    if not with_schedule:
+        prof.export_chrome_trace(str(path))
+    return path
+
+
+@pytest.mark.parametrize("name", ["mlp", "matmul"])
+def test_cpu_trace_gives_the_regime_doctor_gives(name, tmp_path, cpu_ceilings):
+    ex = examples.get(name)
+    fn, args = ex.factory(ex.default_batch("cpu"), "cpu")
+    r = analyze([record(tmp_path / f"{name}.json", fn, args)], ceilings=cpu_ceilings)
+    assert r.regime == ex.expected_regime, r.fractions
+    assert r.workload["device"] == "cpu" and r.workload["trace"]["steps"] == 4
+    assert r.notes[0].startswith("the trace has no device activity: analysed on its CPU")
+    assert r.budget.busy_s > 0 and r.budget.kernels == []
+
+
+def test_cpu_trace_without_steps_or_shapes(tmp_path, cpu_ceilings):
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    path = record(tmp_path / "t.json", torch.mm, (a, b), shapes=False, with_schedule=False)
+    r = analyze([path], ceilings=cpu_ceilings)
+    assert r.workload["trace"]["steps"] == 1
+    assert any("no ProfilerStep# ranges" in n for n in r.notes)
+    assert any("no recorded shapes" in n for n in r.notes)
+    mms = [c for c in r.counts.records if c.op == "aten::mm"]
+    assert len(mms) == 5  # the 5 profiled calls: with no step ranges, one step
+    # By its name (no shapes, so no roofline): a matmul's time is compute.
+    assert all(c.flops == 0 and c.regime_hint == "compute" for c in mms)
+    assert r.budget.compute_s > 0
+
+
+# ---------------------------------------------------------------- synthetic traces
+
+
+def write_trace(path, events, **meta):
+    doc = {"schemaVersion": 1,
+           "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "computeMajor": 9,
+                                 "computeMinor": 0}],
+           "record_shapes": 1, **meta, "traceEvents": events}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def x(cat, name, ts, dur, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def pointwise(name, ts, ext):
+    return x("cpu_op", name, ts, 5, **{"External id": ext, "Input Dims": [[1024], [1024]],
+                                        "Input type": ["float", "float"],
+                                        "Concrete Inputs": ["", ""]})
+
+
+def test_overlapping_streams_count_once_and_correlation_links(tmp_path):
+    # Two ops, each launching one 40 us kernel, on two streams overlapping by 20 us; the
+    # second kernel carries no External id: its launch call's correlation finds its op.
+    events = [
+        x("user_annotation", "ProfilerStep#7", 0, 100),
+        pointwise("aten::mul", 10, 1),
+        x("cuda_runtime", "cudaLaunchKernel", 12, 2, **{"External id": 1, "correlation": 11}),
+        pointwise("aten::add", 30, 2),
+        x("cuda_runtime", "cudaLaunchKernel", 31, 2, correlation=12),
+        {**x("kernel", "k_mul", 20, 40, **{"External id": 1, "correlation": 11,
+                                            "stream": 7}), "pid": 0},
+        {**x("kernel", "k_add", 40, 40, correlation=12, stream=8), "pid": 0},
+    ]
+    r = analyze([write_trace(tmp_path / "t.json", events)])
+    b = r.budget
+    # Span: first event (10) to the last kernel's end (80); busy: [20, 80] = 60 us.
+    assert b.wall_s == pytest.approx(70 * US) and b.busy_s == pytest.approx(60 * US)
+    assert b.overhead_s == pytest.approx(10 * US)
+    # Both ops got kernel time, scaled by 60/80 so they add up to the busy time.
+    times = {c.op: c.time_s for c in b.per_call}
+    assert times == {"aten::mul": pytest.approx(30 * US), "aten::add": pytest.approx(30 * US)}
+    assert any("overlapped" in n for n in r.notes)
+    assert r.workload["trace"]["steps"] == 1
+
+
+def test_recorded_shapes_count_like_a_live_run():
+    # aten::mm [64, 32] @ [32, 16] rebuilt on meta tensors: test_counting's numbers.
+    c = count_recorded("aten::mm", RecordedArgs([[64, 32], [32, 16]], ["float", "float"],
+                                                [[32, 1], [16, 1]], ["", ""]))
+    assert (c.flops, c.bytes, c.op_class, c.method) == (65536, 4 * (2048 + 512 + 1024),
+                                                        "matmul", "meta")
+    # A broadcast (stride 0) input counts its distinct elements once.
+    c = count_recorded("aten::add", RecordedArgs([[8, 4], [8, 4], []],
+                                                 ["float", "float", "Scalar"],
+                                                 [[4, 1], [0, 1], []], ["", "", "1"]))
+    assert c.bytes == 4 * (32 + 4 + 32) and c.flops == 32
+    # Not an aten op: its recorded inputs' bytes, no formula.
+    c = count_recorded("mylib::op", RecordedArgs([[10]], ["float"], None, [""]))
+    assert (c.bytes, c.has_formula, c.method) == (40, False, "shapes")
+    assert decomposes("aten::linear", RecordedArgs([[1, 4], [4, 4], [4]], ["float"] * 3,
+                                                   None, [""] * 3))
+    assert not decomposes("aten::addmm", None)
+
+
+def test_streamed_columns_match_the_whole_file_reader():
+    from gobrrr.tracefile import read_trace
+
+    whole = read_trace(DATA / "mlp_train_step.json.gz")
+    cols = stream_trace(DATA / "mlp_train_step.json.gz")
+    assert len(cols.device["ts_us"]) == len(whole.kernels) == 84
+    assert len(cols.steps) == len(whole.steps) == 2
+    assert len(cols.cpu["ts_us"]) == len(whole.ops) + 4  # + Optimizer ranges
+    assert cols.device["dur_us"].sum() == pytest.approx(367.876, abs=1e-6)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def error_lines(result):
+    return [x for x in result.stderr.splitlines() if x.startswith("gobrrr: error")]
+
+
+def run_bad(*paths):
+    r = CliRunner().invoke(cli, ["analyze", *map(str, paths), "-q"])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.stderr
+    lines = error_lines(r)
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+def dist(path, rank, world):
+    return write_trace(path, [x("cpu_op", "aten::mm", 0, 1)],
+                       distributedInfo={"backend": "nccl", "rank": rank,
+                                        "world_size": world})
+
+
+def test_bad_inputs_are_one_line(tmp_path):
+    good = DATA / "pointwise_chain.json.gz"
+    assert "no such file" in run_bad(tmp_path / "missing.json")
+    (tmp_path / "x.json").write_text("not json at all")
+    assert "is not JSON" in run_bad(tmp_path / "x.json")
+    (tmp_path / "y.json").write_text('{"a": 1}')
+    assert "not a torch.profiler trace" in run_bad(tmp_path / "y.json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert "not a torch.profiler trace" in run_bad(tmp_path / "list.json")
+    # A Chrome trace, but not torch.profiler's: no op or kernel events.
+    write_trace(tmp_path / "z.json", [{"ph": "X", "cat": "op,memory", "name": "a",
+                                       "ts": 0, "dur": 1}])
+    assert "not a torch.profiler trace" in run_bad(tmp_path / "z.json")
+    whole = good.read_bytes()
+    (tmp_path / "cut.json.gz").write_bytes(whole[: len(whole) // 2])
+    assert "cannot read it" in run_bad(tmp_path / "cut.json.gz")
+    text = gzip.decompress(whole)
+    (tmp_path / "cut.json").write_bytes(text[: len(text) // 2])
+    assert "ends early" in run_bad(tmp_path / "cut.json")
+    assert "is a directory" in run_bad(tmp_path)
+    # Several traces: only as ranks of one job, and merging is not done yet.
+    assert "has no distributedInfo" in run_bad(good, good)
+    r0, r1 = dist(tmp_path / "r0.json", 0, 2), dist(tmp_path / "r1.json", 1, 2)
+    assert "two are rank 0" in run_bad(r0, dist(tmp_path / "r0b.json", 0, 2))
+    assert "different world sizes" in run_bad(r0, dist(tmp_path / "w4.json", 1, 4))
+    assert "not supported yet" in run_bad(r0, r1)
+
+
+def test_unknown_gpu_without_ceilings_is_one_line(tmp_path):
+    events = raw_events("pointwise_chain.json.gz")
+    path = write_trace(tmp_path / "t.json", events)
+    doc = json.loads(path.read_text())
+    doc["deviceProperties"][0]["name"] = "Mystery Accelerator 9000"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match="no ceilings for the trace's GPU"):
+        analyze([path])
+
+
+def test_pure_python_parser_is_used_with_a_note_when_the_c_backend_is_missing(monkeypatch):
+    import ijson
+
+    from gobrrr import tracefile
+
+    def python_backend():
+        return ijson.get_backend("python"), "pure-Python backend (test)"
+
+    monkeypatch.setattr(tracefile, "ijson_backend", python_backend)
+    monkeypatch.setattr("gobrrr.tracestream.ijson_backend", python_backend)
+    r = analyze([DATA / "mlp_b1_forward.json.gz"])
+    assert "pure-Python backend (test)" in r.notes
+    assert r.budget.busy_s == pytest.approx((17.632 + 17.536) / 2 * US, abs=1e-12)
+
+
+def test_ijson_is_imported_only_by_analyze():
+    import subprocess
+    import sys
+
+    code = "import sys, gobrrr, gobrrr.cli, gobrrr.tracefile; print('ijson' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
