@@ -55,6 +55,80 @@ def test_corrupt_cache_is_remeasured_with_a_note(counted_measure, tmp_path):
     assert any("unreadable" in n for n in again.notes)
 
 
+def _cache_file(tmp_path):
+    (path,) = (tmp_path / "cache" / "gobrrr").glob("*.json")
+    return path
+
+
+def _set(d, path, value):
+    for key in path[:-1]:
+        d = d[key]
+    if value is _DELETE:
+        del d[path[-1]]
+    else:
+        d[path[-1]] = value
+
+
+_DELETE = object()
+
+
+# Valid JSON, bad values: each used to crash every run (or, for NaN, poison every verdict).
+@pytest.mark.parametrize("path, value, says", [
+    (("bandwidth_bytes_per_s",), 0, "bandwidth_bytes_per_s"),
+    (("bandwidth_bytes_per_s",), -2e10, "bandwidth_bytes_per_s"),
+    (("bandwidth_bytes_per_s",), "fast", "bandwidth_bytes_per_s"),
+    (("bandwidth_bytes_per_s",), _DELETE, "'bandwidth_bytes_per_s' is a required property"),
+    (("peak_flops_per_s",), _DELETE, "'peak_flops_per_s' is a required property"),
+    (("peak_flops_per_s", "fp32"), -1e11, "peak_flops_per_s/fp32"),
+    (("peak_flops_per_s", "fp32"), "1e11", "peak_flops_per_s/fp32"),
+    (("peak_flops_per_s", "fp32"), _DELETE, "'fp32' is a required property"),
+    (("peak_flops_per_s", "fp32"), float("nan"), "peak_flops_per_s/fp32 is not a finite"),
+    (("bandwidth_bytes_per_s",), float("inf"), "bandwidth_bytes_per_s is not a finite"),
+    (("op_overhead_s",), 0, "op_overhead_s"),
+    (("python_ops_per_s",), None, "python_ops_per_s"),
+    (("device",), "cuda", "device 'cuda', not 'cpu'"),
+    (("fingerprint",), "x", "fingerprint"),
+])
+def test_invalid_cache_is_remeasured_and_overwritten(counted_measure, tmp_path, path, value,
+                                                     says):
+    hardware.calibrate("cpu")
+    cache = _cache_file(tmp_path)
+    data = json.loads(cache.read_text())
+    _set(data, path, value)
+    cache.write_text(json.dumps(data))
+    again = hardware.calibrate("cpu")
+    assert counted_measure == ["cpu", "cpu"]  # re-measured
+    assert again.source == "measured" and again.bandwidth_bytes_per_s == 2e10
+    (note,) = [n for n in again.notes if "invalid" in n]
+    assert says in note and "\n" not in note
+    # overwritten with the fresh measurement: the next run reads it
+    third = hardware.calibrate("cpu")
+    assert counted_measure == ["cpu", "cpu"] and third.source == "cache"
+
+
+def test_cache_that_is_not_an_object_is_remeasured(counted_measure, tmp_path):
+    hardware.calibrate("cpu")
+    _cache_file(tmp_path).write_text("[1, 2]")
+    again = hardware.calibrate("cpu")
+    assert counted_measure == ["cpu", "cpu"]
+    assert any("invalid (a JSON list, not an object)" in n for n in again.notes)
+
+
+def test_cache_from_another_version_is_remeasured(counted_measure, tmp_path):
+    hardware.calibrate("cpu")
+    cache = _cache_file(tmp_path)
+    cache.write_text(json.dumps(json.loads(cache.read_text()) | {"schema_version": 0}))
+    again = hardware.calibrate("cpu")
+    assert counted_measure == ["cpu", "cpu"]
+    assert any("another gobrrr version" in n for n in again.notes)
+
+
+def test_valid_cache_gives_no_note(counted_measure):
+    hardware.calibrate("cpu")
+    again = hardware.calibrate("cpu")
+    assert again.source == "cache" and not any("invalid" in n for n in again.notes)
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
 def test_unwritable_cache_only_loses_the_cache(counted_measure, tmp_path, monkeypatch):
     ro = tmp_path / "ro"

@@ -1,9 +1,11 @@
 """This machine's ceilings, measured, never assumed (nanoGPT's hard-coded 312e12 is the
 anti-pattern): dense matmul FLOP/s per dtype, memory bandwidth, eager per-op cost and
-Python's scalar op rate. Cached per machine fingerprint.
+Python's scalar op rate. Cached per machine fingerprint; a cache file that does not match
+ceilings.schema.json (or holds a NaN or infinity) is re-measured and overwritten.
 
 Every measurement runs on random data: matmuls run measurably faster on zeros or other
-predictable data (295 vs 257 TFLOP/s on an A100, ESSAY.md follow-ups).
+predictable data, whose fewer toggling bits draw less power and so throttle the clocks
+less (Horace He, https://www.thonking.ai/p/strangely-matrix-multiplications).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import datetime as _dt
 import hashlib
 import json
+import math
 import os
 import platform
 import time
@@ -61,8 +64,8 @@ class Ceilings:
     def vector_flops_per_s(self) -> float:
         """Ceiling for non-matmul math (pointwise, reductions): the fp32 rate without
         tensor cores. NB: the fp32 matmul rate counts an FMA as 2 FLOPs; pointwise ops
-        that do not fuse multiply-adds reach about half of it (ESSAY.md claim 1), so this
-        roof is optimistic for them by up to 2x."""
+        that do not fuse multiply-adds reach about half of it, so this roof is optimistic
+        for them by up to 2x."""
         return self.peak_flops_per_s["fp32"]
 
     def ridge_flops_per_byte(self, dtype: str) -> float:
@@ -137,31 +140,76 @@ def _cache_path(fp: dict[str, str]) -> Path:
     return cache_dir() / f"ceilings-{fp['device']}-{key}.json"
 
 
-def _load_cache(path: Path, notes: list[str]) -> Ceilings | None:
+def _non_finite(value: Any, where: str = "") -> str | None:
+    """The path of the first NaN or infinity in a JSON value (Python's json reads them),
+    or None. JSON Schema cannot reject them: NaN compares false with every bound."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(top level)"
+    items: Any = (value.items() if isinstance(value, dict)
+                  else enumerate(value) if isinstance(value, list) else ())
+    for key, item in items:
+        found = _non_finite(item, f"{where}/{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _cache_problem(data: Any, device: str) -> str | None:
+    """Why a cache file's contents cannot be used, in one line, or None when they can.
+
+    The file is checked against ceilings.schema.json (the datasheet entry, looked up rather
+    than measured, is not stored), then for NaN and infinity: a bandwidth of 0, a string
+    where a number belongs or a negative peak would otherwise crash or mislead every run.
+    """
+    from gobrrr.schema import SchemaError, validate
+
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    try:
+        validate(dict(data, datasheet=None), "ceilings")
+    except SchemaError as exc:
+        return " ".join(str(exc).split())[:300]
+    bad = _non_finite(data)
+    if bad is not None:
+        return f"{bad} is not a finite number"
+    # The schema lets these be 0 (datasheet ceilings have no such figure); a measured one
+    # never is, and both are divided by.
+    for key in ("op_overhead_s", "python_ops_per_s"):
+        if data[key] <= 0:
+            return f"{key} is {data[key]}, not a positive number"
+    if data["device"] != device:
+        return f"device {data['device']!r}, not {device!r}"
+    return None
+
+
+def _load_cache(path: Path, device: str, notes: list[str]) -> Ceilings | None:
     if not path.exists():
         return None
     try:
         data = json.loads(path.read_text())
-        if data.get("schema_version") != SCHEMA_VERSION:
-            notes.append(f"cache {path} is from another gobrrr version; re-measuring")
-            return None
-        ceil = Ceilings.from_dict(data)
-        float(ceil.peak_flops_per_s["fp32"]) + float(ceil.bandwidth_bytes_per_s)
-        ceil.source = "cache"
-        ceil.notes = [f"from cache {path} (measured {ceil.measured_at}); --force re-measures"]
-        return ceil
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError) as exc:
         notes.append(f"cache {path} unreadable ({type(exc).__name__}); re-measuring")
         return None
+    if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
+        notes.append(f"cache {path} is from another gobrrr version; re-measuring")
+        return None
+    problem = _cache_problem(data, device)
+    if problem is not None:
+        notes.append(f"cache {path} invalid ({problem}); re-measuring")
+        return None
+    ceil = Ceilings.from_dict(data)
+    ceil.source = "cache"
+    ceil.notes = [f"from cache {path} (measured {ceil.measured_at}); --force re-measures"]
+    return ceil
 
 
 def cached_for(device: str, name: str) -> Ceilings | None:
     """The newest calibration cached on this machine for a device of this name (any torch
     or driver version), or None: what `gobrrr analyze` uses for a trace recorded on the
-    same GPU model. Unreadable cache files are skipped."""
+    same GPU model. Unreadable or invalid cache files are skipped."""
     found = []
     for path in cache_dir().glob(f"ceilings-{device}-*.json"):
-        ceil = _load_cache(path, [])
+        ceil = _load_cache(path, device, [])
         if ceil is not None and ceil.fingerprint.get("name") == name:
             found.append(ceil)
     return max(found, key=lambda c: c.measured_at) if found else None
@@ -303,7 +351,8 @@ def calibrate(
 ) -> Ceilings:
     """This machine's ceilings for `device` ("cpu" or "cuda"), from the cache when present.
 
-    A corrupt cache is re-measured with a note; an unwritable cache dir only loses the cache.
+    A corrupt or invalid cache is re-measured and overwritten, with a note; an unwritable
+    cache dir only loses the cache.
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'cuda'")
@@ -311,7 +360,7 @@ def calibrate(
     fp = fingerprint(device)
     path = _cache_path(fp)
     if not force:
-        cached = _load_cache(path, notes)
+        cached = _load_cache(path, device, notes)
         if cached is not None:
             return cached
     ceil = _measure(device, progress or (lambda _msg: None))

@@ -6,9 +6,10 @@
   `schema_version`, equal to hardware.SCHEMA_VERSION.
 - lab.schema.json: `gobrrr lab --json` (LabReport.to_dict()); version in `gobrrr_lab`.
 
-Validation needs the `jsonschema` package (the `dev` extra). Without it `validate` still
-checks what `gobrrr compare` relies on (the schema name and major version), so a CI gate
-never silently accepts another file kind.
+Validation uses the `jsonschema` package, a dependency imported only inside `validate`
+(it checks the ceilings cache on every read, so `import gobrrr` stays light). Should it be
+missing, `validate` still checks what `gobrrr compare` relies on (the schema name and
+major version), so a CI gate never silently accepts another file kind.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def validate(data: Any, kind: str | None = None) -> None:
     try:
         import jsonschema
         from referencing import Registry, Resource
-    except ImportError:  # jsonschema is a dev dependency; keep the gate's essentials
+    except ImportError:  # a broken install: keep the gate's essentials
         _minimal_check(data, kind)
         return
     # The report and lab schemas refer to the ceilings schema by its $id (a URN): no
