@@ -86,6 +86,8 @@ _DELETE = object()
     (("bandwidth_bytes_per_s",), float("inf"), "bandwidth_bytes_per_s is not a finite"),
     (("op_overhead_s",), 0, "op_overhead_s"),
     (("python_ops_per_s",), None, "python_ops_per_s"),
+    (("bandwidth_by_kernel",), _DELETE, "'bandwidth_by_kernel' is a required property"),
+    (("bandwidth_by_kernel", "sum"), 0, "bandwidth_by_kernel/sum"),
     (("device",), "cuda", "device 'cuda', not 'cpu'"),
     (("fingerprint",), "x", "fingerprint"),
 ])
@@ -117,16 +119,110 @@ def test_cache_that_is_not_an_object_is_remeasured(counted_measure, tmp_path):
 def test_cache_from_another_version_is_remeasured(counted_measure, tmp_path):
     hardware.calibrate("cpu")
     cache = _cache_file(tmp_path)
-    cache.write_text(json.dumps(json.loads(cache.read_text()) | {"schema_version": 0}))
+    cache.write_text(json.dumps(json.loads(cache.read_text()) | {"schema_version": 1}))
     again = hardware.calibrate("cpu")
     assert counted_measure == ["cpu", "cpu"]
     assert any("another gobrrr version" in n for n in again.notes)
+
+
+def _write_cache(name, data):
+    path = hardware.cache_dir() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_cuda_cache_of_version_1_is_read_cpu_cache_is_not():
+    # Version 2 changed the CPU bandwidth method only: a version-1 CUDA cache (the same
+    # 1 GiB copy) is read with its copy as the one probe; a version-1 CPU cache is not.
+    v1 = fake_ceilings("cpu").to_dict() | {"schema_version": 1, "device": "cuda"}
+    v1["fingerprint"] = {"device": "cuda", "torch": "x", "python": "3", "name": "GPU X"}
+    for key in ("datasheet", "bandwidth_by_kernel", "bandwidth_kernel"):
+        del v1[key]
+    _write_cache("ceilings-cuda-0123456789abcdef.json", v1)
+    c = hardware.cached_for("cuda", "GPU X")
+    assert c is not None and c.source == "cache" and c.bandwidth_bytes_per_s == 2e10
+    assert c.bandwidth_by_kernel == {"copy_": 2e10} and c.bandwidth_kernel == "copy_"
+    v1_cpu = v1 | {"device": "cpu", "fingerprint": v1["fingerprint"] | {"device": "cpu"}}
+    _write_cache("ceilings-cpu-0123456789abcdef.json", v1_cpu)
+    assert hardware.cached_for("cpu", "GPU X") is None
 
 
 def test_valid_cache_gives_no_note(counted_measure):
     hardware.calibrate("cpu")
     again = hardware.calibrate("cpu")
     assert again.source == "cache" and not any("invalid" in n for n in again.notes)
+
+
+def test_llc_size_from_sysfs(tmp_path):
+    for name, level, kind, size in (("index0", 1, "Data", "48K"),
+                                    ("index1", 1, "Instruction", "32K"),
+                                    ("index2", 2, "Unified", "2048K"),
+                                    ("index3", 3, "Unified", "307200K")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert hardware._llc_bytes(tmp_path) == (300 * 2**20, "sysfs L3")
+    (tmp_path / "index3" / "size").write_text("garbage")
+    assert hardware._llc_bytes(tmp_path) == (2 * 2**20, "sysfs L2")
+
+
+def test_llc_size_default_when_unknown(tmp_path, monkeypatch):
+    def no_sysconf(name):
+        raise ValueError(name)
+
+    monkeypatch.setattr(hardware.os, "sysconf", no_sysconf)
+    assert hardware._llc_bytes(tmp_path / "absent") == (32 * 2**20,
+                                                         "default (cache size unknown)")
+
+
+def test_cache_size_parsing():
+    assert hardware._parse_cache_size("48K") == 48 * 1024
+    assert hardware._parse_cache_size("32M\n") == 32 * 2**20
+    assert hardware._parse_cache_size("1G") == 2**30
+    assert hardware._parse_cache_size("65536") == 65536
+
+
+def test_probe_size_is_4x_llc_within_memory_caps():
+    mib, gib = 2**20, 2**30
+    assert hardware._cpu_probe_bytes(300 * mib, 24 * gib) == 1200 * mib
+    assert hardware._cpu_probe_bytes(32 * mib, 24 * gib) == 256 * mib  # floor: 256 MiB
+    assert hardware._cpu_probe_bytes(1024 * mib, 256 * gib) == 2 * gib  # 2 GiB per tensor
+    assert hardware._cpu_probe_bytes(300 * mib, 8 * gib) == 512 * mib  # 1/16 of memory
+    assert hardware._cpu_probe_bytes(300 * mib, 24 * gib + 12345) % mib == 0
+
+
+def test_cpu_roof_is_the_best_honest_probe(monkeypatch):
+    # Exact, with stubbed measurements: the roof is the max of the probes, all kept.
+    probes = {"sum": 6e10, "add_": 5e10, "copy_": 4.5e10}
+    seen = []
+    monkeypatch.setattr(hardware, "_matmul_flops_per_s", lambda *a, **k: 1e11)
+    monkeypatch.setattr(hardware, "_cpu_bf16_runs", lambda: False)
+    monkeypatch.setattr(hardware, "_op_overhead_s", lambda *a, **k: 2e-6)
+    monkeypatch.setattr(hardware, "_python_ops_per_s", lambda *a, **k: 3e7)
+    monkeypatch.setattr(hardware, "_llc_bytes", lambda: (300 * 2**20, "test"))
+    monkeypatch.setattr(hardware, "_phys_mem_bytes", lambda: 24 * 2**30)
+
+    def fake_bandwidths(nbytes, budget_s):
+        seen.append(nbytes)
+        return dict(probes)
+
+    monkeypatch.setattr(hardware, "_cpu_bandwidths", fake_bandwidths)
+    c = hardware.calibrate("cpu")
+    assert seen == [1200 * 2**20]
+    assert c.bandwidth_bytes_per_s == 6e10 and c.bandwidth_kernel == "sum"
+    assert c.bandwidth_by_kernel == probes
+    assert c.details["bandwidth_bytes"] == 1200 * 2**20 and c.details["llc_bytes"] == 300 * 2**20
+    cached = hardware.calibrate("cpu")
+    assert cached.source == "cache" and cached.bandwidth_by_kernel == probes
+
+
+def test_cpu_bandwidth_probes_run_small():
+    # Real kernels on a small (cache-resident) tensor: each probe gives a sane rate.
+    bw = hardware._cpu_bandwidths(8 * 2**20, budget_s=0.1)
+    assert set(bw) == {"sum", "add_", "copy_"}
+    assert all(5e8 < v < 1e13 for v in bw.values())
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
@@ -178,6 +274,10 @@ def test_real_cpu_calibration_is_sane():
     c = hardware.calibrate("cpu")
     assert 1e9 < c.peak_flops_per_s["fp32"] < 1e14
     assert 5e8 < c.bandwidth_bytes_per_s < 2e12
+    assert set(c.bandwidth_by_kernel) == {"sum", "add_", "copy_"}
+    assert c.bandwidth_bytes_per_s == max(c.bandwidth_by_kernel.values())
+    assert c.bandwidth_by_kernel[c.bandwidth_kernel] == c.bandwidth_bytes_per_s
+    assert c.details["bandwidth_bytes"] >= 2**28
     assert 1e-8 < c.op_overhead_s < 1e-3
     assert 1e5 < c.python_ops_per_s < 1e10
     assert c.calibrate_s < 60
@@ -190,3 +290,4 @@ def test_real_cuda_calibration_is_sane():
     # tensor cores: bf16 beats plain fp32 by several x on every GPU since Ampere
     assert c.peak_flops_per_s["bf16"] > 3 * c.peak_flops_per_s["fp32"]
     assert c.calibrate_s < 20
+    assert c.bandwidth_kernel == "copy_" and set(c.bandwidth_by_kernel) == {"copy_"}

@@ -89,3 +89,51 @@ def test_ceilings_schema_rejects_zero_bandwidth(outputs):
     d["bandwidth_bytes_per_s"] = 0
     with pytest.raises(SchemaError, match="bandwidth_bytes_per_s"):
         validate(d, "ceilings")
+
+
+def test_ceilings_records_each_bandwidth_probe(outputs):
+    d = outputs["ceilings"]
+    assert d["schema_version"] == 2
+    assert d["bandwidth_by_kernel"][d["bandwidth_kernel"]] == d["bandwidth_bytes_per_s"]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("bandwidth_by_kernel", {"sum": -1.0}),
+    ("bandwidth_by_kernel", {"sum": "fast"}),
+    ("bandwidth_kernel", 3),
+    ("op_overhead_s", -1e-6),
+    ("python_ops_per_s", "fast"),
+    ("schema_version", 3),
+])
+def test_ceilings_schema_rejects_bad_fields(outputs, field, value):
+    d = copy.deepcopy(outputs["ceilings"])
+    d[field] = value
+    with pytest.raises(SchemaError, match=field):
+        validate(d, "ceilings")
+
+
+def test_ceilings_version_2_requires_the_probes(outputs):
+    d = copy.deepcopy(outputs["ceilings"])
+    del d["bandwidth_by_kernel"]
+    with pytest.raises(SchemaError, match="'bandwidth_by_kernel' is a required property"):
+        validate(d, "ceilings")
+
+
+def test_ceilings_version_1_still_validates(outputs):
+    # Reports written before version 2 embed version-1 ceilings; `gobrrr compare` reads them.
+    d = copy.deepcopy(outputs["ceilings"])
+    for key in ("bandwidth_by_kernel", "bandwidth_kernel"):
+        del d[key]
+    d["schema_version"] = 1
+    validate(d, "ceilings")
+    report = copy.deepcopy(outputs["report"])
+    report["machine"] = d
+    validate(report, "report")
+
+
+def test_ceilings_schema_version_matches_code():
+    from gobrrr import hardware
+
+    schema = load_schema("ceilings")
+    assert hardware.SCHEMA_VERSION == max(schema["properties"]["schema_version"]["enum"])
+    assert schema["if"]["properties"]["schema_version"]["const"] == hardware.SCHEMA_VERSION
