@@ -85,16 +85,20 @@ def matmul(batch_size: int = 1024, device: str = "cpu") -> tuple[Callable[..., A
 
 
 def pointwise(batch_size: int = 1, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
-    """A chain of 4 unfused cheap pointwise ops (multiply, add) over a large tensor, 2^24
-    fp32 (64 MB, beyond any CPU's last-level cache) per batch on CPU, 2^26 on CUDA:
-    1 FLOP per 8 bytes moved, far below every ridge point: memory-bound.
-    The chain writes into a preallocated buffer: on a CPU a fresh 64 MB tensor per op
-    would be page-faulted in by the OS, and the time would go to that, not to bandwidth.
+    """A chain of 4 unfused cheap pointwise ops (multiply, add) over a large tensor, 2^26
+    fp32 (256 MiB) per batch on CPU and CUDA: 1 FLOP per 8 bytes moved, far below every
+    ridge point: memory-bound. Each op moves 512 MiB (read + write); 2 tensors, 512 MiB in
+    all. On a CPU the tensor must outgrow the last-level cache the process actually gets,
+    or the ops time the cache: at 64 MiB they ran at 130-313% of the DRAM bandwidth on a
+    VM whose sysfs reports a 300 MiB L3 (its guests share it); at 256 MiB they run at
+    the rate of tensors of 1 GiB and more, from DRAM.
+    The chain writes into a preallocated buffer: on a CPU a fresh tensor per op would be
+    page-faulted in by the OS, and the time would go to that, not to bandwidth.
     (cos/sin would not do on a CPU either: their ~20 instructions per element make them
     compute-bound there, while on a GPU they cost what a multiply costs.)"""
     import torch
 
-    n = batch_size * (2**26 if device == "cuda" else 2**24)
+    n = batch_size * 2**26
     x = torch.randn(n, device=device, generator=_gen(device))
     out = torch.empty_like(x)
 
