@@ -74,7 +74,7 @@ def test_verdict_memory_evidence_and_disagreeing_batch():
     v = verdict_for(b, counts, ceilings(), "cuda", batch, None)
     # 9e7 bytes in 90 us = 1e12 B/s = 1 TB/s = 100% of the measured 1 TB/s
     assert v.evidence[1] == ("memory-bound ops moved 90 MB at 1 TB/s = 100% of the "
-                             "measured copy bandwidth")
+                             "measured bandwidth roof")
     assert v.agreement == ("experiments DISAGREE with the budget: batch scaling measured "
                            "1.10x where the budget predicted 1.90x")
 

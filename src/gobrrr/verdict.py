@@ -76,7 +76,7 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         ev.append(f"memory-bound ops moved {fmt_num(mem_bytes, 'B')} at "
                   f"{fmt_bytes_per_s(mem_bytes / b.memory_s)} = "
                   f"{fmt_pct(mem_bytes / b.memory_s / ceil.bandwidth_bytes_per_s)} of the "
-                  f"{ceil.roof_kind} copy bandwidth")
+                  f"{ceil.roof_kind} bandwidth roof")
     if regime == "compute" and b.compute_s > 0:
         flops = sum(r.flops for r in b.per_op if r.compute_s > 0)
         unit = max(b.compute_s_by_unit, key=lambda k: b.compute_s_by_unit[k])

@@ -108,7 +108,9 @@ def _ceilings_table(m: dict[str, Any]) -> Any:
         rows.append([f"matmul {dtype}", fmt_num(v, "FLOP/s"),
                      fmt_num(s, "FLOP/s") if s else "-", f"{100 * v / s:.0f}%" if s else "-"])
     bw, sbw = m["bandwidth_bytes_per_s"], sheet.get("bandwidth_bytes_per_s")
-    rows.append(["copy bandwidth (read + write)", fmt_num(bw, "B/s"),
+    kernel = m.get("bandwidth_kernel")
+    rows.append([f"bandwidth ({kernel}, bytes it moves)" if kernel else "bandwidth",
+                 fmt_num(bw, "B/s"),
                  fmt_num(sbw, "B/s") if sbw else "-", f"{100 * bw / sbw:.0f}%" if sbw else "-"])
     rows.append(["eager cost of one tiny op", fmt_s(m["op_overhead_s"]), "-", "-"])
     return table(["ceiling", "measured here", "datasheet", "% of datasheet"], rows,

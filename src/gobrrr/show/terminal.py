@@ -59,7 +59,7 @@ def print_ceilings(ceil: Ceilings) -> None:
         )
     sheet_bw = entry.bandwidth_bytes_per_s if entry else None
     table.add_row(
-        "copy bandwidth (r+w)",
+        f"bandwidth ({ceil.bandwidth_kernel})" if ceil.bandwidth_kernel else "bandwidth",
         fmt_bytes_per_s(ceil.bandwidth_bytes_per_s),
         fmt_bytes_per_s(sheet_bw) if sheet_bw else "-",
         f"{100 * ceil.bandwidth_bytes_per_s / sheet_bw:.0f}%" if sheet_bw else "-",
