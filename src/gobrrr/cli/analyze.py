@@ -30,10 +30,9 @@ def analyze(traces: tuple[Path, ...], as_json: bool, quiet: bool,
     from gobrrr.cli.common import (
         check_writable,
         deliver,
-        emit_json,
-        finish_progress,
         progress_printer,
         run_guarded,
+        shower,
     )
 
     def body() -> None:
@@ -49,14 +48,7 @@ def analyze(traces: tuple[Path, ...], as_json: bool, quiet: bool,
         if html_path is not None:
             writes.append((html_path, report.save_html))
 
-        def show() -> None:
-            if as_json:
-                emit_json(report.to_dict())
-            else:
-                finish_progress()
-                print_report(report)
-
-        deliver(writes, show, say)
+        deliver(writes, shower(as_json, report.to_dict, lambda: print_report(report)), say)
 
     run_guarded(body)
 

@@ -190,6 +190,21 @@ def check_writable(*paths: Path | str | None) -> None:
             raise UserError(f"cannot write {path}: {parent} is not a writable directory")
 
 
+def shower(as_json: bool, to_dict: Callable[[], Any],
+           print_terminal: Callable[[], None]) -> Callable[[], None]:
+    """What a command shows on stdout: its result as JSON, or its terminal rendering
+    (the live progress line stopped first, so the two never interleave)."""
+
+    def show() -> None:
+        if as_json:
+            emit_json(to_dict())
+        else:
+            finish_progress()
+            print_terminal()
+
+    return show
+
+
 def deliver(writes: Sequence[tuple[Path, Callable[[Path], Any]]],
             show: Callable[[], None], say: Callable[[str], None]) -> None:
     """Write each file (creating its folder), then show the result on stdout; a write

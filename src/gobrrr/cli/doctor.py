@@ -43,12 +43,11 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
     from gobrrr.cli.common import (
         check_writable,
         deliver,
-        emit_json,
-        finish_progress,
         progress_printer,
         resolve_device,
         run_guarded,
         show_notes,
+        shower,
     )
 
     def body() -> None:
@@ -75,14 +74,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         if trace_path is not None:
             writes.append((trace_path, report.save_trace))
 
-        def show() -> None:
-            if as_json:
-                emit_json(report.to_dict())
-            else:
-                finish_progress()
-                print_report(report)
-
-        deliver(writes, show, say)
+        deliver(writes, shower(as_json, report.to_dict, lambda: print_report(report)), say)
 
     run_guarded(body)
 

@@ -32,11 +32,10 @@ def lab(names: tuple[str, ...], device: str, quick: bool, as_json: bool,
     from gobrrr.cli.common import (
         check_writable,
         deliver,
-        emit_json,
-        finish_progress,
         progress_printer,
         resolve_device,
         run_guarded,
+        shower,
     )
     from gobrrr.errors import UserError
 
@@ -62,16 +61,9 @@ def lab(names: tuple[str, ...], device: str, quick: bool, as_json: bool,
             writes.append((html_path, lambda p: p.write_text(render_html(report),
                                                              encoding="utf-8")))
 
-        def show() -> None:
-            if as_json:
-                emit_json(report.to_dict())
-            else:
-                from gobrrr.show.terminal import print_lab
+        from gobrrr.show.terminal import print_lab
 
-                finish_progress()
-                print_lab(report)
-
-        deliver(writes, show, progress)
+        deliver(writes, shower(as_json, report.to_dict, lambda: print_lab(report)), progress)
         return 1 if report.errors else 0
 
     code = run_guarded(body)

@@ -48,12 +48,11 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
     from gobrrr.cli.common import (
         check_writable,
         deliver,
-        emit_json,
-        finish_progress,
         progress_printer,
         resolve_device,
         run_guarded,
         show_notes,
+        shower,
     )
     from gobrrr.errors import WARNING
 
@@ -81,16 +80,9 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
 
             writes.append((html_path, lambda p: write_optimize(res.to_dict(), p)))
 
-        def show() -> None:
-            if as_json:
-                emit_json(res.to_dict())
-            else:
-                from gobrrr.show.terminal import print_optimize
+        from gobrrr.show.terminal import print_optimize
 
-                finish_progress()
-                print_optimize(res)
-
-        deliver(writes, show, say)
+        deliver(writes, shower(as_json, res.to_dict, lambda: print_optimize(res)), say)
 
     run_guarded(body)
 
