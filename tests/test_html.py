@@ -24,7 +24,10 @@ def doctor_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(tmp / "cache"))
         r = CliRunner().invoke(cli, [
-            "doctor", "examples:mlp", "--device", "cpu", "--json", "-q",
+            # The transformer block: several op kinds, each long enough (tens of us and
+            # more) to be timed above the empty-op cost on a noisy 2-core CPU (the
+            # tiny MLP's ops can all fall under it, leaving nothing to plot).
+            "doctor", "examples:transformer", "--device", "cpu", "--json", "-q",
             "--time-budget", "0.2", "--html", str(tmp / "out" / "mlp.html")])
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout), (tmp / "out" / "mlp.html").read_text(encoding="utf-8")
