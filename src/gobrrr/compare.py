@@ -140,6 +140,16 @@ class Comparison:
         return self.change_low is not None and self.change_high is not None
 
     @property
+    def interval_text(self) -> str | None:
+        """'95% interval +3.1% to +9.8%', or None without an interval."""
+        if self.change_low is None or self.change_high is None:
+            return None
+        from gobrrr.units import fmt_change
+
+        return (f"{100 * self.confidence:g}% interval {fmt_change(self.change_low)} to "
+                f"{fmt_change(self.change_high)}")
+
+    @property
     def significant(self) -> bool | None:
         """The interval excludes no change; None without an interval."""
         if self.change_low is None or self.change_high is None:

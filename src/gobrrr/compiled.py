@@ -148,18 +148,13 @@ def read_compile(first_s: float, steady_s: float, before: DynamoCounts,
 
 # ---------------------------------------------------------------- the profiled run
 
-# Bytes per element of the dtype names the profiler records ("Input type").
-_ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8,
-             "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
-             "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
-_UNIT = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16", "double": "fp64"}
-
-
 def _tensor_args(e: Any, dtypes: list[str]) -> list[tuple[list[int], str]]:
     """(shape, dtype) of the tensor arguments an op or a kernel launch recorded."""
+    from gobrrr.tracecount import _DTYPES  # the profiler's dtype names, one table
+
     shapes = list(getattr(e, "input_shapes", None) or [])
     return [(s, d) for s, d in zip(shapes, dtypes, strict=False)
-            if d in _ITEMSIZE and isinstance(s, list) and len(s) > 0]
+            if d in _DTYPES and isinstance(s, list) and len(s) > 0]
 
 
 def _dtype_lookup(prof: Any) -> Any:
@@ -185,7 +180,9 @@ def _dtype_lookup(prof: Any) -> Any:
 
 
 def _bytes_of(args: list[tuple[list[int], str]]) -> int:
-    return sum(math.prod(s) * _ITEMSIZE[d] for s, d in args)
+    from gobrrr.tracecount import _DTYPES
+
+    return sum(math.prod(s) * _DTYPES[d].itemsize for s, d in args)
 
 
 def _matmul_flops(name: str, args: list[tuple[list[int], str]]) -> int | None:
@@ -246,7 +243,10 @@ def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> 
     name = str(e.name)
     op_class = _op_class(name)
     flops = _conv_flops(e, args) if op_class == "conv" else _matmul_flops(name, args)
-    dtype = _UNIT.get(args[0][1], "none") if args else "none"
+    from gobrrr.counting import dtype_name
+    from gobrrr.tracecount import _DTYPES
+
+    dtype = dtype_name(_DTYPES[args[0][1]]) if args else "none"
     unit = None
     if op_class in MATMUL_CLASSES:
         unit = dtype
@@ -257,12 +257,6 @@ def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> 
     return OpRecord(index=index, op=name, module=module, phase="compiled", op_class=op_class,
                     dtype=dtype, flops=flops or 0, bytes=_bytes_of(args),
                     tensor_core_unit=unit, has_formula=flops is not None)
-
-
-def _walk(e: Any) -> Any:
-    yield e
-    for c in e.cpu_children:
-        yield from _walk(c)
 
 
 def _is_op(e: Any) -> bool:
@@ -305,13 +299,21 @@ def profile_compiled(w: Workload, wall_s: float, eager: CountResult) -> Profiled
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from gobrrr.counting import CountResult
-    from gobrrr.trace import WINDOW, Kernel, ProfiledRun, _device_starts, _with_starts
+    from gobrrr.trace import (
+        WINDOW,
+        Kernel,
+        ProfiledRun,
+        _device_starts,
+        _walk,
+        _with_starts,
+        lead_in_calls,
+    )
 
     cuda = w.device == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     # Lead-in calls as in trace.profile_counted: the marked call runs in the sustained
     # state the timer measured.
-    lead_in = int(min(50, max(3, math.ceil(0.1 / wall_s)))) if wall_s > 0 else 3
+    lead_in = lead_in_calls(wall_s)
     if cuda:
         torch.cuda.synchronize()
     with warnings.catch_warnings():
@@ -344,17 +346,12 @@ def profile_compiled(w: Workload, wall_s: float, eager: CountResult) -> Profiled
                     for sub in _walk(window) if id(sub) not in owned
                     for k, start in _with_starts(sub, starts)]
         run.kernels += _replayed_kernels(run, replayed, eager)
-        for k in run.kernels:
-            if k.record_index is None:
-                run.unattributed_s += k.duration_s
-            else:
-                run.op_time_s[k.record_index] = run.op_time_s.get(k.record_index, 0.0) + \
-                    k.duration_s
+        run.tally_kernels()
     else:
         for i, e in enumerate(owners):
             run.op_time_s[i] = e.cpu_time_total * 1e-6
         _add_cpp_kernels(run, window, eager)
-    run.busy_s = sum(run.op_time_s.values()) + run.unattributed_s
+        run.busy_s = sum(run.op_time_s.values())
     return run
 
 
@@ -365,6 +362,7 @@ def _add_cpp_kernels(run: ProfiledRun, window: Any, eager: CountResult) -> None:
     after a perfect fusion (budget.fusable_bytes_saved)."""
     from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
     from gobrrr.counting import MATMUL_CLASSES, OpRecord
+    from gobrrr.trace import _walk
 
     calls = [e for e in _walk(window) if str(e.name).startswith("## Call CompiledFxGraph")]
     if not calls:
@@ -438,12 +436,7 @@ def graph_replay_note(run: ProfiledRun, w: Workload, count: Any) -> str:
         eager = count(w.eager, *w.args, **w.kwargs)
     run.kernels = [k for k in run.kernels if k.record_index is not None]
     run.kernels += _replayed_kernels(run, unowned, eager)
-    run.unattributed_s = 0.0
-    run.op_time_s = {}
-    for k in run.kernels:
-        if k.record_index is not None:
-            run.op_time_s[k.record_index] = run.op_time_s.get(k.record_index, 0.0) + \
-                k.duration_s
+    run.tally_kernels()
     return ("the workload replays a CUDA graph: its kernels carry the FLOPs and bytes of "
             "the eager callable given as `eager=` (approximate: matched by kernel kind)")
 

@@ -13,6 +13,7 @@ and timed, minus the cost of an empty op (see `_cpu_timed`).
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -72,6 +73,18 @@ class ProfiledRun:
     replay_errors: dict[str, str] = field(default_factory=dict)  # op -> first error line
     _by_index: dict[int, list[Kernel]] | None = None
 
+    def tally_kernels(self) -> None:
+        """Each op's device time, the time of kernels outside any op, and the total,
+        from `kernels` (CUDA): the one place these sums are made."""
+        self.op_time_s, self.unattributed_s, self._by_index = {}, 0.0, None
+        for k in self.kernels:
+            if k.record_index is None:
+                self.unattributed_s += k.duration_s
+            else:
+                self.op_time_s[k.record_index] = (self.op_time_s.get(k.record_index, 0.0)
+                                                  + k.duration_s)
+        self.busy_s = sum(k.duration_s for k in self.kernels)
+
     def kernels_of(self, index: int) -> list[Kernel]:
         if self._by_index is None:
             self._by_index = {}
@@ -99,12 +112,19 @@ def _walk(event: Any) -> Iterable[Any]:
 WINDOW = "gobrrr:counted-call"
 
 
+def lead_in_calls(wall_s: float | None) -> int:
+    """Unmarked calls before the profiled one: ~0.1 s of them, 3 to 50 (see
+    profile_counted for why the profiled call must not run cold)."""
+    if not wall_s or wall_s <= 0:
+        return 3
+    return int(min(50, max(3, math.ceil(0.1 / wall_s))))
+
+
 def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
     """Count and profile one call of a (warmed-up) workload; `wall_s` (the timer's
     median) sizes the lead-in that brings the GPU to the state the timer saw."""
     if w.device != "cuda":
         return _cpu_timed(w)
-    import math
     import warnings
 
     import torch
@@ -115,7 +135,7 @@ def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
     # reasons: the first kernels of a fresh CUPTI session run slower (seen: a bf16 matmul
     # at 2x its time), and a GPU coming out of idle runs faster clocks for a while than
     # under sustained load (seen: a large matmul 26% faster than in the timed loop).
-    lead_in = 3 if not wall_s else int(min(50, max(3, math.ceil(0.1 / wall_s))))
+    lead_in = lead_in_calls(wall_s)
     holder: dict[str, CountResult] = {}
     torch.cuda.synchronize()
     with warnings.catch_warnings():
@@ -152,12 +172,7 @@ def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
             if id(k) not in attributed and not _inside_range(e):
                 run.kernels.append(Kernel(k.name, k.duration * 1e-6, None, start))
                 attributed.add(id(k))
-    for k in run.kernels:
-        if k.record_index is not None:
-            run.op_time_s[k.record_index] = run.op_time_s.get(k.record_index, 0.0) + k.duration_s
-        else:
-            run.unattributed_s += k.duration_s
-    run.busy_s = sum(k.duration_s for k in run.kernels)
+    run.tally_kernels()
     return run
 
 

@@ -49,11 +49,8 @@ def compare(old: Path, new: Path, fail_above: str, force: bool, top: int, as_jso
         else:
             print_comparison(c)
         if c.regressed and not quiet:
-            if c.change_low is not None and c.change_high is not None:
-                why = (f"{100 * c.confidence:g}% interval {100 * c.change_low:+.1f}% to "
-                       f"{100 * c.change_high:+.1f}%, low end above")
-            else:
-                why = "medians only, too few samples; above"
+            why = (f"{c.interval_text}, low end above" if c.interval_text
+                   else "medians only, too few samples; above")
             click.echo(f"gobrrr: NEW is {100 * c.change:.1f}% slower than OLD "
                        f"({why} --fail-above {100 * threshold:g}%)", err=True)
         return c.regressed

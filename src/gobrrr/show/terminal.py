@@ -246,18 +246,13 @@ def print_comparison(c: Comparison) -> None:
     from rich.table import Table
 
     from gobrrr.compare import REGIMES
-    from gobrrr.units import fmt_change as signed
     from gobrrr.units import fmt_pct
 
     out = console()
     word = "slower" if c.change > 0 else "faster" if c.change < 0 else "(no change)"
     style = "red" if c.regressed else "green" if c.change < 0 and c.significant else "default"
     out.print(f"[bold]gobrrr compare[/bold]  {escape(c.old_name)} -> {escape(c.new_name)}")
-    if c.change_low is not None and c.change_high is not None:
-        spread = (f" ({100 * c.confidence:g}% interval {signed(c.change_low)} to "
-                  f"{signed(c.change_high)})")
-    else:
-        spread = " (no interval)"
+    spread = f" ({c.interval_text})" if c.interval_text else " (no interval)"
     out.print(f"T_wall {fmt_s(c.old_wall_s)} -> {fmt_s(c.new_wall_s)}: "
               f"[{style}]{100 * abs(c.change):.1f}% {word}[/]" + spread)
     if c.change_low is None:
