@@ -2,7 +2,10 @@
 (tests/data/traces/). Plain torch: no gobrrr code runs while recording, so the files are
 what a user's own profiler run would write.
 
-Usage: python3 benchmarks/record_traces.py OUT_DIR
+Usage: python3 benchmarks/record_traces.py OUT_DIR [NAME ...]   (default: all)
+NAMES: mlp_b1_forward, mlp_train_step, pointwise_chain, gpt2_forward (GPT-2 small from
+transformers' own config, random weights, 8 x 512 tokens, inference under no_grad: the
+workload `gobrrr doctor hf:gpt2 --batch-size 8 --seq-len 512` diagnoses).
 """
 
 from __future__ import annotations
@@ -42,25 +45,46 @@ def record(name: str, step, out: Path, steps: int = 2) -> None:
     print(name, (out / f"{name}.json.gz").stat().st_size, "bytes")
 
 
+def gpt2_forward():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(attn_implementation="sdpa")).cuda().eval()
+    ids = torch.randint(0, model.config.vocab_size, (8, 512), device="cuda")
+
+    def forward():
+        with torch.no_grad():
+            return model(input_ids=ids).logits
+
+    return forward
+
+
 def main() -> None:
     out = Path(sys.argv[1])
+    names = sys.argv[2:] or ["mlp_b1_forward", "mlp_train_step", "pointwise_chain",
+                             "gpt2_forward"]
     out.mkdir(parents=True, exist_ok=True)
-    model = mlp()
-    x1 = torch.randn(1, 512, device="cuda")
-    with torch.no_grad():
-        record("mlp_b1_forward", lambda: model(x1), out)
-    train = mlp()
-    opt = torch.optim.Adam(train.parameters(), lr=1e-3)
-    x, y = torch.randn(64, 512, device="cuda"), torch.randn(64, 512, device="cuda")
+    if "mlp_b1_forward" in names:
+        model = mlp()
+        x1 = torch.randn(1, 512, device="cuda")
+        with torch.no_grad():
+            record("mlp_b1_forward", lambda: model(x1), out)
+    if "mlp_train_step" in names:
+        train = mlp()
+        opt = torch.optim.Adam(train.parameters(), lr=1e-3)
+        x, y = torch.randn(64, 512, device="cuda"), torch.randn(64, 512, device="cuda")
 
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        nn.functional.mse_loss(train(x), y).backward()
-        opt.step()
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            nn.functional.mse_loss(train(x), y).backward()
+            opt.step()
 
-    record("mlp_train_step", step, out)
-    big = torch.randn(2**24, device="cuda")
-    record("pointwise_chain", lambda: ((big * 2).sin() + 1).relu(), out)
+        record("mlp_train_step", step, out)
+    if "pointwise_chain" in names:
+        big = torch.randn(2**24, device="cuda")
+        record("pointwise_chain", lambda: ((big * 2).sin() + 1).relu(), out)
+    if "gpt2_forward" in names:
+        record("gpt2_forward", gpt2_forward(), out)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """`gobrrr analyze`: the doctor Report of a torch.profiler trace recorded elsewhere.
 
-The three traces under tests/data/traces were recorded on an NVIDIA H200 (torch 2.11,
+The traces under tests/data/traces were recorded on an NVIDIA H200 (torch 2.11,
 benchmarks/record_traces.py, two profiled steps each); their kernel counts and kernel
 times are the ones tests/test_tracefile.py counted from the raw JSON. No calibration of an
 H200 is cached here (conftest isolates the cache), so their ceilings are the datasheet's.
@@ -75,6 +75,37 @@ def test_mlp_batch1_forward_is_overhead_bound_like_doctor_on_the_h200():
     assert r.timing.n_samples == 2 and r.workload["trace"]["steps"] == 2
     assert r.ceilings.source == "datasheet"
     assert any("datasheet peaks of the NVIDIA H200" in n for n in r.notes)
+
+
+def test_gpt2_forward_is_compute_bound_like_doctor_on_the_h200():
+    # GPT-2 small (transformers' config, random weights), 8 x 512 tokens, inference under
+    # no_grad, sdpa attention (benchmarks/record_traces.py gpt2_forward). The same
+    # workload under `gobrrr doctor hf:gpt2 --batch-size 8 --seq-len 512 --device cuda`
+    # on the H200 the same day: compute 0.833, memory 0.113, overhead 0.054, T_wall
+    # 28.9 ms (benchmarks/results/h200/gpu-final-2026-11-30.log). Datasheet ceilings
+    # here (no calibration cached), doctor's measured: a 10-point margin for that.
+    r = analyze([DATA / "gpt2_forward.json.gz"])
+    assert r.regime == "compute"
+    assert r.fractions["compute"] == pytest.approx(0.833, abs=0.10)
+    assert r.fractions["overhead"] == pytest.approx(0.054, abs=0.10)
+    events = raw_events("gpt2_forward.json.gz")
+    # 235 kernels and 24 memsets (two per layer) per step: device activity alike.
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memset")]
+    assert r.workload["trace"]["kernels_per_step"] == len(kernels) / 2 == 259
+    assert r.budget.busy_s == pytest.approx(sum(k["dur"] for k in kernels) / 2 * US,
+                                            rel=1e-9)
+    flops = {}
+    for rec in r.counts.records:
+        flops[rec.op] = flops.get(rec.op, 0) + rec.flops
+    t, layers = 8 * 512, 12
+    # Per layer: qkv 768->2304, attention out 768->768, MLP 768->3072->768 (addmm);
+    # the LM head 768->50257 (mm, tied weights, no bias): 2 * tokens * in * out each.
+    assert flops["aten::addmm"] == layers * 2 * t * 768 * (2304 + 768 + 3072 * 2)
+    assert flops["aten::mm"] == 2 * t * 768 * 50257
+    # SDPA: QK^T and PV, 2 * B * H * S * S * D each, causal mask not discounted.
+    assert flops["aten::_scaled_dot_product_efficient_attention"] == (
+        layers * 2 * (2 * 8 * 12 * 512 * 512 * 64))
+    assert r.counts.uncounted_ops == []
 
 
 def test_pointwise_chain_is_memory_bound():

@@ -303,3 +303,14 @@ def test_a_slow_workload_keeps_to_its_time_budget(monkeypatch):
     assert r.timing.n_samples == 2 and r.timing.warmup_calls == 2
     assert r.batch is not None and r.batch.time_ratio == pytest.approx(1.0, abs=0.1)
     assert elapsed_s < 30  # generous: 8 s of it is sleeping
+
+
+def test_the_device_of_a_closure_is_the_device_of_what_it_closes_over():
+    # `gobrrr.diagnose(lambda: model(x))` passes no tensor: the device is found in the
+    # lambda's closure (meta tensors stand in for a GPU on a CPU machine).
+    from gobrrr.workload import from_callable
+
+    model = nn.Linear(4, 4, device="meta")
+    x = torch.empty(2, 4, device="meta")
+    assert from_callable(lambda: model(x)).device == "meta"
+    assert from_callable(lambda: 1).device == "cpu"

@@ -95,9 +95,21 @@ class Workload:
 
 
 def _infer_device(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The device of the first tensor found in the arguments, the callable (a module's
+    parameters), the object it is bound to, or the variables it closes over (a
+    `lambda: model(x)` names nothing else); a CUDA graph's `replay` runs on CUDA."""
     import torch
 
-    for obj in [*args, *kwargs.values(), fn, getattr(fn, "__self__", None)]:
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.cuda.CUDAGraph):
+        return "cuda"
+    cells: list[Any] = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:  # a cell not yet assigned
+            continue
+    for obj in [*args, *kwargs.values(), fn, owner, *cells]:
         if isinstance(obj, torch.Tensor):
             return obj.device.type
         if isinstance(obj, torch.nn.Module):
