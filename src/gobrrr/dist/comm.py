@@ -12,7 +12,8 @@ Where the facts come from (torch.profiler's Chrome trace of each rank, `read_tra
 - CPU (gloo): there are no kernels. gloo runs each collective on one of its worker threads
   inside a profiler range `gloo:<collective>` (with the tensor's dims and dtype), and
   records no `record_param_comms`, group name or sequence number (seen with torch 2.13).
-  Communication is those ranges; compute is the union of the `aten::` ops on the thread
+  Communication is those ranges and the time the step's thread spends inside a
+  collective op (`c10d::*`: blocked handing work to gloo); compute is the union of the `aten::` ops on the thread
   that ran the step, minus the collective ops launched from it (`c10d::*`, which block
   while gloo's queue is busy). A worker thread is the CPU's "communication stream", the
   step's thread its "compute stream", and the same interval arithmetic applies: exposed
@@ -177,10 +178,12 @@ class RankTrace:
     compute: list[Interval] = field(default_factory=list)  # union: non-communication work
     source: str = "cpu"  # "cuda": kernels of this device; "cpu": threads (docstring)
     notes: list[str] = field(default_factory=list)
+    # CPU: the step's thread inside a collective op (c10d::*): blocked on communication
+    blocked: list[Interval] = field(default_factory=list)
 
     @property
     def comm_intervals(self) -> list[Interval]:
-        return [(c.start_us, c.end_us) for c in self.collectives]
+        return [(c.start_us, c.end_us) for c in self.collectives] + list(self.blocked)
 
     @property
     def comm_us(self) -> float:
@@ -204,7 +207,8 @@ class RankTrace:
         return RankTrace(d["rank"], d["steps"], d["window_us"],
                          [Collective(**c) for c in d["collectives"]],
                          [tuple(i) for i in d["compute"]],  # type: ignore[misc]
-                         d["source"], list(d.get("notes", [])))
+                         d["source"], list(d.get("notes", [])),
+                         [tuple(i) for i in d.get("blocked", [])])  # type: ignore[misc]
 
 
 def _x_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
@@ -261,7 +265,8 @@ def _read_cpu(events: list[dict[str, Any]], rank: int, steps: int, lo: float, hi
         name = normalise_collective(str(e["name"]))
         out.append(Collective(group, len(out), name,
                               nel * size if size and dims else None, s, t - s))
-    return RankTrace(rank, steps, hi - lo, out, compute, "cpu")
+    return RankTrace(rank, steps, hi - lo, out, compute, "cpu",
+                     blocked=union(clip(launches, lo, hi)))
 
 
 def _int(x: Any) -> int | None:
