@@ -15,12 +15,15 @@
 - Each op also gets its achieved fraction of its own roofline: floor / time, where
   floor = max(flops / peak, bytes / bandwidth). Ops under BELOW_ROOF_FRACTION are flagged:
   the three regimes say where time goes, the roofline fraction how well it is spent.
+- Under torchrun (gobrrr.dist) a fourth part, communication: exposed collective time
+  (nothing computes while it runs), from the profiled steps (dist/comm.py);
+  `with_communication` returns the budget with it. Single-process budgets keep three.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gobrrr.counting import MATMUL_CLASSES, OpRecord
@@ -28,11 +31,13 @@ from gobrrr.hardware import Ceilings
 from gobrrr.trace import ProfiledRun, is_math_kernel, split_kernel_time
 
 __all__ = ["RowBudget", "CallRow", "KernelRow", "Budget", "compute_budget", "peak_for",
-           "BELOW_ROOF_FRACTION", "REGIMES", "FUSABLE_CLASSES", "fusable_bytes_saved"]
+           "BELOW_ROOF_FRACTION", "REGIMES", "FUSABLE_CLASSES", "fusable_bytes_saved",
+           "with_communication", "COMMUNICATION"]
 
 # Ops achieving less than this fraction of their own roofline are flagged "below roof".
 BELOW_ROOF_FRACTION = 0.25
 REGIMES = ("overhead", "memory", "compute")
+COMMUNICATION = "communication"  # the fourth part, distributed reports only
 
 
 @dataclass(frozen=True)
@@ -152,23 +157,34 @@ class Budget:
     # so it sits inside overhead (T_wall - busy), which is then an upper bound.
     unmeasured_ops: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # exposed communication per call (distributed runs only; None: a single process,
+    # whose budget has exactly three parts)
+    communication_s: float | None = None
+
+    @property
+    def regimes(self) -> tuple[str, ...]:
+        return REGIMES if self.communication_s is None else (*REGIMES, COMMUNICATION)
 
     @property
     def total_s(self) -> float:
-        return self.overhead_s + self.memory_s + self.compute_s
+        return (self.overhead_s + self.memory_s + self.compute_s
+                + (self.communication_s or 0.0))
 
     @property
     def fractions(self) -> dict[str, float]:
         total = self.total_s
         if total <= 0:
-            return {r: 0.0 for r in REGIMES} | {"overhead": 1.0}
-        return {"overhead": self.overhead_s / total, "memory": self.memory_s / total,
-                "compute": self.compute_s / total}
+            return {r: 0.0 for r in self.regimes} | {"overhead": 1.0}
+        out = {"overhead": self.overhead_s / total, "memory": self.memory_s / total,
+               "compute": self.compute_s / total}
+        if self.communication_s is not None:
+            out[COMMUNICATION] = self.communication_s / total
+        return out
 
     @property
     def regime(self) -> str:
         f = self.fractions
-        return max(REGIMES, key=lambda r: f[r])
+        return max(self.regimes, key=lambda r: f[r])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,7 +201,8 @@ class Budget:
             "per_call": [r.to_dict() for r in self.per_call],
             "kernels": [k.to_dict() for k in self.kernels],
             "notes": self.notes,
-        }
+        } | ({} if self.communication_s is None else
+             {"communication_s": self.communication_s})
 
 
 def peak_for(rec: OpRecord, ceil: Ceilings) -> float:
@@ -291,6 +308,31 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
         unmeasured_ops=sorted(set(run.unreplayable)),
         notes=notes,
     )
+
+
+def with_communication(b: Budget, communication_s: float) -> Budget:
+    """The budget with exposed communication as its fourth part: it comes out of what
+    the three-part budget called overhead (T_wall - busy, the device idle), since a rank
+    that waits on a collective runs no op. When busy + communication exceed T_wall (two
+    runs: the replayed or profiled ops and the profiled steps), compute and memory are
+    scaled down to fit and the note says so; per-op rows keep their measured times."""
+    comm = max(0.0, min(communication_s, b.wall_s))
+    view_s = max(0.0, b.busy_s - b.compute_s - b.memory_s)
+    notes = list(b.notes)
+    compute_s, memory_s = b.compute_s, b.memory_s
+    room = b.wall_s - comm
+    if b.busy_s > room > 0 and b.busy_s > 0:
+        k = room / b.busy_s
+        compute_s, memory_s, view_s = compute_s * k, memory_s * k, view_s * k
+        notes.append(f"op times plus exposed communication summed to "
+                     f"{(b.busy_s + comm) / b.wall_s:.2f}x the wall time; compute and memory "
+                     "scaled down to fit")
+    elif room <= 0:
+        compute_s = memory_s = view_s = 0.0
+    busy = compute_s + memory_s + view_s
+    overhead_s = max(0.0, b.wall_s - busy - comm) + view_s
+    return replace(b, busy_s=busy, compute_s=compute_s, memory_s=memory_s,
+                   overhead_s=overhead_s, communication_s=comm, notes=notes)
 
 
 def _kernel_rows(run: ProfiledRun, calls: dict[int, CallRow]) -> list[KernelRow]:

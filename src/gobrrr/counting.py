@@ -471,7 +471,7 @@ class _CountingMode(TorchDispatchMode):
         self.result.records.append(
             OpRecord(
                 index=len(self.result.records),
-                op=f"aten::{name}",
+                op=f"{getattr(func, 'namespace', 'aten')}::{name}",  # c10d:: collectives
                 module=module,
                 phase=phase,
                 op_class=op_class,

@@ -26,7 +26,9 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 # 1.1: budget.per_call, .kernels, .unmeasured_ops; state; compiled; workload.model
 # 1.2: workload.source and workload.trace (gobrrr analyze); machine.source "datasheet"
 # 1.3: remedies[].spec (the catalog remedy whose prediction it is)
-SCHEMA_VERSION = "1.3"
+# 1.4: distributed (torchrun: every rank's split, collectives, stragglers, no_sync);
+#      fractions.communication, budget.communication_s and regime "communication" in it
+SCHEMA_VERSION = "1.4"
 
 
 @dataclass
@@ -47,6 +49,8 @@ class Report:
     # what was saved and restored of the user's state, and what could not be (loud)
     state: StateCheck | None = None
     compiled: CompileInfo | None = None  # the workload runs under torch.compile
+    # torchrun: rank 0's merge of every rank (gobrrr.dist.merge); None: one process
+    distributed: dict[str, Any] | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
                          .isoformat(timespec="seconds"))
 
@@ -93,7 +97,7 @@ class Report:
             "notes": self.notes,
             "state": self.state.to_dict() if self.state is not None else None,
             "compiled": self.compiled.to_dict() if self.compiled is not None else None,
-        }
+        } | ({} if self.distributed is None else {"distributed": self.distributed})
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)

@@ -29,7 +29,8 @@ from gobrrr.counting import (
 from gobrrr.errors import first_line
 from gobrrr.workload import Workload
 
-__all__ = ["Kernel", "ProfiledRun", "profile_counted", "is_math_kernel"]
+__all__ = ["Kernel", "ProfiledRun", "profile_counted", "is_math_kernel", "is_collective",
+           "COLLECTIVE_NAMESPACES"]
 
 # Kernel names of matrix engines (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, cuDNN
 # convolutions, flash/memory-efficient attention, Triton matmuls). Any other kernel
@@ -46,6 +47,15 @@ _MATH_KERNEL = re.compile(
 # add per element, though cuBLASLt names them "cublasLt::splitKreduce_kernel" (seen on the
 # H200 for fp32 addmm and mm, tests/data/traces/mlp_train_step.json.gz).
 _REDUCTION_KERNEL = re.compile(r"split_?k_?reduce|reduce_?split_?k", re.IGNORECASE)
+
+
+# Namespaces of the ops that launch collectives (torch.distributed's dispatcher ops, as
+# counting.py labels them): their work is communication, never compute or memory.
+COLLECTIVE_NAMESPACES = ("c10d::", "_c10d_functional::", "c10d_functional::")
+
+
+def is_collective(op: str) -> bool:
+    return op.startswith(COLLECTIVE_NAMESPACES)
 
 
 def is_math_kernel(name: str) -> bool:
@@ -239,15 +249,23 @@ def _cpu_timed(w: Workload, budget_per_op_s: float = 0.02) -> ProfiledRun:
     run = ProfiledRun(counts=counts, device=w.device, op_time_s={}, empty_range_cost_s=empty_s)
     cache: dict[tuple, float] = {}
     for rec, (func, args, kwargs) in zip(counts.records, calls, strict=True):
-        if rec.op_class == "view":
+        if rec.op_class == "view" or is_collective(rec.op):
+            # A collective replayed alone on one rank would block until its peers join
+            # (never): its time is communication, measured in the profiled steps of a
+            # distributed run (gobrrr.dist), never replayed.
             run.op_time_s[rec.index] = 0.0
             continue
         sig = _signature(func, args, kwargs)
         if sig not in cache:
             try:
-                t = measure(functools.partial(func, *args, **kwargs),
-                            budget_s=budget_per_op_s, warmup_s=0.0, min_samples=3,
-                            max_samples=20, min_sample_s=2e-4)
+                try:
+                    t = _replay(measure, func, args, kwargs, budget_per_op_s)
+                except RuntimeError:
+                    # Autograd's view checks can refuse an in-place op on a view made
+                    # under no_grad (DDP's gradient buckets): the op's execution is the
+                    # same without grad mode, only the refused graph recording differs.
+                    with torch.no_grad():
+                        t = _replay(measure, func, args, kwargs, budget_per_op_s)
                 cache[sig] = max(0.0, t.median_s - empty_s)
             except Exception as exc:  # an op that cannot run twice (e.g. consumed state)
                 cache[sig] = 0.0  # unmeasured, not free: the budget's note says so and why
@@ -257,6 +275,11 @@ def _cpu_timed(w: Workload, budget_per_op_s: float = 0.02) -> ProfiledRun:
     del calls
     run.busy_s = sum(run.op_time_s.values())
     return run
+
+
+def _replay(measure: Any, func: Any, args: tuple, kwargs: dict, budget_s: float) -> Any:
+    return measure(functools.partial(func, *args, **kwargs), budget_s=budget_s,
+                   warmup_s=0.0, min_samples=3, max_samples=20, min_sample_s=2e-4)
 
 
 def _inside_range(event: Any) -> bool:

@@ -35,10 +35,23 @@ _HELP = f"Split a workload's time into compute, memory and overhead.\n\n{TARGET_
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a Chrome/Perfetto trace of the profiled run here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=None,
+              help="Run this diagnosis under torchrun with N processes (python -m "
+                   "torch.distributed.run --standalone): the same as torchrun "
+                   "--nproc-per-node N -m gobrrr doctor ...")
+@click.option("--dist-timeout", "dist_timeout_s", type=click.FloatRange(min=1), default=None,
+              help="Under torchrun: seconds before any collective gobrrr issues (and the "
+                   "default process group gobrrr creates) times out [default: "
+                   "GOBRRR_DIST_TIMEOUT_S, else 60].")
+@click.option("--rank-traces", "rank_traces", type=click.Path(file_okay=False,
+                                                               path_type=Path),
+              help="Under torchrun: keep each rank's profiled trace here (rankN.json).")
 def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
            image_size: int | None, dtype: str | None, train: bool, as_json: bool,
            no_experiments: bool, time_budget_s: float, quiet: bool,
-           html_path: Path | None = None, trace_path: Path | None = None) -> None:
+           html_path: Path | None = None, trace_path: Path | None = None,
+           nproc: int | None = None, dist_timeout_s: float | None = None,
+           rank_traces: Path | None = None) -> None:
     """Split a workload's time into compute, memory and overhead (help: _HELP)."""
     from gobrrr.cli.common import (
         check_writable,
@@ -49,6 +62,14 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         show_notes,
         shower,
     )
+    from gobrrr.dist.lockstep import World
+
+    if nproc is not None:
+        from gobrrr.dist.launch import launch
+
+        raise SystemExit(run_guarded(lambda: launch(nproc)))
+    world = run_guarded(World.from_env)
+    rank = world.rank if world is not None else 0
 
     def body() -> None:
         from gobrrr.api import diagnose_workload
@@ -58,13 +79,22 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
 
         check_writable(html_path, trace_path)
         dev = resolve_device(device)
-        say = progress_printer(quiet)
-        w = load_target(target, dev, batch_size,
-                        ModelOptions(seq_len, image_size, dtype, train))
-        say(f"workload {w.name} (batch {w.batch_size}) on {w.device}"
-            + (f": {w.description}" if w.details else ""))  # a model target: what was built
-        report = diagnose_workload(w, experiments=not no_experiments,
-                                   time_budget_s=time_budget_s, progress=say)
+        say = progress_printer(quiet or rank != 0)  # one rank speaks
+        opts = ModelOptions(seq_len, image_size, dtype, train)
+        if world is not None and world.size > 1:
+            report = _distributed(world, target, dev, batch_size, opts, no_experiments,
+                                  time_budget_s, dist_timeout_s, rank_traces, say)
+            if report is None:  # not rank 0: rank 0 alone writes the report
+                return
+        else:
+            w = load_target(target, dev, batch_size, opts)
+            say(f"workload {w.name} (batch {w.batch_size}) on {w.device}"
+                + (f": {w.description}" if w.details else ""))  # a model: what was built
+            report = diagnose_workload(w, experiments=not no_experiments,
+                                       time_budget_s=time_budget_s, progress=say)
+            if world is not None:  # torchrun with one process
+                report.notes.append("torchrun world of 1 process: the single-process "
+                                    "diagnosis (no communication to measure)")
         # diagnose_workload records name, description, device and batch; a model
         # target's details (library, config, dtype, mode) come from the Workload itself
         show_notes(report.notes, say, quiet)
@@ -76,7 +106,30 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
 
         deliver(writes, shower(as_json, report.to_dict, lambda: print_report(report)), say)
 
-    run_guarded(body)
+    if world is not None and world.size > 1:
+        from gobrrr.dist.launch import run_rank
+
+        run_guarded(lambda: run_rank(body, rank))
+    else:
+        run_guarded(body)
+
+
+def _distributed(world: Any, target: str | None, dev: str, batch_size: int | None,
+                 opts: Any, no_experiments: bool, time_budget_s: float,
+                 dist_timeout_s: float | None, rank_traces: Path | None,
+                 say: Callable[[str], None]) -> Any:
+    """The lockstep diagnosis on this rank (gobrrr.dist.diagnose): the merged Report on
+    rank 0, None on the others."""
+    from gobrrr.dist.diagnose import DistOptions, diagnose_distributed
+    from gobrrr.dist.lockstep import timeout_from_env
+    from gobrrr.workload import load_target
+
+    timeout_s = dist_timeout_s if dist_timeout_s is not None else timeout_from_env()
+    return diagnose_distributed(
+        world, target, dev, lambda: load_target(target, dev, batch_size, opts),
+        DistOptions(time_budget_s=time_budget_s, timeout_s=timeout_s,
+                    experiments=not no_experiments, trace_dir=rank_traces),
+        progress=say)
 
 
 def register(group: click.Group) -> None:

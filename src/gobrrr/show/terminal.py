@@ -76,14 +76,15 @@ def print_ceilings(ceil: Ceilings) -> None:
     out.print(f"[dim]{ceil.source} {ceil.measured_at} in {ceil.calibrate_s:.1f} s; {src}[/dim]")
 
 
-_REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta"}
+_REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta",
+                 "communication": "red"}
 
 
 def _budget_bar(fractions: dict[str, float], width: int) -> str:
     """A stacked bar of the three regimes, one character per 1/width of wall time."""
     cells = []
     used = 0
-    keys = ["overhead", "memory", "compute"]
+    keys = [k for k in _REGIME_STYLE if k in fractions]  # communication: distributed
     for i, k in enumerate(keys):
         n = width - used if i == len(keys) - 1 else round(fractions[k] * width)
         n = max(0, min(n, width - used))
@@ -118,7 +119,8 @@ def print_report(report: Report) -> None:
     out.print("  ".join(
         f"[{_REGIME_STYLE[k]}]{k} {fmt_s(s)} ({100 * b.fractions[k]:.0f}%)[/]"
         for k, s in (("overhead", b.overhead_s), ("memory", b.memory_s),
-                     ("compute", b.compute_s))))
+                     ("compute", b.compute_s), ("communication", b.communication_s))
+        if s is not None))
     if b.below_roof_s > 0:
         out.print(f"[dim]{fmt_s(b.below_roof_s)} of device time in ops under "
                   f"{100 * 0.25:.0f}% of their own roofline[/dim]")

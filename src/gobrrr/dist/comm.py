@@ -1,0 +1,406 @@
+"""Communication in a profiled window: which work is a collective, how much of it nothing
+hides (exposed), and, across ranks, how much of a collective is transfer and how much is
+waiting for a late rank. Pure functions of traces: no process group here.
+
+Where the facts come from (torch.profiler's Chrome trace of each rank, `read_trace`):
+- CUDA (NCCL): a kernel is communication when the profiler's collective metadata says so:
+  the kernel's own args carry "Collective name" (Kineto copies `record_param_comms`'s
+  metadata onto NCCL kernels), else its launch (linked by "correlation") lies inside a
+  `record_param_comms` CPU op. Never by kernel-name prefixes (NCCL renamed `ncclKernel*` to
+  `ncclDevKernel_*`). Compute is every other kernel, memcpy and memset of this device.
+  Matching key: ("Process Group Name", "Seq") when recorded.
+- CPU (gloo): there are no kernels. gloo runs each collective on one of its worker threads
+  inside a profiler range `gloo:<collective>` (with the tensor's dims and dtype), and
+  records no `record_param_comms`, group name or sequence number (seen with torch 2.13).
+  Communication is those ranges and the time the step's thread spends inside a
+  collective op (`c10d::*`: blocked handing work to gloo); compute is the union of the `aten::` ops on the thread
+  that ran the step, minus the collective ops launched from it (`c10d::*`, which block
+  while gloo's queue is busy). A worker thread is the CPU's "communication stream", the
+  step's thread its "compute stream", and the same interval arithmetic applies: exposed
+  communication is gloo time during which the step's thread ran no op (it was waiting in
+  DDP's end-of-backward or in Python). Matching key: (group, order in the window): every
+  rank profiles the same calls and a process group's collectives are issued in the same
+  order on every rank, so the n-th collective is the same one everywhere (one process
+  group: gloo names none, so collectives of two groups could be confused).
+
+Transfer vs waiting (`match_collectives`): a collective starts on each rank when that rank
+issues it and ends on all ranks together; the rank that arrived last waited least, so the
+shortest duration across ranks is the transfer, and the rest of each rank's duration is
+waiting for a late rank (skew), placed at the start of its interval.
+
+Bus bandwidth by the nccl-tests definitions (PERFORMANCE.md of NVIDIA/nccl-tests):
+algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather,
+reduce-scatter and all-to-all, x 1 for broadcast and reduce. bytes: the all-reduce
+buffer; all-gather: the gathered output; reduce-scatter: the full input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Interval", "union", "total_us", "subtract", "exposed_us", "Collective",
+           "RankTrace", "read_trace", "busbw_factor", "bandwidth_gbps", "Matched",
+           "match_collectives", "exposed_split_us", "normalise_collective", "WINDOW"]
+
+Interval = tuple[float, float]  # (start_us, end_us)
+
+# The profiler range around the profiled steps on every rank (dist/diagnose.py).
+WINDOW = "gobrrr:dist-window"
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """The intervals merged: sorted, disjoint, touching ones joined; empty ones dropped."""
+    out: list[list[float]] = []
+    for s, e in sorted(i for i in intervals if i[1] > i[0]):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def total_us(intervals: Iterable[Interval]) -> float:
+    return sum(e - s for s, e in union(intervals))
+
+
+def subtract(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
+    """union(a) minus union(b): the parts of `a` that no interval of `b` covers."""
+    cut = union(b)
+    out: list[Interval] = []
+    for s, e in union(a):
+        cur = s
+        for bs, be in cut:
+            if be <= cur or bs >= e:
+                continue
+            if bs > cur:
+                out.append((cur, bs))
+            cur = max(cur, be)
+            if cur >= e:
+                break
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+def exposed_us(comm: Iterable[Interval], compute: Iterable[Interval]) -> float:
+    """Time a communication interval runs while no compute interval does."""
+    return total_us(subtract(comm, compute))
+
+
+def clip(intervals: Iterable[Interval], lo: float, hi: float) -> list[Interval]:
+    return [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
+
+
+# Collective names as the profiler writes them (NCCL's record_param_comms, gloo's ranges,
+# functional collectives) -> one name per collective.
+_COLLECTIVES = {
+    "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced":
+    "all_reduce", "allreduce_sparse": "all_reduce",
+    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather", "all_gather_into_tensor": "all_gather",
+    "allgather_coalesced": "all_gather",
+    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced":
+    "reduce_scatter", "reducescatter": "reduce_scatter",
+    "broadcast": "broadcast", "reduce": "reduce", "alltoall": "all_to_all",
+    "all_to_all": "all_to_all", "alltoall_base": "all_to_all", "all_to_allv": "all_to_all",
+    "barrier": "barrier", "gather": "gather", "scatter": "scatter", "send": "send",
+    "recv": "recv",
+}
+
+
+def normalise_collective(raw: str) -> str:
+    name = raw.split(":", 1)[-1].strip().lower()
+    return _COLLECTIVES.get(name, name)
+
+
+def busbw_factor(collective: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor for `n` ranks (module docstring)."""
+    if n <= 1:
+        return 1.0
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def bandwidth_gbps(collective: str, nbytes: int, seconds: float, n: int
+                   ) -> tuple[float | None, float | None]:
+    """(algbw, busbw) in GB/s (1e9 bytes/s) of one collective; None without a time."""
+    if seconds <= 0 or nbytes <= 0:
+        return None, None
+    alg = nbytes / seconds / 1e9
+    return alg, alg * busbw_factor(collective, n)
+
+
+_ELEMENT_BYTES = {
+    "float": 4, "float32": 4, "int": 4, "int32": 4, "double": 8, "float64": 8, "long": 8,
+    "int64": 8, "half": 2, "float16": 2, "bfloat16": 2, "c10::half": 2,
+    "c10::bfloat16": 2, "short": 2, "int16": 2, "char": 1, "byte": 1, "bool": 1,
+    "unsigned char": 1, "signed char": 1, "int8": 1, "uint8": 1,
+    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
+}
+
+
+def _element_bytes(dtype: Any) -> int | None:
+    return _ELEMENT_BYTES.get(str(dtype).strip().lower())
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective as one rank saw it."""
+
+    group: str
+    seq: int  # the profiler's sequence number, else the order in the window (per group)
+    name: str  # normalised (normalise_collective)
+    bytes: int | None  # message size (module docstring); None: not recorded
+    start_us: float
+    dur_us: float
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+@dataclass
+class RankTrace:
+    """What one rank's profiled window says about communication."""
+
+    rank: int
+    steps: int  # calls of the workload inside the window
+    window_us: float
+    collectives: list[Collective] = field(default_factory=list)
+    compute: list[Interval] = field(default_factory=list)  # union: non-communication work
+    source: str = "cpu"  # "cuda": kernels of this device; "cpu": threads (docstring)
+    notes: list[str] = field(default_factory=list)
+    # CPU: the step's thread inside a collective op (c10d::*): blocked on communication
+    blocked: list[Interval] = field(default_factory=list)
+
+    @property
+    def comm_intervals(self) -> list[Interval]:
+        return [(c.start_us, c.end_us) for c in self.collectives] + list(self.blocked)
+
+    @property
+    def comm_us(self) -> float:
+        return total_us(self.comm_intervals)
+
+    @property
+    def exposed_us(self) -> float:
+        return exposed_us(self.comm_intervals, self.compute)
+
+    @property
+    def exposed_fraction(self) -> float:
+        return self.exposed_us / self.window_us if self.window_us > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["collectives"] = [asdict(c) for c in self.collectives]
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> RankTrace:
+        return RankTrace(d["rank"], d["steps"], d["window_us"],
+                         [Collective(**c) for c in d["collectives"]],
+                         [tuple(i) for i in d["compute"]],  # type: ignore[misc]
+                         d["source"], list(d.get("notes", [])),
+                         [tuple(i) for i in d.get("blocked", [])])  # type: ignore[misc]
+
+
+def _x_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+
+
+def _span(e: dict[str, Any]) -> Interval:
+    return float(e["ts"]), float(e["ts"]) + float(e["dur"])
+
+
+def _is_collective_op(name: str) -> bool:
+    """CPU ops that launch or wait for a collective (not compute)."""
+    return (name == "record_param_comms" or name.startswith(("c10d::", "_c10d_functional::",
+                                                              "c10d_functional::")))
+
+
+def read_trace(trace: dict[str, Any] | str | Path, rank: int, steps: int,
+               device: str) -> RankTrace:
+    """One rank's exported Chrome trace -> its RankTrace, inside the WINDOW range."""
+    data: dict[str, Any] = (trace if isinstance(trace, dict)
+                            else json.loads(Path(trace).read_text()))
+    events = _x_events(data)
+    window = next((e for e in events if e.get("name") == WINDOW), None)
+    if window is None:
+        raise ValueError(f"rank {rank}: the profiled trace has no {WINDOW} range")
+    lo, hi = _span(window)
+    group = str(((data.get("distributedInfo") or {}).get("pg_config") or [{}])[0]
+                .get("pg_name", "0"))
+    if device == "cuda":
+        return _read_cuda(events, rank, steps, lo, hi, group)
+    return _read_cpu(events, rank, steps, lo, hi, window.get("tid"), group)
+
+
+def _read_cpu(events: list[dict[str, Any]], rank: int, steps: int, lo: float, hi: float,
+              main_tid: Any, group: str) -> RankTrace:
+    ops = [e for e in events if e.get("tid") == main_tid and e.get("cat") == "cpu_op"]
+    aten = [_span(e) for e in ops if str(e["name"]).startswith("aten::")]
+    launches = [_span(e) for e in ops if _is_collective_op(str(e["name"]))]
+    compute = union(clip(subtract(aten, launches), lo, hi))
+    gloo = sorted((e for e in events if str(e.get("name", "")).startswith("gloo:")
+                   and e.get("tid") != main_tid), key=lambda e: float(e["ts"]))
+    out: list[Collective] = []
+    for e in gloo:
+        s, t = _span(e)
+        if t <= lo or s >= hi:
+            continue
+        args = e.get("args", {})
+        dims = (args.get("Input Dims") or [[]])[0]
+        types = args.get("Input type") or [""]
+        nel = 1
+        for d in dims if isinstance(dims, list) else []:
+            nel *= int(d)
+        size = _element_bytes(types[0])
+        name = normalise_collective(str(e["name"]))
+        out.append(Collective(group, len(out), name,
+                              nel * size if size and dims else None, s, t - s))
+    return RankTrace(rank, steps, hi - lo, out, compute, "cpu",
+                     blocked=union(clip(launches, lo, hi)))
+
+
+def _int(x: Any) -> int | None:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_cuda(events: list[dict[str, Any]], rank: int, steps: int, lo: float, hi: float,
+               group: str) -> RankTrace:
+    device_work = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    devices = {e.get("args", {}).get("device") for e in device_work} - {None}
+    notes = []
+    if len(devices) > 1:
+        notes.append(f"rank {rank}: kernels on devices {sorted(devices)}; all are counted")
+    # Fallback link: a kernel launched from inside a record_param_comms CPU op.
+    comms_ops = [e for e in events if e.get("name") == "record_param_comms"]
+    by_tid: dict[Any, list[dict[str, Any]]] = {}
+    for e in comms_ops:
+        by_tid.setdefault(e.get("tid"), []).append(e)
+    meta_of_corr: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if e.get("cat") not in ("cuda_runtime", "cuda_driver"):
+            continue
+        corr = _int(e.get("args", {}).get("correlation"))
+        if corr is None:
+            continue
+        for op in by_tid.get(e.get("tid"), ()):
+            s, t = _span(op)
+            if s <= float(e["ts"]) <= t:
+                meta_of_corr[corr] = op.get("args", {})
+                break
+    comm: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    compute: list[Interval] = []
+    for e in device_work:
+        args = e.get("args", {})
+        meta = args if "Collective name" in args else meta_of_corr.get(
+            _int(args.get("correlation")) or -1)
+        if e.get("cat") == "kernel" and meta is not None:
+            comm.append((e, meta))
+        else:
+            compute.append(_span(e))
+    comm.sort(key=lambda p: float(p[0]["ts"]))
+    order: dict[str, int] = {}
+    out: list[Collective] = []
+    for e, meta in comm:
+        s, t = _span(e)
+        if t <= lo or s >= hi:
+            continue
+        g = str(meta.get("Process Group Name", group))
+        seq = _int(meta.get("Seq"))
+        n_order = order.get(g, 0)
+        order[g] = n_order + 1
+        name = normalise_collective(str(meta.get("Collective name", "")))
+        nel = _int(meta.get("Out msg nelems") if name == "all_gather"
+                   else meta.get("In msg nelems"))
+        size = _element_bytes(meta.get("dtype"))
+        out.append(Collective(g, seq if seq is not None else n_order, name,
+                              nel * size if nel is not None and size else None, s, t - s))
+    return RankTrace(rank, steps, hi - lo, out, union(clip(compute, lo, hi)), "cuda", notes)
+
+
+@dataclass(frozen=True)
+class Matched:
+    """One collective matched across ranks by (group, seq)."""
+
+    group: str
+    seq: int
+    name: str
+    bytes: int | None
+    dur_us: dict[int, float]  # rank -> its duration
+    transfer_us: float  # the shortest duration: the late rank's, no waiting in it
+    late_rank: int  # the rank that arrived last (shortest duration)
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    pct_of_ceiling: float | None  # busbw / the measured ceiling (when one is given)
+
+    def waiting_us(self, rank: int) -> float:
+        return self.dur_us[rank] - self.transfer_us
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dur_us"] = {str(k): v for k, v in self.dur_us.items()}
+        d["waiting_us"] = {str(r): self.waiting_us(r) for r in self.dur_us}
+        return d
+
+
+def match_collectives(traces: Sequence[RankTrace],
+                      ceilings_busbw_gbps: dict[str, float] | None = None
+                      ) -> tuple[list[Matched], list[str]]:
+    """Each collective seen on every rank, with its transfer time, the late rank, and
+    its achieved bandwidth; notes for collectives missing on some rank."""
+    n = len(traces)
+    seen: dict[tuple[str, int], dict[int, Collective]] = {}
+    for t in traces:
+        for c in t.collectives:
+            seen.setdefault((c.group, c.seq), {})[t.rank] = c
+    notes: list[str] = []
+    out: list[Matched] = []
+    partial = 0
+    for (group, seq), per in sorted(seen.items()):
+        if len(per) < n:
+            partial += 1
+            continue
+        first = next(iter(per.values()))
+        durs = {r: c.dur_us for r, c in sorted(per.items())}
+        late = min(durs, key=lambda r: durs[r])
+        transfer = durs[late]
+        alg, bus = bandwidth_gbps(first.name, first.bytes or 0, transfer * 1e-6, n)
+        ceil = (ceilings_busbw_gbps or {}).get(first.name)
+        pct = bus / ceil if bus is not None and ceil else None
+        out.append(Matched(group, seq, first.name, first.bytes, durs, transfer, late,
+                           alg, bus, pct))
+    if partial:
+        notes.append(f"{partial} collective(s) were not seen on every rank inside the "
+                     "profiled window: left out of transfer/waiting")
+    return out, notes
+
+
+def exposed_split_us(trace: RankTrace, matched: Sequence[Matched]) -> tuple[float, float]:
+    """(exposed transfer, exposed waiting) of one rank: each collective's first
+    `waiting_us(rank)` microseconds are waiting, the rest transfer; each part minus the
+    rank's compute. Collectives matched on fewer ranks count as transfer."""
+    waits = {(m.group, m.seq): m.waiting_us(trace.rank) for m in matched
+             if trace.rank in m.dur_us}
+    wait_iv: list[Interval] = []
+    xfer_iv: list[Interval] = []
+    for c in trace.collectives:
+        w = min(c.dur_us, max(0.0, waits.get((c.group, c.seq), 0.0)))
+        wait_iv.append((c.start_us, c.start_us + w))
+        xfer_iv.append((c.start_us + w, c.end_us))
+    # where a waiting part of one collective overlaps a transfer part of another, the
+    # time is transfer (data moved then): waiting excludes it
+    waiting_only = total_us(subtract(subtract(wait_iv, xfer_iv), trace.compute))
+    transfer = total_us(subtract(xfer_iv, trace.compute))
+    return transfer, waiting_only

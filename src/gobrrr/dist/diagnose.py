@@ -1,0 +1,207 @@
+"""`gobrrr doctor` under torchrun: every rank diagnoses its own share of the job in
+lockstep, rank 0 merges.
+
+Per rank, in this order (each a Lockstep.stage: a rank that raises stops every rank):
+1. the target: every rank's target string and file hash must agree;
+2. the workload, from the factory on every rank (it wraps its model in DDP or FSDP2);
+3. calibration: rank 0 first, then the others (one machine's cache, written once);
+4. T_wall: measure_lockstep (every rank the same number of calls);
+5. the no_sync experiment (experiments.py), when the workload reaches a DDP module;
+6. the profiled steps: lead-in calls, then STEPS calls inside the WINDOW range, under
+   torch.profiler (CPU, and CUDA kernels on a GPU); the exported Chrome trace gives the
+   collectives and the compute intervals (comm.py);
+7. FLOPs, bytes and op times: the single-process path. On CUDA the profiled counted call
+   (its lead-in sized from rank 0's T_wall, so every rank makes the same calls), minus
+   the kernels of collective ops. On CPU each distinct op of one counted call is replayed
+   alone on every rank, *except* collectives (trace.is_collective): those are never
+   replayed, their time is the profiled steps'. Replays are local ops and need no
+   lockstep; the one counted call runs on every rank.
+Exposed communication per call = T_wall x (exposed time / window length) of the profiled
+steps: a fraction, so the profiler's own slowdown of the window cancels out.
+
+Rank 0 then gathers every rank's summary (merge.py) and alone writes the report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gobrrr.dist.comm import WINDOW, RankTrace, read_trace
+from gobrrr.dist.lockstep import Lockstep, World, measure_lockstep, setup
+from gobrrr.errors import WARNING
+
+__all__ = ["diagnose_distributed", "profile_steps", "target_fingerprint", "STEPS",
+           "LEAD_IN_STEPS"]
+
+Progress = Callable[[str], None]
+
+# Profiled steps inside the window (their exposed communication is averaged), and steps
+# before it inside the profiler: the profiler's start costs each rank a different time,
+# and a first collective after it would show that skew as waiting.
+STEPS = 3
+LEAD_IN_STEPS = 2
+
+
+@dataclass
+class DistOptions:
+    time_budget_s: float = 1.0
+    timeout_s: float = 60.0
+    experiments: bool = True
+    trace_dir: Path | None = None  # keep each rank's profiled trace here
+    ceilings_busbw_gbps: dict[str, float] | None = None
+    topology: dict[str, Any] | None = None
+
+
+def target_fingerprint(target: str | None) -> str:
+    """The target string and, for FILE.py:NAME, a hash of the file: ranks that would run
+    different code disagree here, before anything runs."""
+    if target and ":" in target and not target.startswith(("examples:", "hf:", "timm:",
+                                                           "torchvision:")):
+        path = Path(target.rpartition(":")[0])
+        if path.is_file():
+            return f"{target} sha256:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
+    return str(target)
+
+
+def profile_steps(fn: Callable[[], Any], ls: Lockstep, device: str, steps: int = STEPS,
+                  trace_path: Path | None = None) -> RankTrace:
+    """STEPS calls of `fn` in the WINDOW range under the profiler, every rank the same
+    calls; this rank's Chrome trace read into a RankTrace (saved at `trace_path`)."""
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from gobrrr.timing import device_sync
+
+    sync = device_sync(device)
+    activities = [ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # record_shapes: gloo's ranges carry the message's dims and dtype only with it
+        with profile(activities=activities, record_shapes=True) as prof:
+            for _ in range(LEAD_IN_STEPS):
+                fn()
+            sync()
+            ls.all_gather(None, "starting the profiled steps")  # one start for all
+            with record_function(WINDOW):
+                for _ in range(steps):
+                    fn()
+                sync()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = trace_path or Path(tmp) / "trace.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(path))
+        return read_trace(path, ls.rank, steps, device)
+
+
+def _drop_collective_kernels(run: Any) -> Any:
+    """A CUDA ProfiledRun without the kernels its collective ops launched (their time is
+    communication, from the profiled steps), re-tallied."""
+    from gobrrr.trace import is_collective
+
+    coll = {r.index for r in run.counts.records if is_collective(r.op)}
+    run.kernels = [k for k in run.kernels if k.record_index not in coll]
+    run.tally_kernels()
+    return run
+
+
+def diagnose_distributed(world: World, target: str | None, device: str,
+                         load: Callable[[], Any], opts: DistOptions,
+                         progress: Progress | None = None) -> Any:
+    """Every rank: the steps of the module docstring. Returns the merged Report on
+    rank 0 and None elsewhere; raises DistError (every rank) when a rank fails."""
+    from gobrrr.api import _facts
+    from gobrrr.budget import compute_budget, with_communication
+    from gobrrr.dist import experiments as dx
+    from gobrrr.dist.merge import merge, with_distributed
+    from gobrrr.hardware import calibrate
+    from gobrrr.report import Report
+    from gobrrr.state import preserved_globals, preserved_state
+    from gobrrr.trace import profile_counted
+    from gobrrr.verdict import remedies_for, verdict_for
+
+    say = progress or (lambda _m: None)
+    t0 = time.perf_counter()
+    ctrl, backend = setup(world, device, opts.timeout_s)
+    ls = Lockstep(world, ctrl, opts.timeout_s)
+    mine = target_fingerprint(target)
+    targets = ls.all_gather(mine, "checking the target")
+    if len(set(targets)) > 1:
+        from gobrrr.dist.lockstep import DistError
+
+        odd = next(r for r, t in enumerate(targets) if t != targets[0])
+        raise DistError(f"ranks disagree on the target: rank 0 runs {targets[0]!r}, "
+                        f"rank {odd} runs {targets[odd]!r}")
+    say(f"rank {world.rank} of {world.size} ({backend}); building the workload")
+    w = ls.stage("building the workload", load)
+    notes: list[str] = []
+
+    def cal() -> Any:
+        with preserved_globals():
+            return calibrate(w.device, progress=say if world.rank == 0 else None)
+
+    # Rank 0 calibrates alone first: the others then read the cache it wrote (the same
+    # machine), instead of racing to write one file and loading each other's cores.
+    first = ls.stage("calibrating (rank 0)", lambda: cal() if world.rank == 0 else None)
+    ceil = first if world.rank == 0 else None
+    later = ls.stage("calibrating", lambda: cal() if world.rank != 0 else None)
+    ceil = ceil or later
+    assert ceil is not None  # every rank calibrated in one of the two stages
+    notes += ceil.notes
+    with preserved_state(w) as state:
+        say("timing the step in lockstep on every rank")
+        wall, walls = ls.stage("timing", lambda: measure_lockstep(
+            lambda: w.run("timing"), ls, device=w.device, budget_s=opts.time_budget_s))
+        nosync = None
+        if opts.experiments:
+            say("experiment: the step under DDP's no_sync() vs with sync")
+            nosync = ls.stage("the no_sync experiment", lambda: dx.no_sync_times(
+                w, ls, opts.time_budget_s))
+        say(f"profiling {STEPS} steps on every rank")
+        trace_path = (opts.trace_dir / f"rank{world.rank}.json"
+                      if opts.trace_dir is not None else None)
+        trace = ls.stage("profiling steps", lambda: profile_steps(
+            lambda: w.run("the profiled steps"), ls, w.device, STEPS, trace_path))
+        say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
+                                                 else ", timing each op alone"))
+        if w.device == "cuda":
+            run = ls.stage("the profiled counted call", lambda: _drop_collective_kernels(
+                profile_counted(w, walls[0].median_s)))
+        else:
+            run = ls.stage("counting", lambda: profile_counted(w))
+    for line in state.warnings:
+        notes.append(f"{WARNING}{line}")
+    comm_s = wall.median_s * trace.exposed_fraction
+    budget = with_communication(compute_budget(run, wall.median_s, ceil), comm_s)
+    verdict = verdict_for(budget, run.counts, ceil, w.device, None, None)
+    remedies = remedies_for(budget, run.counts, ceil, w.device, None, None, **_facts(w))
+    mine_summary = {
+        "rank": world.rank, "local_rank": world.local_rank,
+        "host": os.uname().nodename, "timing": wall.to_dict(),
+        "budget": {k: v for k, v in budget.to_dict().items()
+                   if k in ("wall_s", "busy_s", "overhead_s", "memory_s", "compute_s",
+                            "communication_s", "fractions", "regime")},
+        "trace": trace.to_dict(), "no_sync": nosync.to_dict() if nosync else None,
+        "trace_path": str(trace_path) if trace_path else None,
+    }
+    gathered = ls.gather(mine_summary, "gathering every rank's result")
+    if gathered is None:
+        return None
+    report = Report(workload=w.to_dict(), ceilings=ceil, timing=wall, counts=run.counts,
+                    budget=budget, verdict=verdict, remedies=remedies,
+                    diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
+                    state=state)
+    dist_section = merge(gathered, world_size=world.size, backend=backend,
+                         device=w.device, timeout_s=opts.timeout_s,
+                         ceilings_busbw_gbps=opts.ceilings_busbw_gbps,
+                         topology=opts.topology, experiments=opts.experiments)
+    return with_distributed(report, dist_section)

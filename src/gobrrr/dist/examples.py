@@ -1,0 +1,119 @@
+"""Built-in distributed workloads (`examples:ddp_comm`, ...), for torchrun and the tests.
+
+Each is a DDP training step (forward, MSE loss, backward, SGD step) on the default process
+group, which gobrrr creates under torchrun. Sizes differ by device so each stays in its
+regime with gloo on a 2-core CPU and with NCCL on datacenter GPUs alike:
+- ddp_comm: a deep stack of wide Linear layers at a tiny batch: little math per step and
+  every layer's gradient to all-reduce (CPU 8 x 512^2 fp32 = 8.4 MB, CUDA 12 x 4096^2 =
+  805 MB per step): communication-bound.
+- ddp_compute: two Linear layers at a large batch: the math grows with the batch, the
+  gradients do not (CPU 2 x 256^2 = 0.5 MB for ~6 GFLOP per step; CUDA 2 x 4096^2 = 134 MB
+  for ~3.3 TFLOP): compute-bound, its all-reduce hidden behind the backward pass.
+- ddp_straggler: a small model, and rank 1 alone does extra matmuls before each step
+  (CPU 4 x 512^3, ~20-40 ms on one core; CUDA 20 x 8192^3 bf16): its peers wait for it
+  in every all-reduce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gobrrr.errors import UserError
+from gobrrr.examples import Example
+
+__all__ = ["EXAMPLES"]
+
+
+def _require_group() -> Any:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise UserError("the ddp_* examples need torchrun: gobrrr doctor --nproc-per-node 2 "
+                        "examples:ddp_comm (or torchrun --nproc-per-node 2 -m gobrrr doctor "
+                        "examples:ddp_comm)")
+    return dist
+
+
+def _ddp_step(width: int, depth: int, batch: int, device: str,
+              extra: Callable[[], Any] | None = None) -> tuple[Callable[..., Any], tuple]:
+    import torch
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    _require_group()
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu"
+    state = torch.random.get_rng_state()
+    torch.manual_seed(0)  # the same weights on every rank (DDP also broadcasts rank 0's)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    model = nn.Sequential(*layers).to(dev)
+    torch.random.set_rng_state(state)
+    ddp = DDP(model, device_ids=[dev.index] if device == "cuda" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
+    g = torch.Generator(device=dev).manual_seed(1 + _rank())  # each rank its own data
+    x = torch.randn(batch, width, device=dev, generator=g)
+    y = torch.randn(batch, width, device=dev, generator=g)
+
+    def step(x: Any, y: Any) -> Any:
+        if extra is not None:
+            extra()
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step, (x, y)
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def ddp_comm(batch_size: int = 4, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
+    """Communication-bound DDP step (module docstring)."""
+    if device == "cuda":
+        return _ddp_step(4096, 12, batch_size, device)
+    return _ddp_step(512, 8, batch_size, device)
+
+
+def ddp_compute(batch_size: int = 8192, device: str = "cpu"
+                ) -> tuple[Callable[..., Any], tuple]:
+    """Compute-bound DDP step (module docstring)."""
+    if device == "cuda":
+        return _ddp_step(4096, 2, batch_size, device)
+    return _ddp_step(256, 2, batch_size, device)
+
+
+def ddp_straggler(batch_size: int = 64, device: str = "cpu"
+                  ) -> tuple[Callable[..., Any], tuple]:
+    """A DDP step whose rank 1 does extra work first (module docstring)."""
+    import torch
+
+    n, reps = (8192, 20) if device == "cuda" else (512, 4)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu"
+    a = torch.randn(n, n, device=dev, dtype=dtype)
+    extra: Callable[[], Any] | None = None
+    if _require_group().get_rank() == 1:
+        def extra() -> Any:
+            for _ in range(reps):
+                torch.mm(a, a)
+    return _ddp_step(256 if device == "cpu" else 4096, 4, batch_size, device, extra)
+
+
+EXAMPLES: dict[str, Example] = {
+    e.name: e
+    for e in (
+        Example("ddp_comm", "DDP step, deep wide Linear stack at a tiny batch (torchrun)",
+                "communication", ddp_comm, 4, 16),
+        Example("ddp_compute", "DDP step, 2 Linear layers at a large batch (torchrun)",
+                "compute", ddp_compute, 8192, 16384),
+        Example("ddp_straggler", "DDP step where rank 1 does extra work (torchrun)",
+                "communication", ddp_straggler, 64, 256),
+    )
+}

@@ -1,0 +1,60 @@
+"""doctor's distributed entry points: `--nproc-per-node N` starts torchrun (torch's own
+launcher, `python -m torch.distributed.run --standalone`), and a process that torchrun
+started runs the lockstep diagnosis (diagnose.py). Rank 0 alone writes the report; every
+rank exits non-zero when any rank fails."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gobrrr.errors import UserError
+
+__all__ = ["launch", "strip_option", "run_rank"]
+
+
+def strip_option(argv: Sequence[str], option: str) -> list[str]:
+    """argv without `option VALUE` / `option=VALUE`."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == option:
+            skip = True
+            continue
+        if a.startswith(option + "="):
+            continue
+        out.append(a)
+    return out
+
+
+def launch(nproc: int, argv: Sequence[str] | None = None) -> int:
+    """Run this same doctor command under torchrun with `nproc` processes; its exit
+    code. `argv`: the command line after the program name (default: sys.argv[1:]);
+    it must contain the `doctor` command."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "doctor" not in args:
+        raise UserError("--nproc-per-node: cannot find the doctor command on the command "
+                        "line; run torchrun --nproc-per-node N -m gobrrr doctor ... instead")
+    i = args.index("doctor")
+    rest = strip_option(args[i + 1:], "--nproc-per-node")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", str(nproc), "-m", "gobrrr", *args[:i], "doctor", *rest]
+    return subprocess.call(cmd)
+
+
+def run_rank(body: Callable[[], Any], rank: int) -> Any:
+    """A rank's body: a DistError (a peer failed; rank 0 says which) is printed by rank 0
+    only and exits 2 on every rank; every other error keeps the CLI's one style."""
+    from gobrrr.dist.lockstep import DistError
+
+    try:
+        return body()
+    except DistError as exc:
+        if rank == 0:
+            raise
+        sys.exit(exc.exit_code)

@@ -1,0 +1,225 @@
+"""Running under torchrun: the world, the process groups, and doing everything in lockstep.
+
+- `World.from_env()`: RANK, WORLD_SIZE, LOCAL_RANK as torchrun sets them.
+- `setup(world, device, timeout_s)`: the default process group, if the target has not
+  made one (NCCL on CUDA with the device from LOCAL_RANK, gloo on CPU), with the timeout;
+  and gobrrr's own *control* group (gloo, CPU tensors, the same timeout) for every
+  collective gobrrr issues itself: sample counts, statuses, the gathered results. A
+  control group apart means gobrrr's bookkeeping never enters the user's NCCL stream and
+  always has a timeout, even when the target made the default group with its own.
+- `Lockstep.stage(what, fn)`: every rank runs `fn`, then all ranks exchange a status: a
+  rank that raised makes every rank raise DistError naming it, and a rank that never
+  arrives (dead, or stuck in a collective its peer never joined) makes the others time
+  out on the control group (`timeout_s`) and raise DistError. Never a hang longer than
+  the timeout per collective.
+- `measure_lockstep`: the honest timer's rules (timing.py) with every decision (warm-up
+  calls, calls per sample, when to stop) made on rank 0 and broadcast, so every rank
+  makes exactly the same number of calls: a rank that made one call more would wait
+  forever in a collective its peers never issue.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from gobrrr.errors import UserError, first_line
+from gobrrr.timing import Timing, device_sync, summarize
+
+__all__ = ["World", "DistError", "Lockstep", "setup", "timeout_from_env",
+           "DEFAULT_TIMEOUT_S", "measure_lockstep"]
+
+T = TypeVar("T")
+
+# Every collective gobrrr issues, and the default group gobrrr creates, times out after
+# this many seconds (GOBRRR_DIST_TIMEOUT_S or doctor's --dist-timeout overrides it): long
+# enough for a slow rank's calibration (~10-30 s on a loaded CPU) between two stages.
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def timeout_from_env() -> float:
+    raw = os.environ.get("GOBRRR_DIST_TIMEOUT_S")
+    if raw is None:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UserError(f"GOBRRR_DIST_TIMEOUT_S={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise UserError(f"GOBRRR_DIST_TIMEOUT_S={raw!r} must be positive")
+    return value
+
+
+class DistError(UserError):
+    """A distributed run that cannot go on: one line (on rank 0), exit 2 on every rank."""
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    size: int
+    local_rank: int
+
+    @staticmethod
+    def from_env() -> World | None:
+        """The world torchrun describes, or None outside torchrun."""
+        if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+            return None
+        try:
+            return World(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
+                         int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
+        except ValueError:
+            raise UserError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (as torchrun "
+                            "sets them)") from None
+
+
+def setup(world: World, device: str, timeout_s: float) -> tuple[Any, str]:
+    """(the control group, the backend of the default group). Initialises the default
+    group unless one exists; on CUDA first binds this process to GPU LOCAL_RANK."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise UserError("torch.distributed is not available in this torch build")
+    timeout = _dt.timedelta(seconds=timeout_s)
+    if device == "cuda":
+        n = torch.cuda.device_count()
+        if n == 0:
+            raise UserError("NCCL needs GPUs: no CUDA device is visible on this rank "
+                            "(use --device cpu for gloo)")
+        if world.local_rank >= n:
+            raise UserError(f"LOCAL_RANK {world.local_rank} but only {n} GPU(s) visible: "
+                            "fewer processes per node than GPUs, please")
+        torch.cuda.set_device(world.local_rank)
+    if not dist.is_initialized():
+        backend = "nccl" if device == "cuda" else "gloo"
+        kwargs: dict[str, Any] = {}
+        if device == "cuda":  # eager NCCL init on this device: no lazy init inside a step
+            kwargs["device_id"] = torch.device("cuda", world.local_rank)
+        dist.init_process_group(backend, timeout=timeout, **kwargs)
+    backend = str(dist.get_backend())
+    ctrl = dist.new_group(backend="gloo", timeout=timeout)
+    return ctrl, backend
+
+
+class Lockstep:
+    """gobrrr's collectives on the control group (module docstring)."""
+
+    def __init__(self, world: World, ctrl: Any, timeout_s: float) -> None:
+        self.world = world
+        self.ctrl = ctrl
+        self.timeout_s = timeout_s
+
+    @property
+    def rank(self) -> int:
+        return self.world.rank
+
+    def _collective(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except Exception as exc:  # a timeout or a peer that closed its connection
+            raise DistError(f"rank {self.rank}: a peer did not reach '{what}' within "
+                            f"{self.timeout_s:g} s (it died, raised, or hangs in a "
+                            f"collective): {first_line(exc)}") from exc
+
+    def all_gather(self, obj: Any, what: str) -> list[Any]:
+        """Every rank's `obj` on every rank. Every control message is an all-gather of
+        ("ok", obj) or ("failed", line): a rank that failed while its peers were
+        exchanging anything makes them all raise at once, whatever they were doing."""
+        return self._exchange(("ok", obj), what)
+
+    def _exchange(self, msg: tuple[str, Any], what: str) -> list[Any]:
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world.size
+        self._collective(what, lambda: dist.all_gather_object(out, msg, group=self.ctrl))
+        failed = [(r, m[1]) for r, m in enumerate(out) if m[0] != "ok"]
+        if failed:
+            r, line = failed[0]
+            more = f" (and {len(failed) - 1} other rank(s))" if len(failed) > 1 else ""
+            raise DistError(f"rank {r} failed while {line}{more}")
+        return [m[1] for m in out]
+
+    def gather(self, obj: Any, what: str) -> list[Any] | None:
+        """Every rank's `obj` on rank 0 (None elsewhere): an all-gather, for one
+        protocol (results are small dicts)."""
+        got = self.all_gather(obj, what)
+        return got if self.rank == 0 else None
+
+    def broadcast(self, obj: Any, what: str) -> Any:
+        """Rank 0's `obj` on every rank (an all-gather: see all_gather)."""
+        return self.all_gather(obj if self.rank == 0 else None, what)[0]
+
+    def stage(self, what: str, fn: Callable[[], T]) -> T:
+        """Run `fn` on every rank, then agree that every rank succeeded: if any rank
+        raised, every rank raises DistError with the first failing rank's one line."""
+        try:
+            result = fn()
+        except DistError:
+            raise  # a peer's failure, already known to every rank that exchanged it
+        except Exception as exc:
+            self._exchange(("failed", f"{what}: {first_line(exc)}"), what)
+            raise AssertionError("unreachable: _exchange raises on a failure") from exc
+        self.all_gather(None, what)
+        return result
+
+
+def measure_lockstep(fn: Callable[[], Any], ls: Lockstep, *, device: str = "cpu",
+                     budget_s: float = 1.0, warmup_calls: int = 2, min_samples: int = 5,
+                     max_samples: int = 50, max_rel_iqr: float = 0.05,
+                     min_sample_s: float = 1e-3, clock: Callable[[], float] = time.perf_counter
+                     ) -> tuple[Timing, list[Timing]]:
+    """(this rank's Timing, every rank's Timing): timing.measure's shape, in lockstep.
+    Warm-up: the first call (outside the budget) and `warmup_calls` more. Calls per
+    sample: from rank 0's fastest warm call, broadcast. After each sample every rank's
+    time goes to all ranks; rank 0 stops when every rank's spread is under
+    `max_rel_iqr` (after min_samples) or the budget is spent (after 2 samples), and
+    broadcasts the decision."""
+    sync = device_sync(device)
+
+    def timed(n: int) -> float:
+        sync()
+        t0 = clock()
+        for _ in range(n):
+            fn()
+        sync()
+        return (clock() - t0) / n
+
+    timed(1)  # the first call: one-time costs, outside the budget
+    start = clock()
+    warm = [timed(1) for _ in range(warmup_calls)]
+    est = ls.broadcast(min(warm), "agreeing on calls per sample")
+    calls = max(1, min(10_000, math.ceil(min_sample_s / est) if est > 0 else 1))
+    mine: list[float] = []
+    everyone: list[list[float]] = [[] for _ in range(ls.world.size)]
+    while True:
+        mine.append(timed(calls))
+        # (sample, rank 0's "budget spent"): the stop rule below then reads the same
+        # data on every rank, so the decision is rank 0's on every rank
+        got = ls.all_gather((mine[-1], clock() - start >= budget_s),
+                            "sharing a timing sample")
+        for r, (sample, _spent) in enumerate(got):
+            everyone[r].append(float(sample))
+        spent = bool(got[0][1])
+        n = len(mine)
+        rels = []
+        for samples in everyone:
+            med, iqr, _, _ = summarize(samples)
+            rels.append(iqr / med if med > 0 else 0.0)
+        if (n >= max_samples or (n >= min_samples and max(rels) <= max_rel_iqr)
+                or (spent and n >= 2)):
+            break
+    return (_timing(mine, calls, warmup_calls + 1, max_rel_iqr),
+            [_timing(s, calls, warmup_calls + 1, max_rel_iqr) for s in everyone])
+
+
+def _timing(samples: list[float], calls: int, warm: int, max_rel_iqr: float) -> Timing:
+    med, iqr, lo, hi = summarize(samples)
+    rel = iqr / med if med > 0 else 0.0
+    return Timing(med, iqr, lo, hi, len(samples), calls, warm, rel > max_rel_iqr, rel,
+                  tuple(samples))

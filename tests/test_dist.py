@@ -1,0 +1,292 @@
+"""Distributed diagnosis: the interval arithmetic, the transfer/waiting split and the bus
+bandwidth (exact, hand-computed), the trace readers on small traces, and real torchrun
+runs with 2 gloo ranks on this CPU (OMP_NUM_THREADS=1 each: the CI machine has 2 cores)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gobrrr.budget import Budget, with_communication
+from gobrrr.dist.comm import (
+    WINDOW,
+    Collective,
+    RankTrace,
+    bandwidth_gbps,
+    exposed_split_us,
+    exposed_us,
+    match_collectives,
+    read_trace,
+    subtract,
+    union,
+)
+from gobrrr.dist.launch import strip_option
+from gobrrr.schema import validate
+
+# --- exact arithmetic ------------------------------------------------------------------
+
+
+def test_union_and_subtract_exact():
+    assert union([(5, 7), (0, 2), (1, 3), (7, 8), (9, 9)]) == [(0, 3), (5, 8)]
+    # comm [0,10) and [20,30); compute [2,4), [8,22), [25,26)
+    # left: [0,2) [4,8) [22,25) [26,30) = 2 + 4 + 3 + 4 = 13
+    comm, compute = [(0, 10), (20, 30)], [(2, 4), (8, 22), (25, 26)]
+    assert subtract(comm, compute) == [(0, 2), (4, 8), (22, 25), (26, 30)]
+    assert exposed_us(comm, compute) == 13
+    assert exposed_us(comm, []) == 20  # nothing hides it
+    assert exposed_us(comm, [(-5, 50)]) == 0  # all hidden
+
+
+def test_busbw_nccl_tests_definitions():
+    # all-reduce of 1e9 B in 0.1 s on 4 ranks: algbw 10 GB/s, busbw 10 * 2*3/4 = 15
+    assert bandwidth_gbps("all_reduce", 10**9, 0.1, 4) == pytest.approx((10.0, 15.0))
+    # all-gather / reduce-scatter: (n-1)/n = 3/4 -> 7.5
+    assert bandwidth_gbps("all_gather", 10**9, 0.1, 4) == pytest.approx((10.0, 7.5))
+    assert bandwidth_gbps("reduce_scatter", 10**9, 0.1, 4) == pytest.approx((10.0, 7.5))
+    assert bandwidth_gbps("broadcast", 10**9, 0.1, 4) == pytest.approx((10.0, 10.0))
+    # 2 ranks: all-reduce factor 2*1/2 = 1
+    assert bandwidth_gbps("all_reduce", 10**9, 0.1, 2) == pytest.approx((10.0, 10.0))
+    assert bandwidth_gbps("all_reduce", 10**9, 0.0, 2) == (None, None)
+
+
+def _coll(seq, start, dur, nbytes=4000):
+    return Collective("0", seq, "all_reduce", nbytes, start, dur)
+
+
+def test_transfer_and_waiting_split_exact():
+    # One all-reduce: rank 0 issues it at t=0 and waits for rank 1, which issues it at
+    # t=60; both finish at t=100. Rank 1's 40 us is the transfer; rank 0 waited 60 us.
+    r0 = RankTrace(0, 1, 200, [_coll(0, 0, 100)], compute=[(0, 30)])
+    r1 = RankTrace(1, 1, 200, [_coll(0, 60, 40)], compute=[(0, 60)])
+    matched, notes = match_collectives([r0, r1], {"all_reduce": 0.2})
+    (m,) = matched
+    assert (m.transfer_us, m.late_rank) == (40, 1)
+    assert m.waiting_us(0) == 60 and m.waiting_us(1) == 0
+    # 4000 B in 40 us = 0.1 GB/s; 2 ranks: busbw = algbw; ceiling 0.2 -> 50%
+    assert m.algbw_gbps == pytest.approx(0.1) and m.busbw_gbps == pytest.approx(0.1)
+    assert m.pct_of_ceiling == pytest.approx(0.5)
+    assert notes == []
+    # rank 0: waiting [0,60) minus compute [0,30) = 30 us exposed waiting; transfer
+    # [60,100) fully exposed = 40 us. Rank 1: transfer [60,100) exposed 40, waiting 0.
+    assert exposed_split_us(r0, matched) == pytest.approx((40, 30))
+    assert exposed_split_us(r1, matched) == pytest.approx((40, 0))
+    # a collective seen on one rank only is left out, and said so
+    r0.collectives.append(_coll(1, 150, 10))
+    matched, notes = match_collectives([r0, r1])
+    assert len(matched) == 1 and "not seen on every rank" in notes[0]
+
+
+def _budget(**kw):
+    d = dict(wall_s=10.0, busy_s=5.0, overhead_s=5.0, memory_s=1.0, compute_s=4.0,
+             floor_s=0.0, below_roof_s=0.0)
+    d.update(kw)
+    return Budget(**d)
+
+
+def test_budget_keeps_three_keys_without_communication():
+    b = _budget()
+    assert set(b.fractions) == {"overhead", "memory", "compute"}
+    assert "communication_s" not in b.to_dict()
+
+
+def test_with_communication_exact():
+    # wall 10, busy 5 (compute 4, memory 1), exposed comm 3: overhead 10 - 5 - 3 = 2
+    b = with_communication(_budget(), 3.0)
+    assert b.fractions == pytest.approx({"overhead": 0.2, "memory": 0.1, "compute": 0.4,
+                                         "communication": 0.3})
+    assert b.regime == "compute" and b.to_dict()["communication_s"] == 3.0
+    # comm 8 with busy 5 > room 2: compute and memory scaled by 2/5, overhead 0
+    b = with_communication(_budget(), 8.0)
+    assert (b.compute_s, b.memory_s, b.overhead_s) == pytest.approx((1.6, 0.4, 0.0))
+    assert sum(b.fractions.values()) == pytest.approx(1.0)
+    assert b.regime == "communication" and "scaled down" in b.notes[-1]
+
+
+def _x(name, ts, dur, tid, cat="cpu_op", **args):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid,
+            "pid": 1, "args": args}
+
+
+def test_read_cpu_trace_gloo_threads():
+    # Main thread 1: window [0, 100); aten ops [0,20) and [30,50); a c10d::allreduce_
+    # launch [40,45) nested in the second (blocked: communication). gloo thread 7 runs an
+    # all-reduce of 1000 floats [35, 80). Exposed: [40,45) + [50,80) = 5 + 30 = 35 us.
+    trace = {"traceEvents": [
+        _x(WINDOW, 0, 100, 1, cat="user_annotation"),
+        _x("aten::mm", 0, 20, 1), _x("aten::add_", 30, 20, 1),
+        _x("c10d::allreduce_", 40, 5, 1),
+        _x("gloo:all_reduce", 35, 45, 7, cat="user_annotation",
+           **{"Input Dims": [[1000]], "Input type": ["float"]}),
+        _x("gloo:all_reduce", 150, 10, 7, cat="user_annotation"),  # outside the window
+    ]}
+    t = read_trace(trace, rank=0, steps=1, device="cpu")
+    assert t.window_us == 100 and len(t.collectives) == 1
+    c = t.collectives[0]
+    assert (c.name, c.bytes, c.seq) == ("all_reduce", 4000, 0)
+    assert t.exposed_us == 35 and t.exposed_fraction == pytest.approx(0.35)
+
+
+def test_read_cuda_trace_by_collective_metadata_not_names():
+    # A kernel named like no NCCL kernel but carrying "Collective name" is communication;
+    # one linked by correlation to a launch inside record_param_comms is too; a kernel
+    # named ncclDevKernel_* without metadata is compute (names decide nothing).
+    meta = {"Collective name": "allreduce", "In msg nelems": 256, "dtype": "Float",
+            "Process Group Name": "0", "Seq": 7}
+    trace = {"traceEvents": [
+        _x(WINDOW, 0, 1000, 1, cat="user_annotation"),
+        _x("weird_comm_kernel", 100, 50, 30, cat="kernel", device=0, **meta),
+        _x("record_param_comms", 400, 20, 1, **{**meta, "Seq": 8}),
+        _x("cudaLaunchKernel", 405, 5, 1, cat="cuda_runtime", correlation=99),
+        _x("other_name", 500, 100, 30, cat="kernel", device=0, correlation=99),
+        _x("ncclDevKernel_Fake", 120, 100, 7, cat="kernel", device=0, correlation=5),
+    ]}
+    t = read_trace(trace, rank=0, steps=1, device="cuda")
+    assert [(c.seq, c.bytes) for c in t.collectives] == [(7, 1024), (8, 1024)]
+    # comm [100,150) + [500,600); compute [120,220): exposed 20 + 100 = 120
+    assert t.exposed_us == 120
+
+
+def test_strip_option():
+    assert strip_option(["--nproc-per-node", "2", "x", "--nproc-per-node=3", "--json"],
+                        "--nproc-per-node") == ["x", "--json"]
+
+
+# --- torchrun with 2 gloo ranks --------------------------------------------------------
+
+TIMEOUT_S = 15  # GOBRRR_DIST_TIMEOUT_S in these runs: every failure ends within it
+
+
+@pytest.fixture(scope="module")
+def dist_env(tmp_path_factory):
+    """One calibration cache for the module's runs (the CPU's ceilings do not change
+    between them), one OpenMP thread per rank."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", GOBRRR_DIST_TIMEOUT_S=str(TIMEOUT_S),
+               XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")), NO_COLOR="1")
+    return env
+
+
+def _torchrun(env, *args, nproc=2, timeout=240):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", str(nproc), "-m", "gobrrr", "doctor", *args]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return p, time.perf_counter() - t0
+
+
+def _report(p):
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = json.loads(p.stdout)
+    validate(d)
+    return d
+
+
+@pytest.mark.slow
+def test_ddp_comm_is_communication_bound_via_the_shortcut(dist_env, tmp_path):
+    # The shortcut: gobrrr starts torchrun itself. ddp_comm all-reduces 8.4 MB per step
+    # for ~1 ms of math (dist/examples.py): communication takes the largest share.
+    cmd = [sys.executable, "-m", "gobrrr", "doctor", "--nproc-per-node", "2",
+           "examples:ddp_comm", "--device", "cpu", "--json", "--time-budget", "0.3",
+           "--rank-traces", str(tmp_path / "traces")]
+    p = subprocess.run(cmd, env=dist_env, capture_output=True, text=True, timeout=240)
+    d = _report(p)
+    assert d["regime"] == "communication", d["fractions"]
+    assert set(d["fractions"]) == {"overhead", "memory", "compute", "communication"}
+    assert sum(d["fractions"].values()) == pytest.approx(1.0)
+    dd = d["distributed"]
+    assert [r["rank"] for r in dd["ranks"]] == [0, 1] and dd["world_size"] == 2
+    for r in dd["ranks"]:
+        assert sum(r["fractions"].values()) == pytest.approx(1.0)
+        assert r["fractions"]["communication"] > r["fractions"]["compute"]
+        # no_sync ground truth: removing the all-reduce saves a large share of the step
+        assert r["no_sync"]["bound_fraction"] > 0.25, r["no_sync"]
+    assert dd["collectives"] and dd["collectives"][0]["collective"] == "all_reduce"
+    assert all(c["busbw_gbps"] > 0 and c["pct_of_ceiling"] is None
+               for c in dd["collectives"])
+    assert sorted(os.listdir(tmp_path / "traces")) == ["rank0.json", "rank1.json"]
+
+
+@pytest.mark.slow
+def test_ddp_compute_is_compute_bound(dist_env):
+    # ~6 GFLOP per step against 0.5 MB of gradients: the all-reduce hides behind math.
+    p, _ = _torchrun(dist_env, "examples:ddp_compute", "--device", "cpu", "--json",
+                     "--time-budget", "0.3", "--no-experiments")
+    d = _report(p)
+    assert d["regime"] == "compute", d["fractions"]
+    for r in d["distributed"]["ranks"]:
+        assert r["fractions"]["compute"] > 2 * r["fractions"]["communication"], r
+
+
+@pytest.mark.slow
+def test_straggler_found_by_name(dist_env):
+    # rank 1 runs 4 extra 512^3 matmuls per step (~20-40 ms); rank 0 waits for it in
+    # every all-reduce.
+    p, _ = _torchrun(dist_env, "examples:ddp_straggler", "--device", "cpu", "--json",
+                     "--time-budget", "0.3", "--no-experiments")
+    d = _report(p)
+    stragglers = d["distributed"]["stragglers"]
+    assert stragglers and stragglers[0]["rank"] == 1, d["distributed"]
+    r0, r1 = d["distributed"]["ranks"]
+    # rank 0 waits for rank 1, never the other way round
+    assert r0["exposed_waiting_s"] > r1["exposed_waiting_s"]
+    assert stragglers[0]["peer_waiting_s"] > 0
+    assert any("straggler: rank 1" in e for e in d["verdict"]["evidence"])
+
+
+_RAISES = """
+import os
+import torch
+
+
+def make(batch_size=4):
+    if os.environ["RANK"] == "1":
+        raise RuntimeError("boom on rank one")
+    w = torch.randn(4, 4)
+    return (lambda x: x @ w), (torch.randn(batch_size, 4),)
+"""
+
+
+def test_a_rank_whose_workload_raises_stops_every_rank(dist_env, tmp_path):
+    f = tmp_path / "t.py"
+    f.write_text(_RAISES)
+    p, took = _torchrun(dist_env, f"{f}:make", "--device", "cpu", "--json")
+    assert p.returncode != 0 and p.stdout == ""
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("gobrrr: error:")]
+    assert errors == ["gobrrr: error: rank 1 failed while building the workload: "
+                      "RuntimeError: boom on rank one"], p.stderr[-2000:]
+    assert took < 2 * TIMEOUT_S + 60  # no hang: torchrun, calibration, one timeout
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ranks_that_disagree_on_the_target(dist_env):
+    # torchrun gives every rank the same command line; start two ranks by hand instead.
+    port = str(_free_port())
+    procs = []
+    for rank, target in ((0, "examples:ddp_comm"), (1, "examples:ddp_compute")):
+        env = dict(dist_env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "gobrrr", "doctor", target, "--device", "cpu"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [2, 2]
+    assert "gobrrr: error: ranks disagree on the target: rank 0 runs 'examples:ddp_comm'" \
+        ", rank 1 runs 'examples:ddp_compute'" in outs[0][1]
+    assert "error" not in outs[1][1]  # rank 0 alone says it
+
+
+def test_world_of_one_falls_back_with_a_note(dist_env):
+    p, _ = _torchrun(dist_env, "examples:mlp", "--device", "cpu", "--json",
+                     "--time-budget", "0.2", "--no-experiments", nproc=1)
+    d = _report(p)
+    assert set(d["fractions"]) == {"overhead", "memory", "compute"}
+    assert "distributed" not in d
+    assert any("world of 1" in n for n in d["notes"])
