@@ -12,13 +12,14 @@ if TYPE_CHECKING:
 
     from gobrrr.budget import RowBudget
     from gobrrr.compare import Comparison
+    from gobrrr.dist.ceilings import CommCeilings
     from gobrrr.hardware import Ceilings
     from gobrrr.lab import LabReport
     from gobrrr.remedies.result import OptimizeResult
     from gobrrr.report import Report
 
 __all__ = ["console", "print_ceilings", "print_report", "print_optimize", "print_comparison",
-           "print_lab"]
+           "print_lab", "print_comm_ceilings"]
 
 
 
@@ -74,6 +75,61 @@ def print_ceilings(ceil: Ceilings) -> None:
     out.print(f"ridge points (FLOP/byte): {ridge}")
     src = f"datasheet: {entry.source}" if entry else "no datasheet entry for this device"
     out.print(f"[dim]{ceil.source} {ceil.measured_at} in {ceil.calibrate_s:.1f} s; {src}[/dim]")
+
+
+def _fmt_size(n: int) -> str:
+    """Bytes in binary units, as collective sizes are chosen: '1 KiB', '64 MiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} B"
+
+
+def print_comm_ceilings(ceil: CommCeilings) -> None:
+    """One row per size: algbw and busbw (GB/s) of each collective; then each collective's
+    best busbw beside the link's datasheet peak per direction."""
+    from rich.table import Table
+
+    topo = ceil.topology
+    names = topo.get("gpu_names") or [topo.get("cpu_name", "cpu")]
+    nccl = f", NCCL {topo['nccl_version']}" if topo.get("nccl_version") else ""
+    count = f" x{len(names)}" if len(names) > 1 else ""
+    nv = f" (NV{topo['nvlinks']})" if topo.get("nvlinks") else ""
+    title = (f"{ceil.world_size} ranks, {ceil.backend}{nccl}: {names[0]}{count}, "
+             f"links {topo.get('link_type')}{nv}")
+    table = Table(title=title, title_justify="left")
+    table.add_column("size (S)", justify="right")
+    collectives = [c for c in ("all_reduce", "all_gather", "reduce_scatter") if ceil.curve(c)]
+    short = {"all_reduce": "AR", "all_gather": "AG", "reduce_scatter": "RS"}
+    for c in collectives:
+        table.add_column(f"{short[c]} algbw\nGB/s", justify="right")
+        table.add_column(f"{short[c]} busbw\nGB/s", justify="right")
+    by_size: dict[int, dict[str, tuple[float, float]]] = {}
+    for p in ceil.points:
+        by_size.setdefault(p.size_bytes, {})[p.collective] = (p.algbw_bytes_per_s,
+                                                              p.busbw_bytes_per_s)
+    for size in sorted(by_size):
+        row = [_fmt_size(size)]
+        for c in collectives:
+            alg, bus = by_size[size].get(c, (None, None))
+            row += ["-" if alg is None else f"{alg / 1e9:.3g}",
+                    "-" if bus is None else f"{bus / 1e9:.3g}"]
+        table.add_row(*row)
+    out = console()
+    out.print(table)
+    entry = ceil.datasheet()
+    for c in collectives:
+        best = ceil.peak_busbw(c)
+        pct = (f", {100 * best / entry.bytes_per_s_per_direction:.0f}% of the datasheet's "
+               f"{fmt_bytes_per_s(entry.bytes_per_s_per_direction)} per direction"
+               if entry else "")
+        out.print(f"{c}: best busbw {fmt_bytes_per_s(best)}{pct}")
+    src = (f"datasheet: {entry.name}, {entry.source}" if entry
+           else "no datasheet entry for this link")
+    out.print(f"[dim]AR all_reduce, AG all_gather, RS reduce_scatter. busbw = algbw x "
+              f"2(n-1)/n (AR), x (n-1)/n (AG, RS); S is the total array, as nccl-tests "
+              f"counts it. {src}[/dim]")
+    out.print(f"[dim]{ceil.source} {ceil.measured_at} in {ceil.calibrate_s:.1f} s[/dim]")
 
 
 _REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta"}

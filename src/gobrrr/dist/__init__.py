@@ -1,0 +1,1 @@
+"""Multi-process (torchrun) work: distributed diagnosis, communication ceilings, projection."""
