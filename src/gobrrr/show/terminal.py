@@ -13,13 +13,14 @@ if TYPE_CHECKING:
     from gobrrr.budget import RowBudget
     from gobrrr.compare import Comparison
     from gobrrr.dist.ceilings import CommCeilings
+    from gobrrr.dist.projection import Projection
     from gobrrr.hardware import Ceilings
     from gobrrr.lab import LabReport
     from gobrrr.remedies.result import OptimizeResult
     from gobrrr.report import Report
 
 __all__ = ["console", "print_ceilings", "print_report", "print_optimize", "print_comparison",
-           "print_lab", "print_comm_ceilings"]
+           "print_lab", "print_comm_ceilings", "print_projection"]
 
 
 
@@ -130,6 +131,38 @@ def print_comm_ceilings(ceil: CommCeilings) -> None:
               f"2(n-1)/n (AR), x (n-1)/n (AG, RS); S is the total array, as nccl-tests "
               f"counts it. {src}[/dim]")
     out.print(f"[dim]{ceil.source} {ceil.measured_at} in {ceil.calibrate_s:.1f} s[/dim]")
+
+
+def print_projection(proj: Projection) -> None:
+    """The projection's table (step time and efficiency per GPU count, DDP and FSDP), its
+    assumptions and the sensitivity lines."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Projected scaling (weak: same per-GPU batch)", title_justify="left")
+    for name in ("GPUs", "nodes", "DDP comm", "DDP step", "DDP eff.", "FSDP comm",
+                 "FSDP step", "FSDP eff."):
+        table.add_column(name, justify="right")
+    for r in proj.rows:
+        table.add_row(str(r.n_gpus), str(r.nodes), fmt_s(r.ddp_comm_s), fmt_s(r.ddp_step_s),
+                      f"{100 * r.ddp_efficiency:.0f}%", fmt_s(r.fsdp_comm_s),
+                      fmt_s(r.fsdp_step_s), f"{100 * r.fsdp_efficiency:.0f}%")
+    out = console()
+    out.print(table)
+    out.print("assumptions:")
+    for a in proj.assumptions:
+        v = a["value"]
+        shown = (fmt_bytes_per_s(v) if isinstance(v, float) and v >= 1e6
+                 else f"{v:.3g}" if isinstance(v, float) else str(v))
+        out.print(escape(f"  {a['name']}: {shown} ({a['source']})"))
+    out.print(f"sensitivity at {proj.sensitivity_at} GPUs (efficiency DDP / FSDP):")
+    for s in proj.sensitivity:
+        out.print(escape(f"  {s['assumption']} {s['value']}: "
+                         f"{100 * s['ddp_efficiency']:.0f}% / "
+                         f"{100 * s['fsdp_efficiency']:.0f}% "
+                         f"({s['ddp_change_points']:+.0f} / "
+                         f"{s['fsdp_change_points']:+.0f} points)"))
+    out.print(escape(proj.conclusion))
 
 
 _REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta"}
