@@ -138,7 +138,8 @@ def test_projection_dict_validates():
     validate(d)
     assert [r["n_gpus"] for r in d["rows"]] == [2**k for k in range(1, 11)]
     effs = [r["ddp_efficiency"] for r in d["rows"]]
-    assert all(a >= b for a, b in zip(effs, effs[1:], strict=False))  # more GPUs never more efficient
+    # more GPUs are never more efficient
+    assert all(a >= b for a, b in zip(effs, effs[1:], strict=False))
     d["rows"][0]["ddp_efficiency"] = 1.5
     with pytest.raises(SchemaError, match="rows/0/ddp_efficiency"):
         validate(d)

@@ -215,7 +215,7 @@ def project(
         ("overlap", "0", links, 0.0),
         ("overlap", "1", links, 1.0),
     ]
-    sensitivity = []
+    sensitivity: list[dict[str, Any]] = []
     for name, value, lk, ov in variants:
         e = _efficiencies(step, n_s, lk, ov)
         sensitivity.append({
