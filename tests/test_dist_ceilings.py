@@ -266,3 +266,19 @@ def test_two_gloo_ranks_under_torchrun(tmp_path):
     d2 = json.loads(r2.stdout)
     assert d2["source"] == "cache" and d2["points"] == d["points"]
     assert str(cache) in d2["notes"][0]
+
+
+@pytest.mark.slow
+def test_nproc_per_node_starts_torchrun_and_prints_the_table(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", XDG_CACHE_HOME=str(tmp_path / "cache"),
+               COLUMNS="100")
+    env.pop("WORLD_SIZE", None)
+    r = subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--distributed",
+                        "--nproc-per-node", "2", "--max-size", "4KiB", "-q"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "2 ranks, gloo" in r.stdout
+    assert "AR busbw" in r.stdout and "RS algbw" in r.stdout
+    rows = [line for line in r.stdout.splitlines() if "KiB │" in line]
+    assert len(rows) == 3  # 1, 2 and 4 KiB
+    assert "all_reduce: best busbw" in r.stdout
