@@ -194,6 +194,11 @@ def test_to_dict_validates_and_carries_the_datasheet():
     with pytest.raises(SchemaError, match="points/0/collective"):
         validate(bad)
     assert CommCeilings.from_dict(d).points == ceil.points
+    from gobrrr.show.dist_figures import comm_ceilings_svg
+
+    svg = comm_ceilings_svg(d)
+    assert svg.startswith("<svg") and "datasheet 450 GB/s per direction" in svg
+    assert "bus bandwidth (GB/s)" in svg
 
 
 def test_cache_round_trip_under_xdg_cache_home(tmp_path):
