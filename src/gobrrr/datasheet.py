@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["DatasheetEntry", "DATASHEET", "lookup"]
+__all__ = ["DatasheetEntry", "DATASHEET", "lookup", "InterconnectEntry", "INTERCONNECTS",
+           "lookup_interconnect", "INTER_NODE_DEFAULT"]
 
 T = 1e12
 
@@ -93,3 +94,73 @@ def lookup(device_name: str) -> DatasheetEntry | None:
         if re.search(entry.pattern, device_name):
             return entry
     return None
+
+
+# ---------------------------------------------------------------- interconnects
+#
+# Link peaks between GPUs, shown beside the measured communication ceilings
+# (dist/ceilings.py). Datasheets quote NVLink as the total of both directions; nccl-tests'
+# bus bandwidth is "a unidirectional bandwidth" (nccl-tests doc/PERFORMANCE.md), so busbw
+# compares to `bytes_per_s_per_direction`, half the datasheet figure. NCCL's NVLS
+# all-reduce (reduction inside the NVSwitch) can report a busbw above it: the 2(n-1)/n
+# factor assumes the GPUs do the reduction (PERFORMANCE.md gives (n-1)/(n+1) for
+# in-network reduction).
+
+
+@dataclass(frozen=True)
+class InterconnectEntry:
+    name: str
+    gpu_pattern: str  # regex matched against the GPU name
+    link_type: str  # "NVLink" | "PCIe", as dist.topology reports it
+    bytes_per_s_bidirectional: float
+    bytes_per_s_per_direction: float
+    source: str
+
+
+INTERCONNECTS: tuple[InterconnectEntry, ...] = (
+    # Order matters: H100 PCIe (no NVLink-to-NVSwitch) before the SXM H100 pattern.
+    InterconnectEntry(
+        "H200 SXM NVLink 4 (18 links)", r"H200", "NVLink", 900e9, 450e9,
+        "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM column: NVIDIA NVLink 900GB/s "
+        "(both directions; 18 NVLink 4 links of 50 GB/s)",
+    ),
+    InterconnectEntry(
+        "H100 SXM NVLink 4 (18 links)", r"H100(?!.*PCIe)", "NVLink", 900e9, 450e9,
+        "NVIDIA H100 Tensor Core GPU datasheet (2023), SXM column: NVLink 900GB/s "
+        "(both directions)",
+    ),
+    InterconnectEntry(
+        "A100 SXM NVLink 3 (12 links)", r"A100", "NVLink", 600e9, 300e9,
+        "NVIDIA A100 Tensor Core GPU datasheet (2021), SXM column: NVLink 600GB/s "
+        "(both directions)",
+    ),
+    InterconnectEntry(
+        "PCIe 5.0 x16", r"H100|H200", "PCIe", 128e9, 64e9,
+        "NVIDIA H100/H200 datasheets: PCIe Gen5 128GB/s (both directions)",
+    ),
+    InterconnectEntry(
+        "PCIe 4.0 x16", r"A100|A10\b|L4\b|RTX 4090|RTX 3090", "PCIe", 64e9, 32e9,
+        "NVIDIA A100/A10/L4 datasheets: PCIe Gen4 64GB/s (both directions)",
+    ),
+)
+
+
+def lookup_interconnect(gpu_name: str, link_type: str) -> InterconnectEntry | None:
+    """The datasheet peak of the link between two GPUs of this name, or None."""
+    for entry in INTERCONNECTS:
+        if entry.link_type == link_type and re.search(entry.gpu_pattern, gpu_name):
+            return entry
+    return None
+
+
+# Between nodes, the projection's default (dist/projection.py): a DGX H100/H200 node has
+# 8 single-port ConnectX-7 adapters of 400 Gb/s InfiniBand NDR for the compute fabric, one
+# per GPU: 8 x 400 Gb/s = 3.2 Tb/s = 400 GB/s per node and direction (NVIDIA DGX H100 and
+# DGX H200 datasheets, "Networking: 8x single-port NVIDIA ConnectX-7 VPI, 400Gb/s
+# InfiniBand/Ethernet"). A link rate: what NCCL achieves across nodes is lower.
+INTER_NODE_DEFAULT = InterconnectEntry(
+    "8x InfiniBand NDR 400 Gb/s per node (DGX H100/H200)", r".", "InfiniBand",
+    800e9, 400e9,
+    "NVIDIA DGX H100 / DGX H200 datasheets: 8x single-port ConnectX-7 VPI, 400Gb/s "
+    "InfiniBand/Ethernet, one per GPU",
+)

@@ -5,6 +5,10 @@
 - ceilings.schema.json: `gobrrr calibrate --json` (Ceilings.to_dict()); version in
   `schema_version`, equal to hardware.SCHEMA_VERSION.
 - lab.schema.json: `gobrrr lab --json` (LabReport.to_dict()); version in `gobrrr_lab`.
+- comm_ceilings.schema.json: `gobrrr calibrate --distributed --json`
+  (dist.ceilings.CommCeilings.to_dict()); marker `schema: gobrrr.comm_ceilings`.
+- projection.schema.json: dist.projection.Projection.to_dict(), embedded in the
+  distributed report; marker `schema: gobrrr.projection`.
 
 Validation uses the `jsonschema` package, a dependency imported only inside `validate`
 (it checks the ceilings cache on every read, so `import gobrrr` stays light). Should it be
@@ -28,6 +32,8 @@ SCHEMAS: dict[str, str] = {
     "report": "report.schema.json",
     "ceilings": "ceilings.schema.json",
     "lab": "lab.schema.json",
+    "comm_ceilings": "comm_ceilings.schema.json",
+    "projection": "projection.schema.json",
 }
 
 
@@ -45,11 +51,14 @@ def load_schema(kind: str) -> dict[str, Any]:
 
 
 def kind_of(data: Any) -> str | None:
-    """'report', 'ceilings', 'lab' or None, from the document's own marker fields."""
+    """'report', 'ceilings', 'lab', 'comm_ceilings', 'projection' or None, from the
+    document's own marker fields."""
     if not isinstance(data, dict):
         return None
     if data.get("schema") == "gobrrr.report":
         return "report"
+    if data.get("schema") in ("gobrrr.comm_ceilings", "gobrrr.projection"):
+        return str(data["schema"]).removeprefix("gobrrr.")
     if "gobrrr_lab" in data:
         return "lab"
     if "peak_flops_per_s" in data and "bandwidth_bytes_per_s" in data:

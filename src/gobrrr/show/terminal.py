@@ -12,13 +12,15 @@ if TYPE_CHECKING:
 
     from gobrrr.budget import RowBudget
     from gobrrr.compare import Comparison
+    from gobrrr.dist.ceilings import CommCeilings
+    from gobrrr.dist.projection import Projection
     from gobrrr.hardware import Ceilings
     from gobrrr.lab import LabReport
     from gobrrr.remedies.result import OptimizeResult
     from gobrrr.report import Report
 
 __all__ = ["console", "print_ceilings", "print_report", "print_optimize", "print_comparison",
-           "print_lab"]
+           "print_lab", "print_comm_ceilings", "print_projection"]
 
 
 
@@ -78,6 +80,96 @@ def print_ceilings(ceil: Ceilings) -> None:
 
 _REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta",
                  "communication": "red"}
+
+
+def _fmt_size(n: int) -> str:
+    """Bytes in binary units, as collective sizes are chosen: '1 KiB', '64 MiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} B"
+
+
+def print_comm_ceilings(ceil: CommCeilings) -> None:
+    """One row per size: algbw and busbw (GB/s) of each collective; then each collective's
+    best busbw beside the link's datasheet peak per direction."""
+    from rich.table import Table
+
+    topo = ceil.topology
+    names = topo.get("gpu_names") or [topo.get("cpu_name", "cpu")]
+    nccl = f", NCCL {topo['nccl_version']}" if topo.get("nccl_version") else ""
+    count = f" x{len(names)}" if len(names) > 1 else ""
+    nv = f" (NV{topo['nvlinks']})" if topo.get("nvlinks") else ""
+    title = (f"{ceil.world_size} ranks, {ceil.backend}{nccl}: {names[0]}{count}, "
+             f"links {topo.get('link_type')}{nv}")
+    table = Table(title=title, title_justify="left")
+    table.add_column("size (S)", justify="right")
+    collectives = [c for c in ("all_reduce", "all_gather", "reduce_scatter") if ceil.curve(c)]
+    short = {"all_reduce": "AR", "all_gather": "AG", "reduce_scatter": "RS"}
+    for c in collectives:
+        table.add_column(f"{short[c]} algbw\nGB/s", justify="right")
+        table.add_column(f"{short[c]} busbw\nGB/s", justify="right")
+    by_size: dict[int, dict[str, tuple[float, float]]] = {}
+    for p in ceil.points:
+        by_size.setdefault(p.size_bytes, {})[p.collective] = (p.algbw_bytes_per_s,
+                                                              p.busbw_bytes_per_s)
+    for size in sorted(by_size):
+        row = [_fmt_size(size)]
+        for c in collectives:
+            alg, bus = by_size[size].get(c, (None, None))
+            row += ["-" if alg is None else f"{alg / 1e9:.3g}",
+                    "-" if bus is None else f"{bus / 1e9:.3g}"]
+        table.add_row(*row)
+    out = console()
+    out.print(table)
+    entry = ceil.datasheet()
+    for c in collectives:
+        best = ceil.peak_busbw(c)
+        pct = (f", {100 * best / entry.bytes_per_s_per_direction:.0f}% of the datasheet's "
+               f"{fmt_bytes_per_s(entry.bytes_per_s_per_direction)} per direction"
+               if entry else "")
+        out.print(f"{c}: best busbw {fmt_bytes_per_s(best)}{pct}")
+    src = (f"datasheet: {entry.name}, {entry.source}" if entry
+           else "no datasheet entry for this link")
+    out.print(f"[dim]AR all_reduce, AG all_gather, RS reduce_scatter. busbw = algbw x "
+              f"2(n-1)/n (AR), x (n-1)/n (AG, RS); S is the total array, as nccl-tests "
+              f"counts it. {src}[/dim]")
+    out.print(f"[dim]{ceil.source} {ceil.measured_at} in {ceil.calibrate_s:.1f} s[/dim]")
+
+
+def print_projection(proj: Projection) -> None:
+    """The projection's table (step time and efficiency per GPU count, DDP and FSDP), its
+    assumptions and the sensitivity lines."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Projected scaling (weak: same per-GPU batch)", title_justify="left")
+    for name in ("GPUs", "nodes", "DDP comm", "DDP step", "DDP eff.", "FSDP comm",
+                 "FSDP step", "FSDP eff."):
+        table.add_column(name, justify="right")
+    for r in proj.rows:
+        table.add_row(str(r.n_gpus), str(r.nodes), fmt_s(r.ddp_comm_s), fmt_s(r.ddp_step_s),
+                      f"{100 * r.ddp_efficiency:.0f}%", fmt_s(r.fsdp_comm_s),
+                      fmt_s(r.fsdp_step_s), f"{100 * r.fsdp_efficiency:.0f}%")
+    out = console()
+    out.print(table)
+    out.print("assumptions:")
+    for a in proj.assumptions:
+        v = a["value"]
+        shown = (fmt_bytes_per_s(v) if isinstance(v, float) and v >= 1e6
+                 else f"{v:.3g}" if isinstance(v, float) else str(v))
+        out.print(escape(f"  {a['name']}: {shown} ({a['source']})"))
+    out.print(f"sensitivity at {proj.sensitivity_at} GPUs (efficiency DDP / FSDP):")
+    for s in proj.sensitivity:
+        out.print(escape(f"  {s['assumption']} {s['value']}: "
+                         f"{100 * s['ddp_efficiency']:.0f}% / "
+                         f"{100 * s['fsdp_efficiency']:.0f}% "
+                         f"({s['ddp_change_points']:+.0f} / "
+                         f"{s['fsdp_change_points']:+.0f} points)"))
+    out.print(escape(proj.conclusion))
+
+
+_REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta"}
 
 
 def _budget_bar(fractions: dict[str, float], width: int) -> str:
