@@ -100,6 +100,32 @@ def test_nvml_links_from_a_fake_pynvml(monkeypatch):
                    "links": {"0-1": {"code": "NV18", "type": "NVLink", "nvlinks": 18}}}
 
 
+def test_nvml_links_through_nvswitches(monkeypatch):
+    """HGX H200: every active link of each GPU ends at an NVSwitch (a bus id that is no
+    GPU's), as NVML reported on the device machine; the pair is NVLink x18 (what
+    nvidia-smi topo -m printed there: NV18), not PCIe."""
+    import types
+
+    class Pci:
+        def __init__(self, bus):
+            self.busId = bus
+
+    buses = [b"00000000:18:00.0", b"00000000:2A:00.0"]
+    fake = types.SimpleNamespace(
+        NVML_FEATURE_ENABLED=1, NVML_NVLINK_MAX_LINKS=18,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: "NVIDIA H200",
+        nvmlDeviceGetPciInfo=lambda h: Pci(buses[h]),
+        nvmlDeviceGetNvLinkState=lambda h, link: 1,
+        nvmlDeviceGetNvLinkRemotePciInfo=lambda h, link: Pci(f"00000000:{0xC0 + link:02X}:00.0"),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert tp._nvml_links()["links"] == {"0-1": {"code": "NV18", "type": "NVLink",
+                                                 "nvlinks": 18}}
+
+
 def test_topology_on_cpu(monkeypatch):
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
     monkeypatch.delenv("WORLD_SIZE", raising=False)

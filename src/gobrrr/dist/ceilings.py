@@ -191,7 +191,7 @@ def _interp_log(x: float, pts: Sequence[tuple[float, float]]) -> float:
         return pts[0][1]
     if x >= pts[-1][0]:
         return pts[-1][1]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
         if x0 <= x <= x1:
             t = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
             return y0 + t * (y1 - y0)

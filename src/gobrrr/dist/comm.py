@@ -13,8 +13,8 @@ Where the facts come from (torch.profiler's Chrome trace of each rank, `read_tra
   inside a profiler range `gloo:<collective>` (with the tensor's dims and dtype), and
   records no `record_param_comms`, group name or sequence number (seen with torch 2.13).
   Communication is those ranges and the time the step's thread spends inside a
-  collective op (`c10d::*`: blocked handing work to gloo); compute is the union of the `aten::` ops on the thread
-  that ran the step, minus the collective ops launched from it (`c10d::*`, which block
+  collective op (`c10d::*`: blocked handing work to gloo); compute is the union of the
+  `aten::` ops on the thread that ran the step, minus the collective ops launched from it (`c10d::*`, which block
   while gloo's queue is busy). A worker thread is the CPU's "communication stream", the
   step's thread its "compute stream", and the same interval arithmetic applies: exposed
   communication is gloo time during which the step's thread ran no op (it was waiting in

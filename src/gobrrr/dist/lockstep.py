@@ -94,8 +94,12 @@ def setup(world: World, device: str, timeout_s: float) -> tuple[Any, str]:
                             "(use --device cpu for gloo)")
         if world.local_rank >= n:
             raise UserError(f"LOCAL_RANK {world.local_rank} but only {n} GPU(s) visible: "
-                            "fewer processes per node than GPUs, please")
+                            "start at most one process per GPU")
         torch.cuda.set_device(world.local_rank)
+        if os.environ.get("NCCL_DEBUG") and "NCCL_DEBUG_FILE" not in os.environ:
+            # NCCL prints its debug lines on stdout, where rank 0's --json goes (seen on
+            # the H200s: "NCCL version ..." before the JSON); read when NCCL initialises
+            os.environ["NCCL_DEBUG_FILE"] = "/dev/stderr"
     if not dist.is_initialized():
         backend = "nccl" if device == "cuda" else "gloo"
         kwargs: dict[str, Any] = {}

@@ -119,7 +119,11 @@ def _nvml_links() -> dict[str, Any] | None:
     """GPU names and pairwise links from NVML, or None when pynvml is missing or fails.
 
     A pair's NVLink count is the number of active links of GPU i whose remote end is GPU
-    j's PCI bus id (nvmlDeviceGetNvLinkRemotePciInfo); pairs without one are PCIe.
+    j's PCI bus id (nvmlDeviceGetNvLinkRemotePciInfo). On an NVSwitch system (HGX H100/H200)
+    every link's remote end is a switch, not a GPU: two GPUs that both have active switch
+    links reach each other over NVLink at the smaller of their link counts (what
+    `nvidia-smi topo -m` prints as NV18 on two H200s; seen on the device machine, where
+    counting direct links alone said PCIe). Other pairs are PCIe.
     """
     try:
         import pynvml  # nvidia-ml-py; optional, never a dependency
@@ -136,6 +140,7 @@ def _nvml_links() -> dict[str, Any] | None:
         bus_ids = [_text(pynvml.nvmlDeviceGetPciInfo(h).busId).lower() for h in handles]
         max_links = getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)
         counts: dict[tuple[int, int], int] = {}
+        to_switch = [0] * n  # active links whose remote end is no GPU: an NVSwitch
         for i, h in enumerate(handles):
             for link in range(max_links):
                 try:
@@ -147,10 +152,12 @@ def _nvml_links() -> dict[str, Any] | None:
                 if remote.lower() in bus_ids:
                     j = bus_ids.index(remote.lower())
                     counts[(i, j)] = counts.get((i, j), 0) + 1
+                else:
+                    to_switch[i] += 1
         links = {}
         for i in range(n):
             for j in range(i + 1, n):
-                k = counts.get((i, j), 0)
+                k = counts.get((i, j), 0) or min(to_switch[i], to_switch[j])
                 links[f"{i}-{j}"] = ({"code": f"NV{k}", "type": "NVLink", "nvlinks": k} if k
                                      else {"code": "PCIe", "type": "PCIe", "nvlinks": 0})
         return {"gpus": names, "links": links}
