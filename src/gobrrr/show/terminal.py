@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_s
+from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_s
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,12 +68,39 @@ def print_ceilings(ceil: Ceilings) -> None:
     table.add_row("Python float adds", f"{ceil.python_ops_per_s / 1e6:.3g} M/s", "-", "-")
     out = console()
     out.print(table)
+    math = _math_table(ceil)
+    if math is not None:
+        out.print(math)
     ridge = ", ".join(
         f"{d} {ceil.ridge_flops_per_byte(d):.0f}" for d in ceil.peak_flops_per_s
     )
     out.print(f"ridge points (FLOP/byte): {ridge}")
     src = f"datasheet: {entry.source}" if entry else "no datasheet entry for this device"
     out.print(f"[dim]{ceil.source} {ceil.measured_at} in {ceil.calibrate_s:.1f} s; {src}[/dim]")
+
+
+def _math_table(ceil: Ceilings) -> Any:
+    """Element-wise math rates beside the bandwidth: a probe far below the bandwidth met
+    its instruction bound (hardware.py's docstring)."""
+    from rich.table import Table
+
+    from gobrrr.hardware import MATH_KINDS
+
+    if not (ceil.exp_elems_per_s or ceil.softmax_elems_per_s):
+        return None
+    row = ceil.details.get("math_row")
+    t = Table(title="element-wise math (elements/s; bytes/s = read + write once)",
+              title_justify="left")
+    for col in ("probe", "dtype", "elements/s", "bytes/s", "% of bandwidth"):
+        t.add_column(col, justify="left" if col in ("probe", "dtype") else "right")
+    for kind in MATH_KINDS:
+        rates = ceil.exp_elems_per_s if kind == "exp" else ceil.softmax_elems_per_s
+        for dtype, rate in rates.items():
+            bps = ceil.math_bytes_per_s(kind, dtype)
+            t.add_row(f"softmax (rows of {row})" if kind == "softmax" and row else kind,
+                      dtype, fmt_num(rate, "elem/s"), fmt_bytes_per_s(bps) if bps else "-",
+                      f"{100 * bps / ceil.bandwidth_bytes_per_s:.0f}%" if bps else "-")
+    return t
 
 
 _REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta"}
