@@ -26,7 +26,10 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 # 1.1: budget.per_call, .kernels, .unmeasured_ops; state; compiled; workload.model
 # 1.2: workload.source and workload.trace (gobrrr analyze); machine.source "datasheet"
 # 1.3: remedies[].spec (the catalog remedy whose prediction it is)
-SCHEMA_VERSION = "1.3"
+# 1.4: ops below their roof: budget.low_roof_s/_threshold; per_call and row limit,
+#      math_floor_s, reason, cause, roof_band; row instruction_s; machine's element-wise
+#      math rates (ceilings schema 3); compute_s_by_unit "instruction"
+SCHEMA_VERSION = "1.4"
 
 
 @dataclass
