@@ -216,35 +216,96 @@ def test_attention_softmax_instruction_bound_puts_sdpa_first():
     assert compile_.predicted_speedup < rems[0].predicted_speedup
 
 
-def test_analyze_of_a_trace_goes_through_the_same_rule(tmp_path):
-    # A CPU trace of a softmax: the rule reads the record rebuilt from the trace's shapes.
+@pytest.fixture(scope="module")
+def softmax_trace(tmp_path_factory):
+    """A CPU trace of a softmax over [64, 4096] fp32, two profiled steps."""
+    import warnings
+
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from gobrrr.analyze import analyze
-
     x = torch.randn(64, 4096)
-    path = tmp_path / "softmax.json"
+    path = tmp_path_factory.mktemp("trace") / "softmax.json"
+    warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                  schedule=schedule(wait=0, warmup=1, active=2),
                  on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
         for _ in range(3):
             torch.softmax(x, -1)
             prof.step()
-    base = dict(device="cpu", bandwidth_bytes_per_s=1e13, peak_flops_per_s={"fp32": 1e15})
-    # A rate of 1000 elem/s: 262144 elements need 262 s, far more than any measured time;
-    # at 10 TB/s its 2 MiB need 0.2 us, at 1 PFLOP/s its FLOPs 1.3 ns: instruction-bound,
-    # whatever this CPU's speed.
-    slow = analyze([path], ceilings=ceilings(softmax_elems_per_s={"fp32": 1e3}, **base))
-    row = next(r for r in slow.budget.per_op if r.name == "aten::_softmax")
+    return path
+
+
+# A rate of 1000 elem/s: 262144 elements need 262 s, far more than any measured time; at
+# 10 TB/s its 2 MiB need 0.2 us, at 1 PFLOP/s its FLOPs 1.3 ns: instruction-bound, whatever
+# this CPU's speed.
+TRACE_CEILINGS = dict(device="cpu", bandwidth_bytes_per_s=1e13,
+                      peak_flops_per_s={"fp32": 1e15})
+
+
+@pytest.fixture(scope="module")
+def slow_softmax_report(softmax_trace):
+    from gobrrr.analyze import analyze
+
+    return analyze([softmax_trace],
+                   ceilings=ceilings(softmax_elems_per_s={"fp32": 1e3}, **TRACE_CEILINGS))
+
+
+def test_analyze_of_a_trace_goes_through_the_same_rule(softmax_trace, slow_softmax_report):
+    from gobrrr.analyze import analyze
+    from gobrrr.schema import validate
+
+    row = next(r for r in slow_softmax_report.budget.per_op if r.name == "aten::_softmax")
     assert row.limit == "instruction" and row.reason.startswith(
-        "softmax fp32: 262 k elem at 1 kelem/s calibrated = ")
+        "softmax fp32: 262 k elem at 1 kelem/s calibrated = 262 s of ")
+    assert slow_softmax_report.budget.compute_s_by_unit["instruction"] == row.time_s
     # no fp32 softmax rate: not checked, and said so
-    none = analyze([path], ceilings=ceilings(softmax_elems_per_s={}, **base))
+    none = analyze([softmax_trace],
+                   ceilings=ceilings(softmax_elems_per_s={}, **TRACE_CEILINGS))
     row = next(r for r in none.budget.per_op if r.name == "aten::_softmax")
     assert row.limit == "bytes"
     assert any("no calibrated element-wise rate for softmax fp32" in n for n in none.notes)
-    d = json.loads(slow.to_json())
-    from gobrrr.schema import validate
+    validate(json.loads(slow_softmax_report.to_json()), "report")
 
-    validate(d, "report")
-    assert d["budget"]["per_call"][0]["limit"] in ("instruction", "bytes", "none")
+
+def test_terminal_shows_the_instruction_bound_op_and_its_reason(slow_softmax_report,
+                                                                 capsys, monkeypatch):
+    from gobrrr.show.terminal import print_report
+
+    monkeypatch.setenv("TERMINAL_WIDTH", "300")
+    monkeypatch.setenv("NO_COLOR", "1")
+    print_report(slow_softmax_report)
+    out = capsys.readouterr().out
+    assert "instr." in out  # the bound column of the per-op row
+    assert "instr.: compute-bound by element-wise instruction throughput" in out
+    assert "below their roof" in out
+    assert "aten::_softmax" in out and "softmax fp32: 262 k elem at 1 kelem/s" in out
+
+
+def test_html_shows_the_instruction_bound_op_and_its_reason(slow_softmax_report):
+    from gobrrr.show import render_report
+
+    d = json.loads(slow_softmax_report.to_json())
+    page = render_report(d)
+    section = page[page.index('id="below-roof"'):page.index('id="remedies"')]
+    assert "aten::_softmax" in section and "compute (instruction)" in section
+    assert "softmax fp32: 262 k elem at 1 kelem/s calibrated" in section
+    ops = page[page.index('id="ops"'):page.index('id="modules"')]
+    assert "compute (instruction)" in ops
+
+
+def test_calibrate_and_html_show_the_math_rates(capsys, monkeypatch):
+    from gobrrr.show.report_html import _ceilings_table
+    from gobrrr.show.terminal import print_ceilings
+
+    monkeypatch.setenv("TERMINAL_WIDTH", "200")
+    ceil = ceilings(details={"math_row": 4096})
+    print_ceilings(ceil)
+    out = capsys.readouterr().out
+    # softmax bf16 1e9 elem/s x 4 B = 4 GB/s = 40% of 10 GB/s; exp fp32 1.25e9 x 8 B = 100%
+    assert "softmax (rows of 4096)" in out
+    assert "1 Gelem/s" in out and "4 GB/s" in out and "40%" in out
+    assert "1.25 Gelem/s" in out and "100%" in out
+    # the HTML machine section, from a report dict's machine
+    html = str(_ceilings_table(ceil.to_dict()))
+    assert "softmax (rows of 4096) bf16" in html
+    assert "1 Gelem/s, 4 GB/s = 40% of the bandwidth" in html

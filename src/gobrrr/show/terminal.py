@@ -104,6 +104,7 @@ def _math_table(ceil: Ceilings) -> Any:
 
 
 _REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta"}
+_BAND_MARK = {"<25%": "[red]*[/]", "25-50%": "[yellow]+[/]"}
 
 
 def _budget_bar(fractions: dict[str, float], width: int) -> str:
@@ -122,6 +123,8 @@ def _budget_bar(fractions: dict[str, float], width: int) -> str:
 def print_report(report: Report) -> None:
     from rich.markup import escape
     from rich.table import Table
+
+    from gobrrr.budget import BELOW_ROOF_FRACTION, LOW_ROOF_FRACTION
 
     out = console()
     r, b, v = report, report.budget, report.verdict
@@ -146,9 +149,10 @@ def print_report(report: Report) -> None:
         f"[{_REGIME_STYLE[k]}]{k} {fmt_s(s)} ({100 * b.fractions[k]:.0f}%)[/]"
         for k, s in (("overhead", b.overhead_s), ("memory", b.memory_s),
                      ("compute", b.compute_s))))
-    if b.below_roof_s > 0:
+    if b.below_roof_s > 0 or b.low_roof_s > 0:
         out.print(f"[dim]{fmt_s(b.below_roof_s)} of device time in ops under "
-                  f"{100 * 0.25:.0f}% of their own roofline[/dim]")
+                  f"{100 * BELOW_ROOF_FRACTION:.0f}% of their own roofline, "
+                  f"{fmt_s(b.low_roof_s)} from there to {100 * LOW_ROOF_FRACTION:.0f}%[/dim]")
 
     def rows_table(title: str, rows: list[RowBudget], n: int) -> Table:
         # No outer edge and a one-word bound column: at 80 columns the names get the room.
@@ -165,17 +169,34 @@ def print_report(report: Report) -> None:
                    and row.achieved_flops_per_s else
                    fmt_bytes_per_s(row.achieved_bytes_per_s) if row.achieved_bytes_per_s
                    else "-")
+            bound = "instr." if row.limit == "instruction" else row.bound
             t.add_row(escape(row.name), str(row.calls), fmt_s(row.time_s),
                       f"{inten:.3g}" if inten is not None else "-", ach,
                       (f"{100 * frac:.0f}%" if frac is not None else "-")
-                      + ("[red]*[/]" if row.below_roof else ""),
-                      f"[{_REGIME_STYLE.get(row.bound, 'white')}]{row.bound}[/]")
+                      + _BAND_MARK.get(row.roof_band or "", ""),
+                      f"[{_REGIME_STYLE.get(row.bound, 'white')}]{bound}[/]")
         return t
 
     out.print(rows_table("top ops (device time)", b.per_op, 8))
     out.print(rows_table("top modules", b.per_module, 6))
-    if any(row.below_roof for row in b.per_op[:8] + b.per_module[:6]):
-        out.print("[dim][red]*[/red] under 25% of its own roofline[/dim]")
+    shown = b.per_op[:8] + b.per_module[:6]
+    legend = [f"{mark} {text}" for mark, text, band in (
+        ("[red]*[/red]", "under 25% of its own roofline", "<25%"),
+        ("[yellow]+[/yellow]", "25-50% of it", "25-50%")) if any(
+            row.roof_band == band for row in shown)]
+    if any(row.limit == "instruction" for row in shown):
+        legend.append("instr.: compute-bound by element-wise instruction throughput "
+                      "(calibrated), not FLOPs or bytes")
+    if legend:
+        out.print(f"[dim]{'; '.join(legend)}[/dim]")
+    flagged = [row for row in b.per_op if row.limit == "instruction" or row.roof_band]
+    if flagged:
+        out.print("[bold]below their roof[/bold] (why: the arithmetic, or the likely cause)")
+    for row in flagged[:5]:
+        frac = row.roofline_fraction
+        where = f"{100 * frac:.0f}% of roof" if frac is not None else "no roofline"
+        out.print(f"  {escape(row.name)} {fmt_s(row.time_s)}, {where}: "
+                  f"{escape(row.reason or row.cause or 'unknown')}")
     if r.remedies:
         t = Table(title="remedies (predicted from the budget; `gobrrr optimize` verifies)",
                   title_justify="left")
