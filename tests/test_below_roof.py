@@ -309,3 +309,42 @@ def test_calibrate_and_html_show_the_math_rates(capsys, monkeypatch):
     html = str(_ceilings_table(ceil.to_dict()))
     assert "softmax (rows of 4096) bf16" in html
     assert "1 Gelem/s, 4 GB/s = 40% of the bandwidth" in html
+
+
+def test_attention_example_on_this_cpu():
+    # Measured on this CPU, so only what holds whatever the machine: the softmax gets a
+    # math floor from the fp32 calibration, the rule's answer is consistent with its own
+    # thresholds, and the hand-written attention is found (SDPA among the remedies). On
+    # the 2-core CI VM the example's small softmax (2 M elements, 8 MB: cache-resident)
+    # ran faster than the calibrated large one, so it is not asserted instruction-bound.
+    from gobrrr.api import diagnose_workload
+    from gobrrr.budget import INSTRUCTION_EXPLAINS_FRACTION, LOW_ROOF_FRACTION
+    from gobrrr.workload import load_target
+
+    r = diagnose_workload(load_target("examples:attention", "cpu"), experiments=False,
+                          time_budget_s=0.3)
+    (sm,) = [c for c in r.budget.per_call if c.op == "aten::_softmax"]
+    assert sm.math_floor_s > 0 and r.ceilings.softmax_elems_per_s["fp32"] > 0
+    # 2 x 4 x 512 x 512 = 2097152 scores at the calibrated rate
+    assert sm.math_floor_s == pytest.approx(2097152 / r.ceilings.softmax_elems_per_s["fp32"])
+    if sm.limit == "instruction":
+        assert sm.regime == "compute" and sm.reason
+        assert sm.math_floor_s >= INSTRUCTION_EXPLAINS_FRACTION * sm.time_s
+    else:
+        assert sm.limit == "bytes" and sm.reason is None
+        assert (sm.math_floor_s < INSTRUCTION_EXPLAINS_FRACTION * sm.time_s
+                or sm.floor_s >= LOW_ROOF_FRACTION * sm.time_s)
+    assert "sdpa" in {rem.spec for rem in r.remedies}
+
+
+@pytest.mark.cuda
+def test_attention_example_on_cuda_is_softmax_instruction_bound_with_sdpa_first():
+    # The case (bf16, 8 x 12 heads x 4096 x 64): benchmarks/attention_softmax.py
+    # prints the figures.
+    from gobrrr.api import diagnose_workload
+    from gobrrr.workload import load_target
+
+    r = diagnose_workload(load_target("examples:attention", "cuda"), experiments=False)
+    top = r.budget.per_op[0]
+    assert top.name == "aten::_softmax" and top.limit == "instruction", top.to_dict()
+    assert r.remedies[0].spec == "sdpa", [(x.spec, x.predicted_speedup) for x in r.remedies]
