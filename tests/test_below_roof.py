@@ -348,3 +348,33 @@ def test_attention_example_on_cuda_is_softmax_instruction_bound_with_sdpa_first(
     top = r.budget.per_op[0]
     assert top.name == "aten::_softmax" and top.limit == "instruction", top.to_dict()
     assert r.remedies[0].spec == "sdpa", [(x.spec, x.predicted_speedup) for x in r.remedies]
+
+
+def test_perfetto_op_events_carry_limit_and_why(slow_softmax_report):
+    from gobrrr.show.perfetto import trace_dict
+
+    events = trace_dict(json.loads(slow_softmax_report.to_json()))["traceEvents"]
+    (sm,) = [e for e in events if e.get("args", {}).get("op") == "aten::_softmax"
+             and e.get("ph") == "X"]
+    assert sm["args"]["limit"] == "instruction"
+    assert sm["args"]["why"].startswith("softmax fp32: 262 k elem at 1 kelem/s")
+
+
+def test_a_report_of_1_3_without_the_new_fields_validates_and_renders(slow_softmax_report):
+    from gobrrr.schema import validate
+    from gobrrr.show import render_report
+
+    d = json.loads(slow_softmax_report.to_json())
+    d["schema_version"] = "1.3"
+    for key in ("low_roof_s", "low_roof_threshold"):
+        del d["budget"][key]
+    for row in d["budget"]["per_call"]:
+        for key in ("limit", "math_floor_s", "reason", "cause", "roof_band"):
+            del row[key]
+    for rows in ("per_op", "per_module", "per_class"):
+        for row in d["budget"][rows]:
+            for key in ("limit", "math_floor_s", "reason", "cause", "roof_band",
+                        "instruction_s"):
+                del row[key]
+    validate(d, "report")
+    assert 'id="below-roof"' in render_report(d)
