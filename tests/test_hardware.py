@@ -14,6 +14,7 @@ def fake_ceilings(device="cpu"):
         device=device, fingerprint=hardware.fingerprint(device),
         peak_flops_per_s={"fp32": 1e11}, bandwidth_bytes_per_s=2e10, op_overhead_s=3e-6,
         python_ops_per_s=3e7, measured_at="2026-01-01T00:00:00+00:00", calibrate_s=0.1,
+        exp_elems_per_s={"fp32": 1e9}, softmax_elems_per_s={"fp32": 5e8},
     )
 
 
@@ -131,20 +132,22 @@ def _write_cache(name, data):
     path.write_text(json.dumps(data))
 
 
-def test_cuda_cache_of_version_1_is_read_cpu_cache_is_not():
-    # Version 2 changed the CPU bandwidth method only: a version-1 CUDA cache (the same
-    # 1 GiB copy) is read with its copy as the one probe; a version-1 CPU cache is not.
-    v1 = fake_ceilings("cpu").to_dict() | {"schema_version": 1, "device": "cuda"}
-    v1["fingerprint"] = {"device": "cuda", "torch": "x", "python": "3", "name": "GPU X"}
-    for key in ("datasheet", "bandwidth_by_kernel", "bandwidth_kernel"):
-        del v1[key]
-    _write_cache("ceilings-cuda-0123456789abcdef.json", v1)
+def test_caches_of_versions_1_and_2_are_not_read():
+    # Version 3 added the element-wise math rates: an older cache lacks them, on either
+    # device, and is re-measured (calibrate) or passed over (analyze's cached_for).
+    for version in (1, 2):
+        old = fake_ceilings("cpu").to_dict() | {"schema_version": version, "device": "cuda"}
+        old["fingerprint"] = {"device": "cuda", "torch": "x", "python": "3", "name": "GPU X"}
+        for key in ("datasheet", "exp_elems_per_s", "softmax_elems_per_s"):
+            del old[key]
+        _write_cache("ceilings-cuda-0123456789abcdef.json", old)
+        assert hardware.cached_for("cuda", "GPU X") is None
+    current = fake_ceilings("cpu").to_dict() | {"device": "cuda"}
+    current["fingerprint"] = {"device": "cuda", "torch": "x", "python": "3", "name": "GPU X"}
+    del current["datasheet"]
+    _write_cache("ceilings-cuda-0123456789abcdef.json", current)
     c = hardware.cached_for("cuda", "GPU X")
-    assert c is not None and c.source == "cache" and c.bandwidth_bytes_per_s == 2e10
-    assert c.bandwidth_by_kernel == {"copy_": 2e10} and c.bandwidth_kernel == "copy_"
-    v1_cpu = v1 | {"device": "cpu", "fingerprint": v1["fingerprint"] | {"device": "cpu"}}
-    _write_cache("ceilings-cpu-0123456789abcdef.json", v1_cpu)
-    assert hardware.cached_for("cpu", "GPU X") is None
+    assert c is not None and c.exp_elems_per_s == {"fp32": 1e9}
 
 
 def test_valid_cache_gives_no_note(counted_measure):
@@ -209,13 +212,44 @@ def test_cpu_roof_is_the_best_honest_probe(monkeypatch):
         return dict(probes)
 
     monkeypatch.setattr(hardware, "_cpu_bandwidths", fake_bandwidths)
+    math_calls = []
+
+    def fake_math(device, dtype, n_elems, budget_s):
+        math_calls.append((device, dtype, n_elems))
+        return {"exp": 2e9, "softmax": 1e9}
+
+    monkeypatch.setattr(hardware, "_math_elems_per_s", fake_math)
     c = hardware.calibrate("cpu")
+    # bf16 does not run here (stubbed), so only fp32 is probed, at 2^24 elements
+    assert math_calls == [("cpu", "fp32", 2**24)]
+    assert c.exp_elems_per_s == {"fp32": 2e9} and c.softmax_elems_per_s == {"fp32": 1e9}
+    assert c.details["math_elems"] == 2**24 and c.details["math_row"] == 4096
     assert seen == [1200 * 2**20]
     assert c.bandwidth_bytes_per_s == 6e10 and c.bandwidth_kernel == "sum"
     assert c.bandwidth_by_kernel == probes
     assert c.details["bandwidth_bytes"] == 1200 * 2**20 and c.details["llc_bytes"] == 300 * 2**20
     cached = hardware.calibrate("cpu")
     assert cached.source == "cache" and cached.bandwidth_by_kernel == probes
+    assert cached.softmax_elems_per_s == {"fp32": 1e9}
+
+
+def test_math_bytes_per_s_is_read_plus_write_at_the_dtype_size():
+    c = fake_ceilings()
+    c.softmax_elems_per_s = {"bf16": 1e9, "fp32": 5e8}
+    # bf16: 1e9 elem/s x (2 B read + 2 B written) = 4e9 B/s; fp32: 5e8 x 8 B = 4e9 B/s
+    assert c.math_bytes_per_s("softmax", "bf16") == 4e9
+    assert c.math_bytes_per_s("softmax", "fp32") == 4e9
+    assert c.math_elems_per_s("softmax", "fp16") is None
+    assert c.math_bytes_per_s("softmax", "fp16") is None
+    assert c.math_elems_per_s("exp", "fp32") == 1e9
+
+
+def test_math_probes_run_small():
+    # Real kernels on a small tensor (16 rows of 4096): each gives a sane, positive rate.
+    for dtype in ("fp32", "bf16"):
+        rates = hardware._math_elems_per_s("cpu", dtype, 2**16, budget_s=0.05)
+        assert set(rates) == {"exp", "softmax"}
+        assert all(1e6 < r < 1e13 for r in rates.values()), rates
 
 
 def test_cpu_bandwidth_probes_run_small():
@@ -280,6 +314,12 @@ def test_real_cpu_calibration_is_sane():
     assert c.details["bandwidth_bytes"] >= 2**28
     assert 1e-8 < c.op_overhead_s < 1e-3
     assert 1e5 < c.python_ops_per_s < 1e10
+    # element-wise math: fp32 always, bf16 where its matmul runs; 1 M to 10 T elements/s
+    assert "fp32" in c.exp_elems_per_s and "fp32" in c.softmax_elems_per_s
+    assert set(c.exp_elems_per_s) == set(c.softmax_elems_per_s)
+    assert all(1e6 < r < 1e13 for r in [*c.exp_elems_per_s.values(),
+                                        *c.softmax_elems_per_s.values()])
+    assert c.details["math_elems"] == 2**24
     assert c.calibrate_s < 60
 
 
@@ -291,3 +331,4 @@ def test_real_cuda_calibration_is_sane():
     assert c.peak_flops_per_s["bf16"] > 3 * c.peak_flops_per_s["fp32"]
     assert c.calibrate_s < 20
     assert c.bandwidth_kernel == "copy_" and set(c.bandwidth_by_kernel) == {"copy_"}
+    assert set(c.exp_elems_per_s) == set(c.softmax_elems_per_s) == {"fp32", "bf16", "fp16"}

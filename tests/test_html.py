@@ -116,6 +116,7 @@ def test_per_op_table_numbers(doctor_run):
     row = b["per_op"][0]
     row.update(time_s=1e-3, flops=2_000_000, bytes=500_000, calls=4,
                intensity_flops_per_byte=4.0, roofline_fraction=0.125, below_roof=True,
+               roof_band="<25%", limit="bytes",
                bound="memory", achieved_bytes_per_s=5e8)
     page = render_report(d)
     ops = page[page.index('id="ops"'):page.index('id="modules"')]

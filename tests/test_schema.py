@@ -56,6 +56,10 @@ def test_experiments_none_validates(outputs):
 @pytest.mark.parametrize("path, value, where", [
     (("regime",), "slow", "regime"),
     (("budget", "per_op", 0, "bound"), "fast", "budget/per_op/0/bound"),
+    (("budget", "per_op", 0, "roof_band"), "10-20%", "budget/per_op/0/roof_band"),
+    (("budget", "per_op", 0, "limit"), "tensor", "budget/per_op/0/limit"),
+    (("budget", "per_call", 0, "limit"), "cpu", "budget/per_call/0/limit"),
+    (("budget", "low_roof_s"), -1.0, "budget/low_roof_s"),
     (("timing", "median_s"), -1.0, "timing/median_s"),
     (("machine", "peak_flops_per_s"), {}, "machine/peak_flops_per_s"),
     (("schema_version",), "2.0", "schema_version"),
@@ -93,8 +97,15 @@ def test_ceilings_schema_rejects_zero_bandwidth(outputs):
 
 def test_ceilings_records_each_bandwidth_probe(outputs):
     d = outputs["ceilings"]
-    assert d["schema_version"] == 2
+    assert d["schema_version"] == 3
     assert d["bandwidth_by_kernel"][d["bandwidth_kernel"]] == d["bandwidth_bytes_per_s"]
+
+
+def test_ceilings_record_the_element_wise_math_rates(outputs):
+    d = outputs["ceilings"]
+    for key in ("exp_elems_per_s", "softmax_elems_per_s"):
+        assert "fp32" in d[key] and all(v > 0 for v in d[key].values())
+    assert d["details"]["math_row"] == 4096
 
 
 @pytest.mark.parametrize("field, value", [
@@ -103,7 +114,9 @@ def test_ceilings_records_each_bandwidth_probe(outputs):
     ("bandwidth_kernel", 3),
     ("op_overhead_s", -1e-6),
     ("python_ops_per_s", "fast"),
-    ("schema_version", 3),
+    ("schema_version", 4),
+    ("softmax_elems_per_s", {"fp32": 0}),
+    ("exp_elems_per_s", {"bf16": "fast"}),
 ])
 def test_ceilings_schema_rejects_bad_fields(outputs, field, value):
     d = copy.deepcopy(outputs["ceilings"])
@@ -112,11 +125,23 @@ def test_ceilings_schema_rejects_bad_fields(outputs, field, value):
         validate(d, "ceilings")
 
 
-def test_ceilings_version_2_requires_the_probes(outputs):
+def test_ceilings_versions_2_and_3_require_the_probes(outputs):
+    for version in (2, 3):
+        d = copy.deepcopy(outputs["ceilings"]) | {"schema_version": version}
+        del d["bandwidth_by_kernel"]
+        with pytest.raises(SchemaError,
+                           match="'bandwidth_by_kernel' is a required property"):
+            validate(d, "ceilings")
+
+
+def test_ceilings_version_3_requires_the_math_rates_version_2_does_not(outputs):
     d = copy.deepcopy(outputs["ceilings"])
-    del d["bandwidth_by_kernel"]
-    with pytest.raises(SchemaError, match="'bandwidth_by_kernel' is a required property"):
+    del d["softmax_elems_per_s"]
+    with pytest.raises(SchemaError, match="'softmax_elems_per_s' is a required property"):
         validate(d, "ceilings")
+    d["schema_version"] = 2
+    del d["exp_elems_per_s"]
+    validate(d, "ceilings")  # reports written before version 3 embed such ceilings
 
 
 def test_ceilings_version_1_still_validates(outputs):

@@ -18,26 +18,151 @@
 - Under torchrun (gobrrr.dist) a fourth part, communication: exposed collective time
   (nothing computes while it runs), from the profiled steps (dist/comm.py);
   `with_communication` returns the budget with it. Single-process budgets keep three.
+- Ops below their roof. The FLOP term of element-wise math (counting.py credits a softmax
+  5 FLOPs per element, at the fp32 FMA peak) cannot see what it costs in instructions
+  (hardware.py's docstring). So an op of a calibrated kind (counting.math_elements: softmax,
+  exp-like) also gets a *math floor*: elements / the calibrated rate of its kind and dtype.
+  An op the roofline calls memory-bound whose math floor explains its time (at least
+  INSTRUCTION_EXPLAINS_FRACTION of it) while its bytes do not (its bandwidth floor under
+  LOW_ROOF_FRACTION of its time) is compute-bound, limit "instruction": non-tensor-core
+  math bound by instruction throughput, with the arithmetic as its reason. Its roofline
+  fraction stays the roofline's (floor / time), so it can also be flagged.
+- Flags: under BELOW_ROOF_FRACTION of the roofline "<25%", from there to
+  LOW_ROOF_FRACTION "25-50%"; each flagged op or row carries the likely cause the data
+  supports (`likely_cause`), else "unknown". One rule (`classify`) for doctor and analyze.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from gobrrr.counting import MATMUL_CLASSES, OpRecord
+from gobrrr.counting import MATMUL_CLASSES, OpRecord, math_elements
 from gobrrr.hardware import Ceilings
 from gobrrr.trace import ProfiledRun, is_math_kernel, split_kernel_time
+from gobrrr.units import fmt_num, fmt_pct, fmt_s
 
 __all__ = ["RowBudget", "CallRow", "KernelRow", "Budget", "compute_budget", "peak_for",
-           "BELOW_ROOF_FRACTION", "REGIMES", "FUSABLE_CLASSES", "fusable_bytes_saved",
-           "with_communication", "COMMUNICATION"]
+           "BELOW_ROOF_FRACTION", "LOW_ROOF_FRACTION", "INSTRUCTION_EXPLAINS_FRACTION",
+           "REGIMES", "LIMITS", "FUSABLE_CLASSES", "fusable_bytes_saved", "OpBound",
+           "classify", "math_floor", "roof_band", "likely_cause", "with_communication",
+           "COMMUNICATION"]
 
-# Ops achieving less than this fraction of their own roofline are flagged "below roof".
+# Ops achieving less than this fraction of their own roofline are flagged "<25%".
 BELOW_ROOF_FRACTION = 0.25
+# ... and from there to this fraction "25-50%" (the issue's softmax ran at 30% of roof).
+LOW_ROOF_FRACTION = 0.5
+# An op whose calibrated math floor is at least this share of its time, its bandwidth
+# floor under LOW_ROOF_FRACTION of it, is instruction-bound. Not 1.0: the calibrated
+# rate is the probe's shape (rows of 4096) and the op's rows differ; 0.6 leaves 40% for
+# that, and with the bandwidth floor under 0.5 the math floor must exceed the bytes floor
+# by 1.2x at least, so a probe that met the bandwidth itself (math floor ~ bytes floor,
+# hardware.py) never makes an op instruction-bound.
+INSTRUCTION_EXPLAINS_FRACTION = 0.6
+# Causes (likely_cause): auxiliary kernels that take this share of a matmul's time; a
+# kernel (CUDA) or op call (CPU) shorter than this many times the measured cost of one
+# tiny op is small: fixed per-kernel costs, not its bytes or math, set its time.
+AUX_CAUSE_FRACTION = 0.25
+SMALL_KERNEL_FACTOR = 2.0
 REGIMES = ("overhead", "memory", "compute")
 COMMUNICATION = "communication"  # the fourth part, distributed reports only
+# What limits an op's time, by the rule that gave its regime: "flops" (FLOP term of the
+# roofline), "bytes" (bandwidth term), "instruction" (calibrated element-wise math),
+# "hint" (no shapes: what the op is), "none" (moves nothing: overhead).
+LIMITS = ("flops", "bytes", "instruction", "hint", "none")
+
+
+@dataclass(frozen=True)
+class OpBound:
+    """The budget rule's answer for one op call (`classify`)."""
+
+    regime: str
+    limit: str
+    floor_s: float  # the roofline floor: max(flops / peak, bytes / bandwidth)
+    bytes_floor_s: float  # bytes / bandwidth
+    math_floor_s: float  # elements / calibrated rate of its kind; 0: none applies
+    reason: str | None  # for limit "instruction": the arithmetic
+
+
+def math_floor(rec: OpRecord, ceil: Ceilings) -> tuple[float, str | None, str | None]:
+    """(math floor in seconds, the arithmetic's first half, why none) of one op:
+    elements / the calibrated rate of its kind and dtype (counting.math_elements). 0 when
+    the op is of no calibrated kind, or (with the why) when its dtype was not calibrated."""
+    found = math_elements(rec.op, rec.flops)
+    if found is None:
+        return 0.0, None, None
+    kind, elems = found
+    rate = ceil.math_elems_per_s(kind, rec.dtype)
+    if rate is None:
+        return 0.0, None, f"{kind} {rec.dtype}"
+    floor_s = elems / rate
+    return floor_s, (f"{kind} {rec.dtype}: {fmt_num(elems)} elem at "
+                     f"{fmt_num(rate, 'elem/s')} calibrated = {fmt_s(floor_s)}"), None
+
+
+def classify(rec: OpRecord, time_s: float, ceil: Ceilings) -> OpBound:
+    """The regime of one op call's time (module docstring): the roofline's larger term,
+    or, for an op the roofline calls memory-bound, instruction-bound compute when its
+    calibrated math explains its time and its bytes do not."""
+    t_compute = rec.flops / peak_for(rec, ceil) if rec.flops else 0.0
+    t_memory = rec.bytes / ceil.bandwidth_bytes_per_s if rec.bytes else 0.0
+    floor_s = max(t_compute, t_memory)
+    hint = rec.regime_hint  # flops and bytes unknown: what the op is decides
+    if (hint is None and rec.flops == 0 and rec.bytes == 0) or hint == "overhead":
+        return OpBound("overhead", "none" if hint is None else "hint", floor_s, t_memory,
+                       0.0, None)
+    if hint is not None:
+        return OpBound("compute" if hint == "compute" else "memory", "hint", floor_s,
+                       t_memory, 0.0, None)
+    if t_compute >= t_memory:
+        return OpBound("compute", "flops", floor_s, t_memory, 0.0, None)
+    math_s, arithmetic, _ = math_floor(rec, ceil)
+    if (time_s > 0 and math_s >= INSTRUCTION_EXPLAINS_FRACTION * time_s
+            and t_memory < LOW_ROOF_FRACTION * time_s):
+        reason = (f"{arithmetic} of {fmt_s(time_s)}; bytes alone need {fmt_s(t_memory)} "
+                  f"({fmt_pct(t_memory / time_s)} of its time at the "
+                  f"{ceil.roof_kind} bandwidth)")
+        return OpBound("compute", "instruction", floor_s, t_memory, math_s, reason)
+    return OpBound("memory", "bytes", floor_s, t_memory, math_s, None)
+
+
+def roof_band(fraction: float | None) -> str | None:
+    """"<25%" under BELOW_ROOF_FRACTION of the roofline, "25-50%" under
+    LOW_ROOF_FRACTION, else None (also when there is no roofline: no FLOPs and bytes)."""
+    if fraction is None:
+        return None
+    if fraction < BELOW_ROOF_FRACTION:
+        return "<25%"
+    return "25-50%" if fraction < LOW_ROOF_FRACTION else None
+
+
+def likely_cause(*, time_s: float, floor_s: float, math_floor_s: float, limit: str,
+                 aux_s: float, n_kernels: int, calls: int, ceil: Ceilings) -> str:
+    """Why an op (or a row of ops) runs below its roofline, from what the budget knows:
+    its calibrated math, its auxiliary kernels, its kernels' size, the roofs' source;
+    "unknown" when none of them explains it. Strides are not recorded: an uncoalesced
+    or non-contiguous layout is never claimed."""
+    if limit == "instruction" and time_s > 0:
+        return (f"instruction-bound element-wise math: its calibrated math floor is "
+                f"{fmt_pct(math_floor_s / time_s)} of its time (the reason says how)")
+    if math_floor_s > floor_s and time_s > 0:
+        return (f"element-wise math: its calibrated floor {fmt_s(math_floor_s)} is "
+                f"{fmt_pct(math_floor_s / time_s)} of its time, above its roofline floor "
+                f"{fmt_s(floor_s)}")
+    if time_s > 0 and aux_s >= AUX_CAUSE_FRACTION * time_s:
+        return (f"non-GEMM kernels (layout transposes, split-K reductions) take "
+                f"{fmt_pct(aux_s / time_s)} of its time")
+    units = n_kernels or calls
+    each_s = time_s / units if units else 0.0
+    if ceil.op_overhead_s > 0 and 0 < each_s < SMALL_KERNEL_FACTOR * ceil.op_overhead_s:
+        what = "kernel" if n_kernels else "op call"
+        return (f"small {what}s: {fmt_s(each_s)} each, under {SMALL_KERNEL_FACTOR:g}x the "
+                f"{fmt_s(ceil.op_overhead_s)} one tiny op costs here: fixed per-{what} "
+                "costs (launch, ramp-up, tail), not bytes or math, set its time")
+    if ceil.source == "datasheet":
+        return ("roofs from the datasheet, above what kernels reach: its fraction reads "
+                "low")
+    return "unknown"
 
 
 @dataclass(frozen=True)
@@ -55,13 +180,22 @@ class CallRow:
     flops: int
     bytes: int
     floor_s: float
+    limit: str = "none"  # LIMITS: what the rule found limits its time
+    math_floor_s: float = 0.0  # calibrated element-wise math floor (0: none applies)
+    reason: str | None = None  # limit "instruction": the arithmetic
+    cause: str | None = None  # flagged (roof_band): the likely cause, or "unknown"
 
     @property
     def roofline_fraction(self) -> float | None:
         return self.floor_s / self.time_s if self.time_s > 0 and self.floor_s > 0 else None
 
+    @property
+    def roof_band(self) -> str | None:
+        return roof_band(self.roofline_fraction)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"roofline_fraction": self.roofline_fraction}
+        return asdict(self) | {"roofline_fraction": self.roofline_fraction,
+                               "roof_band": self.roof_band}
 
 
 @dataclass(frozen=True)
@@ -95,6 +229,11 @@ class RowBudget:
     compute_s: float = 0.0
     memory_s: float = 0.0
     overhead_s: float = 0.0
+    instruction_s: float = 0.0  # of compute_s: calls whose limit is "instruction"
+    math_floor_s: float = 0.0  # summed calibrated math floors of its calls
+    # The reason of its longest instruction-bound call; the likely cause when flagged.
+    reason: str | None = None
+    cause: str | None = None
 
     @property
     def intensity_flops_per_byte(self) -> float | None:
@@ -127,13 +266,26 @@ class RowBudget:
             roofline_fraction=self.roofline_fraction,
             bound=self.bound,
             below_roof=self.below_roof,
+            roof_band=self.roof_band,
+            limit=self.limit,
         )
         return d
 
     @property
     def below_roof(self) -> bool:
-        f = self.roofline_fraction
-        return f is not None and f < BELOW_ROOF_FRACTION
+        return self.roof_band == "<25%"
+
+    @property
+    def roof_band(self) -> str | None:
+        return roof_band(self.roofline_fraction)
+
+    @property
+    def limit(self) -> str:
+        """"instruction" when most of its compute time is instruction-bound, else what
+        its bound regime means: "flops" (compute), "bytes" (memory), "none"."""
+        if self.bound == "compute":
+            return "instruction" if 2 * self.instruction_s >= self.compute_s else "flops"
+        return "bytes" if self.bound == "memory" else "none"
 
 
 @dataclass
@@ -145,11 +297,13 @@ class Budget:
     compute_s: float
     floor_s: float  # roofline floor: sum over ops of max(flops/peak, bytes/bandwidth)
     below_roof_s: float  # busy time of ops under BELOW_ROOF_FRACTION of their roofline
+    low_roof_s: float = 0.0  # ... from BELOW_ROOF_FRACTION to under LOW_ROOF_FRACTION
     per_op: list[RowBudget] = field(default_factory=list)
     per_module: list[RowBudget] = field(default_factory=list)
     per_class: list[RowBudget] = field(default_factory=list)
     # compute-bound time by the unit that did it (bf16 fp16 tf32 fp32, "vector" for
-    # non-matmul math): what a tensor-core remedy can speed up
+    # non-matmul math by its FLOPs, "instruction" for element-wise math bound by
+    # instruction throughput): what a tensor-core remedy can speed up
     compute_s_by_unit: dict[str, float] = field(default_factory=dict)
     per_call: list[CallRow] = field(default_factory=list)  # in call order
     kernels: list[KernelRow] = field(default_factory=list)  # CUDA: in start order
@@ -192,6 +346,7 @@ class Budget:
             "memory_s": self.memory_s, "compute_s": self.compute_s,
             "floor_s": self.floor_s, "below_roof_s": self.below_roof_s,
             "below_roof_threshold": BELOW_ROOF_FRACTION,
+            "low_roof_s": self.low_roof_s, "low_roof_threshold": LOW_ROOF_FRACTION,
             "fractions": self.fractions, "regime": self.regime,
             "per_op": [r.to_dict() for r in self.per_op],
             "per_module": [r.to_dict() for r in self.per_module],
@@ -213,17 +368,52 @@ def peak_for(rec: OpRecord, ceil: Ceilings) -> float:
     return ceil.vector_flops_per_s()
 
 
-def _rollup(rows: dict[str, RowBudget], key: str, rec: OpRecord, time_s: float,
-            floor_s: float, compute_s: float, memory_s: float, overhead_s: float) -> None:
+@dataclass
+class _Extra:
+    """What a row's likely cause needs beyond its RowBudget fields."""
+
+    aux_s: float = 0.0
+    n_kernels: int = 0
+    longest: CallRow | None = None  # its longest instruction-bound call
+
+
+def _rollup(rows: dict[str, RowBudget], extra: dict[str, _Extra], key: str,
+            call: CallRow, c: float, m: float, o: float, aux_s: float,
+            n_kernels: int) -> None:
     row = rows.setdefault(key, RowBudget(key))
     row.calls += 1
-    row.time_s += time_s
-    row.flops += rec.flops
-    row.bytes += rec.bytes
-    row.floor_s += floor_s
-    row.compute_s += compute_s
-    row.memory_s += memory_s
-    row.overhead_s += overhead_s
+    row.time_s += call.time_s
+    row.flops += call.flops
+    row.bytes += call.bytes
+    row.floor_s += call.floor_s
+    row.compute_s += c
+    row.memory_s += m
+    row.overhead_s += o
+    row.math_floor_s += call.math_floor_s
+    x = extra.setdefault(key, _Extra())
+    x.aux_s += aux_s
+    x.n_kernels += n_kernels
+    if call.limit == "instruction":
+        row.instruction_s += c
+        if x.longest is None or call.time_s > x.longest.time_s:
+            x.longest = call
+
+
+def _finish_rows(rows: dict[str, RowBudget], extra: dict[str, _Extra],
+                 ceil: Ceilings) -> list[RowBudget]:
+    """The rows by time, each with the reason of its longest instruction-bound call and,
+    when flagged, its likely cause (from the row's own sums)."""
+    for key, row in rows.items():
+        x = extra[key]
+        if x.longest is not None and x.longest.reason:
+            row.reason = (x.longest.reason if row.calls == 1 else
+                          f"longest of {row.calls} calls: {x.longest.reason}")
+        if row.roof_band is not None:
+            row.cause = likely_cause(
+                time_s=row.time_s, floor_s=row.floor_s, math_floor_s=row.math_floor_s,
+                limit=row.limit, aux_s=x.aux_s,
+                n_kernels=x.n_kernels, calls=row.calls, ceil=ceil)
+    return sorted(rows.values(), key=lambda r: -r.time_s)
 
 
 def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
@@ -242,42 +432,58 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
     per_op: dict[str, RowBudget] = {}
     per_module: dict[str, RowBudget] = {}
     per_class: dict[str, RowBudget] = {}
-    compute_s = memory_s = view_s = floor_total = below_s = 0.0
+    extra: tuple[dict[str, _Extra], ...] = ({}, {}, {})
+    compute_s = memory_s = view_s = floor_total = below_s = low_s = 0.0
     by_unit: dict[str, float] = {}
     calls: list[CallRow] = []
+    unchecked: dict[str, float] = {}  # "kind dtype" with no calibrated rate -> time
     for rec in records:
         main_s, aux_s = split_kernel_time(run, rec.index, rec.op_class)
         main_s *= scale
         aux_s *= scale
         t_s = main_s + aux_s
-        t_compute = rec.flops / peak_for(rec, ceil) if rec.flops else 0.0
-        t_memory = rec.bytes / ceil.bandwidth_bytes_per_s if rec.bytes else 0.0
-        floor_s = max(t_compute, t_memory)
+        ob = classify(rec, t_s, ceil)
         c = m = o = 0.0
-        hint = rec.regime_hint  # flops and bytes unknown: what the op is decides
-        if (hint is None and rec.flops == 0 and rec.bytes == 0) or hint == "overhead":
+        if ob.regime == "overhead":
             o = t_s  # views and bookkeeping: pure overhead
-            regime = "overhead"
-        elif hint == "compute" or (hint is None and t_compute >= t_memory):
-            c, m = main_s, aux_s
-            regime = "compute"
+        elif ob.regime == "compute":
+            # a matmul's auxiliary kernels (transposes, split-K reductions) move bytes
+            c, m = (t_s, 0.0) if ob.limit == "instruction" else (main_s, aux_s)
         else:
             m = t_s
-            regime = "memory"
-        calls.append(CallRow(rec.index, rec.op, rec.module, rec.phase, rec.op_class, regime,
-                             t_s, rec.flops, rec.bytes, floor_s))
+        if ob.limit == "bytes" and t_s > 0:
+            _, _, missing = math_floor(rec, ceil)
+            if missing is not None:
+                unchecked[missing] = unchecked.get(missing, 0.0) + t_s
+        n_kernels = len(run.kernels_of(rec.index)) if run.device == "cuda" else 0
+        call = CallRow(rec.index, rec.op, rec.module, rec.phase, rec.op_class, ob.regime,
+                       t_s, rec.flops, rec.bytes, ob.floor_s, ob.limit, ob.math_floor_s,
+                       ob.reason)
+        if call.roof_band is not None:
+            call = replace(call, cause=likely_cause(
+                time_s=t_s, floor_s=ob.floor_s, math_floor_s=ob.math_floor_s,
+                limit=ob.limit, aux_s=aux_s, n_kernels=n_kernels,
+                calls=1, ceil=ceil))
+        calls.append(call)
         compute_s += c
         if c > 0:
-            unit = rec.tensor_core_unit if rec.op_class in MATMUL_CLASSES else "vector"
+            unit = ("instruction" if ob.limit == "instruction" else
+                    rec.tensor_core_unit if rec.op_class in MATMUL_CLASSES else "vector")
             by_unit[unit or "vector"] = by_unit.get(unit or "vector", 0.0) + c
         memory_s += m
         view_s += o
-        floor_total += floor_s
-        if t_s > 0 and floor_s > 0 and floor_s / t_s < BELOW_ROOF_FRACTION:
+        floor_total += ob.floor_s
+        if call.roof_band == "<25%":
             below_s += t_s
-        for rows, key in ((per_op, rec.op), (per_module, rec.module),
-                          (per_class, rec.op_class)):
-            _rollup(rows, key, rec, t_s, floor_s, c, m, o)
+        elif call.roof_band == "25-50%":
+            low_s += t_s
+        for rows, x, key in ((per_op, extra[0], rec.op), (per_module, extra[1], rec.module),
+                             (per_class, extra[2], rec.op_class)):
+            _rollup(rows, x, key, call, c, m, o, aux_s, n_kernels)
+    if unchecked:
+        what = ", ".join(f"{k} ({fmt_s(v)})" for k, v in sorted(unchecked.items()))
+        notes.append(f"no calibrated element-wise rate for {what} in these ceilings "
+                     f"({ceil.source}): those ops were not checked for an instruction bound")
     unattributed = run.unattributed_s * scale
     if unattributed > 0:
         # Kernels outside any counted op: no FLOP/byte count, so no roofline; they are
@@ -295,13 +501,12 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
                      f"overhead, which is then an upper bound{why}")
     busy_s = compute_s + memory_s + view_s
     overhead_s = max(0.0, wall_s - busy_s) + view_s
-    order: Callable[[RowBudget], float] = lambda r: -r.time_s  # noqa: E731
     return Budget(
         wall_s=wall_s, busy_s=busy_s, overhead_s=overhead_s, memory_s=memory_s,
-        compute_s=compute_s, floor_s=floor_total, below_roof_s=below_s,
-        per_op=sorted(per_op.values(), key=order),
-        per_module=sorted(per_module.values(), key=order),
-        per_class=sorted(per_class.values(), key=order),
+        compute_s=compute_s, floor_s=floor_total, below_roof_s=below_s, low_roof_s=low_s,
+        per_op=_finish_rows(per_op, extra[0], ceil),
+        per_module=_finish_rows(per_module, extra[1], ceil),
+        per_class=_finish_rows(per_class, extra[2], ceil),
         compute_s_by_unit=by_unit,
         per_call=calls,
         kernels=_kernel_rows(run, {c.index: c for c in calls}),
@@ -343,7 +548,8 @@ def _kernel_rows(run: ProfiledRun, calls: dict[int, CallRow]) -> list[KernelRow]
     for k in run.kernels:
         call = calls.get(k.record_index) if k.record_index is not None else None
         regime = "memory" if call is None else call.regime
-        if call is not None and regime == "compute" and call.op_class in MATMUL_CLASSES:
+        if call is not None and regime == "compute" and call.op_class in MATMUL_CLASSES \
+                and call.limit != "instruction":
             # split_kernel_time: GEMM kernels are the op's math, the rest moves bytes;
             # an op none of whose kernels has a GEMM name keeps its time whole.
             mains = [x for x in run.kernels_of(call.index) if is_math_kernel(x.name)]

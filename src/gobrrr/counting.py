@@ -41,6 +41,7 @@ __all__ = [
     "dtype_name",
     "MATMUL_CLASSES",
     "count_op",
+    "math_elements",
 ]
 
 aten = torch.ops.aten
@@ -167,6 +168,16 @@ _POINTWISE_FLOPS_PER_ELEMENT = {"addcmul": 2, "addcdiv": 2, "lerp": 3}
 # Backward (grad - sum(grad*y)) * y: multiply, sum, subtract, multiply = 4 per element.
 _SOFTMAX = {"_softmax": 5, "_log_softmax": 5, "_softmax_backward_data": 4,
             "_log_softmax_backward_data": 4}
+
+# Element-wise math whose cost per element the calibration measures (hardware.py: exp
+# and a row softmax, elements/s per dtype), by op: its kind. Only ops whose math per
+# element is at least the probe's, so elements / the calibrated rate is a floor:
+# - softmax: _softmax; _log_softmax makes the same passes over the row (max, exp, sum)
+#   with a log per row in place of a divide per element. NB: backward is not calibrated.
+# - exp: exp, exp2, expm1; sigmoid = 1 / (1 + exp(-x)) and silu = x * sigmoid(x) compute
+#   one exponential and more. (tanh, erf/GELU: costs not established against exp; left out.)
+_MATH_KIND = {"_softmax": "softmax", "_log_softmax": "softmax", "exp": "exp",
+              "exp2": "exp", "expm1": "exp", "sigmoid": "exp", "silu": "exp"}
 
 # Normalizations: fvcore's convention (fvcore/nn/jit_handles.py, norm_flop_counter):
 # 5 FLOPs per input element with an affine transform, 4 without. RMS norm has no mean
@@ -306,6 +317,19 @@ def _classify_and_flops(
     if _has_tag(func, "reduction"):
         return "reduction", _numel(args[0]), True
     return "other", 0, False
+
+
+def math_elements(op: str, flops: int) -> tuple[str, int] | None:
+    """(kind, elements) of an op whose element-wise math is calibrated (_MATH_KIND), or
+    None. Elements are its FLOPs over the FLOPs per element its formula above credits, so
+    a record counted here and one rebuilt from a trace's shapes (tracecount.py) agree."""
+    name = op.removeprefix("aten::")
+    base = name.rstrip("_")
+    kind = _MATH_KIND.get(name) or _MATH_KIND.get(base)
+    if kind is None or flops <= 0:
+        return None
+    per = _SOFTMAX[name] if name in _SOFTMAX else _POINTWISE_FLOPS_PER_ELEMENT.get(base, 1)
+    return kind, flops // per
 
 
 # ---------------------------------------------------------------- byte counting

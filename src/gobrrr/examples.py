@@ -151,6 +151,31 @@ def transformer(batch_size: int = 8, device: str = "cpu") -> tuple[Callable[...,
     return forward, (x,)
 
 
+def attention(batch_size: int = 8, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
+    """Attention written out, inference: softmax(q k^T * d^-0.5) v over [batch, heads,
+    seq, 64]: bf16 with 12 heads x 4096 tokens on CUDA (the issue's case: GPT-2 small's
+    heads at a long context), fp32 with 4 heads x 512 tokens on CPU. The [seq, seq] score
+    matrix is written by the first matmul and read and written again by the scale and the
+    softmax: memory-bound by the roofline. On an H200 the softmax (fp32 max, exp, sum per
+    bf16 element) ran at 27% of DRAM bandwidth with its SMs 77% busy: bound by instruction
+    throughput (hardware.py's element-wise calibration, budget.classify). The remedy is
+    F.scaled_dot_product_attention (flash: the scores never reach memory)."""
+    import torch
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    heads, seq, dim = (12, 4096, 64) if device == "cuda" else (4, 512, 64)
+    q, k, v = (torch.randn(batch_size, heads, seq, dim, device=device, dtype=dtype,
+                           generator=_gen(device)) for _ in range(3))
+    scale = dim ** -0.5
+
+    def forward(q: Any, k: Any, v: Any) -> Any:
+        with torch.no_grad():
+            att = torch.softmax((q @ k.transpose(-2, -1)) * scale, dim=-1)
+            return att @ v
+
+    return forward, (q, k, v)
+
+
 def mlp_train(batch_size: int = 32, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
     """One training step of the 4-layer MLP: forward, MSE loss, backward, Adam step.
     Adam (foreach on CUDA) launches many small kernels per step."""
@@ -183,6 +208,8 @@ EXAMPLES: dict[str, Example] = {
                 transformer, 8, 8),
         Example("mlp_train", "4-layer MLP training step with Adam", "overhead",
                 mlp_train, 32, 32),
+        Example("attention", "hand-written softmax(q k^T) v (bf16 12 x 4096 x 64 CUDA)",
+                "compute", attention, 2, 8),
     )
 }
 

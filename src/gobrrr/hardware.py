@@ -1,7 +1,32 @@
 """This machine's ceilings, measured, never assumed (nanoGPT's hard-coded 312e12 is the
-anti-pattern): dense matmul FLOP/s per dtype, memory bandwidth, eager per-op cost and
-Python's scalar op rate. Cached per machine fingerprint; a cache file that does not match
+anti-pattern): dense matmul FLOP/s per dtype, memory bandwidth, the rate of element-wise
+math (exp and a row softmax, elements/s per dtype), eager per-op cost and Python's scalar
+op rate. Cached per machine fingerprint; a cache file that does not match
 ceilings.schema.json (or holds a NaN or infinity) is re-measured and overwritten.
+
+Element-wise math (`exp_elems_per_s`, `softmax_elems_per_s`). The roofline credits a
+softmax with 5 FLOPs per element (counting.py) against the fp32 FMA peak: tens of TFLOP/s
+on a GPU, so its FLOP term is always far under its bytes term and the roofline calls it
+memory-bound. What a softmax really executes per element is more: a bf16 load and
+conversion to fp32, max, subtract, exp (a range reduction and a polynomial, or the special
+function unit, and its conversions), sum, divide, conversion and store, over two or three
+passes of the row. An op whose *instruction* throughput is the limit runs below its
+bandwidth roof with its cores busy (the issue this answers: on an H200, softmax over bf16
+attention scores took 60% of the time at 27% of DRAM bandwidth, SM 77% busy).
+So the rate is measured, not derived from a FLOP count: torch.exp and a row softmax
+(`aten::_softmax.out`, rows of `_MATH_ROW` elements, as attention scores are) over tensors
+past the caches, best sample (as the bandwidth probes: a roof is the best the machine
+does). An op's *math floor* is then its elements / the rate of its kind and dtype
+(budget.py). The figure needs no model of the instructions, and it includes whatever limits
+the kernel at saturation (instruction issue, the special function units, its passes over
+the row). Its bytes/s (elements x 2 x itemsize: read once, written once) against the
+measured bandwidth says which limit the probe met: well below the bandwidth it met the
+instruction bound; near the bandwidth it met the bandwidth, and then its math floor is no
+more than the op's bytes floor, so it cannot make an op instruction-bound (budget.py's rule
+needs the math floor to exceed the bytes floor by a margin). Seen on this project's 2-core
+CPU (torch 2.13): exp 1.1 G elem/s fp32 (9 GB/s), softmax 0.6 G elem/s fp32 (5 GB/s), bf16
+alike, against ~50 GB/s of bandwidth: both instruction-bound; the rates at 2^24 and 2^26
+elements agreed within 10%, as math-bound probes should whether or not caches hold them.
 
 Every measurement runs on random data: matmuls run measurably faster on zeros or other
 predictable data, whose fewer toggling bits draw less power and so throttle the clocks
@@ -38,8 +63,14 @@ __all__ = [
 
 # 2: bandwidth_by_kernel and bandwidth_kernel; the CPU roof from kernels of known traffic
 # (1 was a CPU copy_ that left out its write-allocate read).
-SCHEMA_VERSION = 2
+# 3: exp_elems_per_s and softmax_elems_per_s (element-wise math, the module docstring);
+# a cache of 1 or 2 lacks them and is re-measured.
+SCHEMA_VERSION = 3
+# The element-wise math probes and what each moves per element: read once, written once.
+MATH_KINDS = ("exp", "softmax")
+_MATH_ROW = 4096  # softmax row length: attention scores of 4096-token sequences
 Progress = Callable[[str], None]
+_ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 @dataclass
@@ -60,6 +91,11 @@ class Ceilings:
     # one that set bandwidth_bytes_per_s (None: hand-made ceilings, no probe).
     bandwidth_by_kernel: dict[str, float] = field(default_factory=dict)
     bandwidth_kernel: str | None = None
+    # Element-wise math at saturation, elements/s by dtype name (fp32 bf16 fp16): torch.exp
+    # and a row softmax (rows of details["math_row"]) past the caches (module docstring).
+    # Empty: not measured (hand-made or datasheet ceilings).
+    exp_elems_per_s: dict[str, float] = field(default_factory=dict)
+    softmax_elems_per_s: dict[str, float] = field(default_factory=dict)
     source: str = "measured"  # "measured" | "cache" | "datasheet" (analyze: not measured here)
     schema_version: int = SCHEMA_VERSION
 
@@ -75,6 +111,19 @@ class Ceilings:
         that do not fuse multiply-adds reach about half of it, so this roof is optimistic
         for them by up to 2x."""
         return self.peak_flops_per_s["fp32"]
+
+    def math_elems_per_s(self, kind: str, dtype: str) -> float | None:
+        """The calibrated rate of element-wise math of `kind` ("exp" or "softmax") in
+        `dtype`, elements/s; None when it was not measured."""
+        rates = {"exp": self.exp_elems_per_s, "softmax": self.softmax_elems_per_s}[kind]
+        return rates.get(dtype)
+
+    def math_bytes_per_s(self, kind: str, dtype: str) -> float | None:
+        """The bytes/s the math probe of `kind` moved in `dtype` (read once, written once):
+        against the bandwidth, which limit the probe met (module docstring)."""
+        rate = self.math_elems_per_s(kind, dtype)
+        size = _ITEMSIZE.get(dtype)
+        return None if rate is None or size is None else rate * 2 * size
 
     def ridge_flops_per_byte(self, dtype: str) -> float:
         return self.peak_flops_per_s[dtype] / self.bandwidth_bytes_per_s
@@ -198,11 +247,6 @@ def _load_cache(path: Path, device: str, notes: list[str]) -> Ceilings | None:
     except (OSError, ValueError) as exc:
         notes.append(f"cache {path} unreadable ({type(exc).__name__}); re-measuring")
         return None
-    if isinstance(data, dict) and data.get("schema_version") == 1 and device == "cuda":
-        # Version 2 changed the CPU bandwidth method only: a CUDA cache of version 1 holds
-        # the same 1 GiB copy, read as version 2 with that copy as its one probe.
-        data = dict(data, schema_version=2, bandwidth_kernel="copy_",
-                    bandwidth_by_kernel={"copy_": data.get("bandwidth_bytes_per_s")})
     if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
         notes.append(f"cache {path} is from another gobrrr version; re-measuring")
         return None
@@ -379,6 +423,59 @@ def _cpu_bandwidths(nbytes: int, budget_s: float) -> dict[str, float]:
     }
 
 
+# ------------------------------------------------ element-wise math (module docstring)
+
+
+def _math_elems_per_s(device: str, dtype_name: str, n_elems: int, budget_s: float
+                      ) -> dict[str, float]:
+    """{kind: elements/s} of torch.exp and of a row softmax (rows of _MATH_ROW) over
+    `n_elems` random elements of `dtype_name`, written into a preallocated output (on a
+    CPU a fresh output would time the OS's page faults: examples.pointwise). The best
+    sample: the highest rate, so the lowest math floor an op can be held to."""
+    import torch
+
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype_name,
+                                                                        torch.float32)
+    gen = torch.Generator(device=device).manual_seed(3)
+    # Random values in the range attention scores take, tiled from one block (randn over
+    # GiBs costs seconds on a small CPU; the math does not depend on the repetition).
+    assert n_elems % _MATH_ROW == 0, "whole softmax rows"
+    block = torch.randn(min(_MATH_ROW * 64, n_elems), device=device,
+                        generator=gen).to(torch_dtype)
+    x = torch.empty(n_elems, device=device, dtype=torch_dtype)
+    x.view(-1, block.numel()).copy_(block)
+    out = torch.empty_like(x)
+    rows, rows_out = x.view(-1, _MATH_ROW), out.view(-1, _MATH_ROW)
+    probes: dict[str, Callable[[], Any]] = {
+        "exp": lambda: torch.exp(x, out=out),
+        "softmax": lambda: torch.ops.aten._softmax.out(rows, -1, False, out=rows_out),
+    }
+    rates = {}
+    for kind in MATH_KINDS:
+        t = measure(probes[kind], device=device, budget_s=budget_s,
+                    warmup_s=min(0.1, budget_s / 4), min_samples=5, min_sample_s=0.02,
+                    max_rel_iqr=0.02)
+        rates[kind] = n_elems / t.min_s
+    return rates
+
+
+def _math_rates(device: str, dtypes: tuple[str, ...], n_elems: int, budget_s: float,
+                progress: Progress, errors: dict[str, str]
+                ) -> dict[str, dict[str, float]]:
+    """{kind: {dtype: elements/s}} for every MATH_KINDS probe. A dtype whose kernels the
+    device lacks (RuntimeError) is left out, never recorded as 0, and its error goes to
+    `errors` (the ceilings' details say it)."""
+    rates: dict[str, dict[str, float]] = {k: {} for k in MATH_KINDS}
+    for dtype in dtypes:
+        progress(f"{' and '.join(MATH_KINDS)} {dtype} over {n_elems / 2**20:.0f} M elements")
+        try:
+            for kind, rate in _math_elems_per_s(device, dtype, n_elems, budget_s).items():
+                rates[kind][dtype] = rate
+        except RuntimeError as exc:
+            errors[dtype] = str(exc).strip().splitlines()[0][:200] if str(exc) else "error"
+    return rates
+
+
 def _op_overhead_s(device: str, budget_s: float) -> float:
     import torch
 
@@ -454,6 +551,27 @@ def _measure(device: str, progress: Progress) -> Ceilings:
             details["bandwidth_note"] = (
                 f"probe tensor {probe_bytes / 2**20:.0f} MiB is under 4x the last-level "
                 f"cache ({llc / 2**20:.0f} MiB): capped by memory; cache may lift the roof")
+    math_errors: dict[str, str] = {}
+    if device == "cuda":
+        # 2^28 elements: 512 MiB in bf16 and fp16, 1 GiB in fp32, per tensor: far past
+        # any GPU's L2 (50 MiB on an H200); ~0.1-1 ms per call.
+        math_n = 2**28
+        rates = _math_rates(device, ("fp32", "bf16", "fp16"), math_n, 0.25, progress,
+                            math_errors)
+    else:
+        # 2^24 elements (64 MiB fp32 per tensor): ~15-30 ms per call at the ~1 G elem/s
+        # a 2-core CPU does, ~1.5 s for the four probes with their tensors. Not past
+        # every last-level cache (a VM may report 300 MiB), and it need not be: both
+        # kinds run at a tenth of the CPU's bandwidth (module docstring), math-bound, and
+        # 2^26 elements (512 MiB read + written) changed the rates by under 10%, at 3x the
+        # time. A cache could only make the rate higher, the math floor lower: an op is
+        # never called instruction-bound for a rate the memory could not feed.
+        math_n = 2**24
+        dtypes = ("fp32", "bf16") if "bf16" in peaks else ("fp32",)
+        rates = _math_rates(device, dtypes, math_n, 0.2, progress, math_errors)
+    details.update(math_elems=math_n, math_row=_MATH_ROW)
+    if math_errors:
+        details["math_errors"] = math_errors
     kernel = max(by_kernel, key=lambda k: by_kernel[k])
     progress("eager per-op cost (add_ on 1 element)")
     op_s = _op_overhead_s(device, budget_s=1.0)
@@ -473,6 +591,8 @@ def _measure(device: str, progress: Progress) -> Ceilings:
         details=details,
         bandwidth_by_kernel=by_kernel,
         bandwidth_kernel=kernel,
+        exp_elems_per_s=rates["exp"],
+        softmax_elems_per_s=rates["softmax"],
     )
 
 

@@ -28,7 +28,10 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 # 1.3: remedies[].spec (the catalog remedy whose prediction it is)
 # 1.4: distributed (torchrun: every rank's split, collectives, stragglers, no_sync);
 #      fractions.communication, budget.communication_s and regime "communication" in it
-SCHEMA_VERSION = "1.4"
+# 1.5: ops below their roof: budget.low_roof_s/_threshold; per_call and row limit,
+#      math_floor_s, reason, cause, roof_band; row instruction_s; machine's element-wise
+#      math rates (ceilings schema 3); compute_s_by_unit "instruction"
+SCHEMA_VERSION = "1.5"
 
 
 @dataclass

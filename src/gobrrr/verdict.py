@@ -77,13 +77,22 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                   f"{fmt_bytes_per_s(mem_bytes / b.memory_s)} = "
                   f"{fmt_pct(mem_bytes / b.memory_s / ceil.bandwidth_bytes_per_s)} of the "
                   f"{ceil.roof_kind} bandwidth roof")
-    if regime == "compute" and b.compute_s > 0:
-        flops = sum(r.flops for r in b.per_op if r.compute_s > 0)
-        unit = max(b.compute_s_by_unit, key=lambda k: b.compute_s_by_unit[k])
+    instr_s = b.compute_s_by_unit.get("instruction", 0.0)
+    flop_s = b.compute_s - instr_s  # compute time the FLOP roof explains
+    if regime == "compute" and flop_s > 0:
+        flops = sum(r.flops for r in b.per_op if r.compute_s > r.instruction_s)
+        units = {k: v for k, v in b.compute_s_by_unit.items() if k != "instruction"}
+        unit = max(units, key=lambda k: units[k])
         peak = ceil.peak_flops_per_s.get(unit, ceil.vector_flops_per_s())
-        ev.append(f"compute-bound ops ran at {fmt_flops(flops / b.compute_s)} = "
-                  f"{fmt_pct(flops / b.compute_s / peak)} of the {ceil.roof_kind} {unit} "
+        ev.append(f"compute-bound ops ran at {fmt_flops(flops / flop_s)} = "
+                  f"{fmt_pct(flops / flop_s / peak)} of the {ceil.roof_kind} {unit} "
                   "peak")
+    if instr_s > 0 and b.total_s > 0:
+        # budget.classify: the calibrated element-wise rates explain these ops' time
+        top = max(b.per_op, key=lambda r: r.instruction_s)
+        ev.append(f"{fmt_s(instr_s)} ({fmt_pct(instr_s / b.total_s)} of T_wall) is "
+                  "element-wise math bound by instruction throughput, not bytes: "
+                  f"{top.name}: {top.reason}")
     if batch is not None and batch.time_ratio is not None:
         ev.append(batch.reading)
     if graph is not None and graph.possible and graph.speedup:

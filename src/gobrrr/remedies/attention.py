@@ -6,6 +6,14 @@ matmul. A fused attention kernel (F.scaled_dot_product_attention: flash or
 memory-efficient) keeps it on chip. Predicted: those bytes' time at the measured
 bandwidth disappears.
 
+When the budget found the chain's softmax instruction-bound (budget.classify: its
+calibrated math explains its time, not its bytes), that time counts too: a flash kernel
+does the softmax in registers, fused with the two matmuls (max, sum and rescale on tiles
+that never reach memory), but it still computes one exponential per score: those stay,
+at the calibrated exp rate (hardware.py; torch.exp in its own kernel, so no faster than a
+fused one: what stays is an upper bound). The softmax's own bytes are then not counted in
+the memory saving: its time is in the compute saving already.
+
 Detection walks the counted ops' storage identities (counting.OpRecord reads/writes):
 a matmul whose output flows, through pointwise/copy ops, into a softmax whose output a
 later matmul reads. Applying: Inductor's attention pattern rewrite
@@ -19,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gobrrr.counting import math_elements
 from gobrrr.gains import Gain, gain_from_saved
 from gobrrr.remedies.base import (
     PREP_COMPILE,
@@ -28,6 +37,7 @@ from gobrrr.remedies.base import (
     RemedySpec,
 )
 from gobrrr.remedies.compiled import compile_candidate
+from gobrrr.units import fmt_s
 
 __all__ = ["AttentionMatch", "find_attention", "SPEC", "rewrite_fired"]
 
@@ -79,16 +89,46 @@ def _applies(ctx: Context) -> str | None:
     return None
 
 
+def _softmax_instructions(ctx: Context, matches: list[AttentionMatch]
+                          ) -> tuple[float, float, int]:
+    """(instruction-bound seconds of the chains' softmaxes, seconds of their exponentials
+    at the calibrated exp rate, bytes those softmaxes move): module docstring."""
+    assert ctx.budget is not None and ctx.ceilings is not None
+    calls = {c.index: c for c in ctx.budget.per_call}
+    recs = {r.index: r for r in ctx.records}
+    instr_s = exp_s = 0.0
+    sm_bytes = 0
+    for m in matches:
+        call, rec = calls.get(m.ops[-2]), recs.get(m.ops[-2])  # [QK^T, ..., softmax, PV]
+        if call is None or rec is None or call.limit != "instruction":
+            continue
+        found = math_elements(rec.op, rec.flops)
+        rate = ctx.ceilings.math_elems_per_s("exp", rec.dtype)
+        # no calibrated exp rate: the whole math floor stays (nothing is credited for it)
+        stays = found[1] / rate if found is not None and rate else call.math_floor_s
+        instr_s += call.time_s
+        exp_s += min(stays, call.time_s)
+        sm_bytes += rec.bytes
+    return instr_s, exp_s, sm_bytes
+
+
 def _predict(ctx: Context) -> Gain:
     matches = find_attention(ctx.records)
     saved_bytes = sum(m.saved_bytes for m in matches)
     if ctx.budget is None or ctx.ceilings is None:
         return Gain.none(f"{len(matches)} attention(s), {saved_bytes / 1e6:.3g} MB of "
                          "score traffic (no diagnose budget to time it)")
-    saved_s = saved_bytes / ctx.ceilings.bandwidth_bytes_per_s
-    return gain_from_saved(ctx.budget, {"memory": saved_s}, (
-        f"{len(matches)} attention(s): {saved_bytes / 1e6:.3g} MB of score-matrix "
-        f"traffic at the measured bandwidth = {saved_s * 1e6:.3g} us"))
+    instr_s, exp_s, sm_bytes = _softmax_instructions(ctx, matches)
+    mem_bytes = saved_bytes - sm_bytes
+    saved_s = mem_bytes / ctx.ceilings.bandwidth_bytes_per_s
+    basis = (f"{len(matches)} attention(s): {mem_bytes / 1e6:.3g} MB of score-matrix "
+             f"traffic at the measured bandwidth = {fmt_s(saved_s)}")
+    if instr_s > 0:
+        basis += (f"; the softmax's {fmt_s(instr_s)} of instruction-bound math runs in "
+                  f"registers, fused, but its exponentials stay ({fmt_s(exp_s)} at the "
+                  f"calibrated exp rate): {fmt_s(instr_s - exp_s)} saved")
+    return gain_from_saved(ctx.budget, {"memory": saved_s, "compute": instr_s - exp_s},
+                           basis)
 
 
 def rewrite_fired() -> int:

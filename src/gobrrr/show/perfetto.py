@@ -39,7 +39,9 @@ def _call_args(row: dict[str, Any]) -> dict[str, Any]:
             "phase": row["phase"], "op_class": row["op_class"], "regime": row["regime"],
             "flops": row["flops"], "bytes": row["bytes"],
             "roofline_floor_us": round(row["floor_s"] * 1e6, 4),
-            "roofline_pct": round(100 * frac, 1) if frac is not None else None}
+            "roofline_pct": round(100 * frac, 1) if frac is not None else None,
+            # report 1.4 (absent from older reports): what limits it, and why
+            "limit": row.get("limit"), "why": row.get("reason") or row.get("cause")}
 
 
 def _meta(name: str, tid: int | None, value: str | int, key: str = "name") -> dict[str, Any]:

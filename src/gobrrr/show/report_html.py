@@ -43,13 +43,46 @@ def rows_table(rows: list[dict[str, Any]], total_s: float, numbered: bool = Fals
              r["intensity_flops_per_byte"] if r["intensity_flops_per_byte"] is not None
              else -1),
             (ach_txt, ach if ach is not None else -1),
-            (f"{100 * frac:.0f}%" + (" (below)" if r["below_roof"] else "")
-             if frac is not None else "-", frac if frac is not None else -1),
-            r["bound"],
+            (f"{100 * frac:.0f}%" + _band_mark(r) if frac is not None else "-",
+             frac if frac is not None else -1),
+            _bound_text(r),
         ]
         out.append(cells)
     name_col = 1 if numbered else 0
     return table(cols, out, text_columns=(name_col, len(cols) - 1), name_columns=(name_col,))
+
+
+def _band_mark(r: dict[str, Any]) -> str:
+    """" (below)" under 25% of its roofline, " (25-50%)" from there to 50% (a report
+    before 1.4 has only below_roof)."""
+    band = r.get("roof_band") or ("<25%" if r.get("below_roof") else None)
+    return {"<25%": " (below)", "25-50%": " (25-50%)"}.get(band or "", "")
+
+
+def _bound_text(r: dict[str, Any]) -> str:
+    return "compute (instruction)" if r.get("limit") == "instruction" else r["bound"]
+
+
+def _below_roof_table(d: dict[str, Any], total_s: float) -> Any:
+    """Ops whose time their roofline does not explain: instruction-bound, or under 50% of
+    their roofline, each with its reason (instruction) or likely cause (budget.py)."""
+    rows = [r for r in d["budget"]["per_op"]
+            if r.get("limit") == "instruction" or r.get("roof_band")]
+    if not rows:
+        return paragraph("No op is instruction-bound or under 50% of its own roofline.",
+                         "note")
+    out = []
+    for r in rows:
+        frac = r["roofline_fraction"]
+        out.append([r["name"], (fmt_s(r["time_s"]), r["time_s"]),
+                    (f"{100 * r['time_s'] / total_s:.1f}%" if total_s > 0 else "-",
+                     r["time_s"]),
+                    (f"{100 * frac:.0f}%" if frac is not None else "-",
+                     frac if frac is not None else -1),
+                    r.get("roof_band") or "-", _bound_text(r),
+                    r.get("reason") or r.get("cause") or "-"])
+    return table(["op", "time", "% of T", "% roofline", "band", "bound", "why"], out,
+                 text_columns=(0, 4, 5, 6), name_columns=(0,))
 
 
 # The catalog remedies (a remedy's "spec" key) that an experiment of the diagnosis
@@ -113,6 +146,17 @@ def _ceilings_table(m: dict[str, Any]) -> Any:
                  fmt_num(bw, "B/s"),
                  fmt_num(sbw, "B/s") if sbw else "-", f"{100 * bw / sbw:.0f}%" if sbw else "-"])
     rows.append(["eager cost of one tiny op", fmt_s(m["op_overhead_s"]), "-", "-"])
+    from gobrrr.hardware import MATH_KINDS, Ceilings
+
+    ceil = Ceilings.from_dict(m)  # its bytes/s per probe, as `gobrrr calibrate` shows
+    row_len = ceil.details.get("math_row")
+    for kind in MATH_KINDS:
+        for dtype in (m.get(f"{kind}_elems_per_s") or {}):
+            rate, bps = ceil.math_elems_per_s(kind, dtype), ceil.math_bytes_per_s(kind, dtype)
+            moved = (f", {fmt_num(bps, 'B/s')} = {100 * bps / bw:.0f}% of the bandwidth"
+                     if bps else "")
+            what = f"softmax (rows of {row_len})" if kind == "softmax" and row_len else kind
+            rows.append([f"{what} {dtype}", fmt_num(rate, "elem/s") + moved, "-", "-"])
     return table(["ceiling", "measured here", "datasheet", "% of datasheet"], rows,
                  sortable=False)
 
@@ -173,6 +217,7 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
         Section("ops", "Per op", rows_table(per_op, total_s, numbered=True)),
         Section("modules", "Per module", rows_table(b["per_module"], total_s)),
         Section("classes", "Per op class", rows_table(b["per_class"], total_s)),
+        Section("below-roof", "Ops below their roof", _below_roof_table(d, total_s)),
         Section("remedies", "Remedies: predicted and measured gains", remedies),
         Section("notes", "Notes", notes_body),
         Section("machine", "Machine and software", parts.machine(

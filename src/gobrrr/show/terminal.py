@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_s
+from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_s
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -70,6 +70,9 @@ def print_ceilings(ceil: Ceilings) -> None:
     table.add_row("Python float adds", f"{ceil.python_ops_per_s / 1e6:.3g} M/s", "-", "-")
     out = console()
     out.print(table)
+    math = _math_table(ceil)
+    if math is not None:
+        out.print(math)
     ridge = ", ".join(
         f"{d} {ceil.ridge_flops_per_byte(d):.0f}" for d in ceil.peak_flops_per_s
     )
@@ -169,7 +172,31 @@ def print_projection(proj: Projection) -> None:
     out.print(escape(proj.conclusion))
 
 
-_REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta"}
+def _math_table(ceil: Ceilings) -> Any:
+    """Element-wise math rates beside the bandwidth: a probe far below the bandwidth met
+    its instruction bound (hardware.py's docstring)."""
+    from rich.table import Table
+
+    from gobrrr.hardware import MATH_KINDS
+
+    if not (ceil.exp_elems_per_s or ceil.softmax_elems_per_s):
+        return None
+    row = ceil.details.get("math_row")
+    t = Table(title="element-wise math (elements/s; bytes/s = read + write once)",
+              title_justify="left")
+    for col in ("probe", "dtype", "elements/s", "bytes/s", "% of bandwidth"):
+        t.add_column(col, justify="left" if col in ("probe", "dtype") else "right")
+    for kind in MATH_KINDS:
+        rates = ceil.exp_elems_per_s if kind == "exp" else ceil.softmax_elems_per_s
+        for dtype, rate in rates.items():
+            bps = ceil.math_bytes_per_s(kind, dtype)
+            t.add_row(f"softmax (rows of {row})" if kind == "softmax" and row else kind,
+                      dtype, fmt_num(rate, "elem/s"), fmt_bytes_per_s(bps) if bps else "-",
+                      f"{100 * bps / ceil.bandwidth_bytes_per_s:.0f}%" if bps else "-")
+    return t
+
+
+_BAND_MARK = {"<25%": "[red]*[/]", "25-50%": "[yellow]+[/]"}
 
 
 def _budget_bar(fractions: dict[str, float], width: int) -> str:
@@ -188,6 +215,8 @@ def _budget_bar(fractions: dict[str, float], width: int) -> str:
 def print_report(report: Report) -> None:
     from rich.markup import escape
     from rich.table import Table
+
+    from gobrrr.budget import BELOW_ROOF_FRACTION, LOW_ROOF_FRACTION
 
     out = console()
     r, b, v = report, report.budget, report.verdict
@@ -213,9 +242,10 @@ def print_report(report: Report) -> None:
         for k, s in (("overhead", b.overhead_s), ("memory", b.memory_s),
                      ("compute", b.compute_s), ("communication", b.communication_s))
         if s is not None))
-    if b.below_roof_s > 0:
+    if b.below_roof_s > 0 or b.low_roof_s > 0:
         out.print(f"[dim]{fmt_s(b.below_roof_s)} of device time in ops under "
-                  f"{100 * 0.25:.0f}% of their own roofline[/dim]")
+                  f"{100 * BELOW_ROOF_FRACTION:.0f}% of their own roofline, "
+                  f"{fmt_s(b.low_roof_s)} from there to {100 * LOW_ROOF_FRACTION:.0f}%[/dim]")
 
     def rows_table(title: str, rows: list[RowBudget], n: int) -> Table:
         # No outer edge and a one-word bound column: at 80 columns the names get the room.
@@ -232,17 +262,34 @@ def print_report(report: Report) -> None:
                    and row.achieved_flops_per_s else
                    fmt_bytes_per_s(row.achieved_bytes_per_s) if row.achieved_bytes_per_s
                    else "-")
+            bound = "instr." if row.limit == "instruction" else row.bound
             t.add_row(escape(row.name), str(row.calls), fmt_s(row.time_s),
                       f"{inten:.3g}" if inten is not None else "-", ach,
                       (f"{100 * frac:.0f}%" if frac is not None else "-")
-                      + ("[red]*[/]" if row.below_roof else ""),
-                      f"[{_REGIME_STYLE.get(row.bound, 'white')}]{row.bound}[/]")
+                      + _BAND_MARK.get(row.roof_band or "", ""),
+                      f"[{_REGIME_STYLE.get(row.bound, 'white')}]{bound}[/]")
         return t
 
     out.print(rows_table("top ops (device time)", b.per_op, 8))
     out.print(rows_table("top modules", b.per_module, 6))
-    if any(row.below_roof for row in b.per_op[:8] + b.per_module[:6]):
-        out.print("[dim][red]*[/red] under 25% of its own roofline[/dim]")
+    shown = b.per_op[:8] + b.per_module[:6]
+    legend = [f"{mark} {text}" for mark, text, band in (
+        ("[red]*[/red]", "under 25% of its own roofline", "<25%"),
+        ("[yellow]+[/yellow]", "25-50% of it", "25-50%")) if any(
+            row.roof_band == band for row in shown)]
+    if any(row.limit == "instruction" for row in shown):
+        legend.append("instr.: compute-bound by element-wise instruction throughput "
+                      "(calibrated), not FLOPs or bytes")
+    if legend:
+        out.print(f"[dim]{'; '.join(legend)}[/dim]")
+    flagged = [row for row in b.per_op if row.limit == "instruction" or row.roof_band]
+    if flagged:
+        out.print("[bold]below their roof[/bold] (why: the arithmetic, or the likely cause)")
+    for row in flagged[:5]:
+        frac = row.roofline_fraction
+        where = f"{100 * frac:.0f}% of roof" if frac is not None else "no roofline"
+        out.print(f"  {escape(row.name)} {fmt_s(row.time_s)}, {where}: "
+                  f"{escape(row.reason or row.cause or 'unknown')}")
     if r.remedies:
         t = Table(title="remedies (predicted from the budget; `gobrrr optimize` verifies)",
                   title_justify="left")
