@@ -166,6 +166,11 @@ def dist_env(tmp_path_factory):
     between them), one OpenMP thread per rank."""
     env = dict(os.environ, OMP_NUM_THREADS="1", GOBRRR_DIST_TIMEOUT_S=str(TIMEOUT_S),
                XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")), NO_COLOR="1")
+    # Calibrated once, before any torchrun: under torchrun the other ranks wait for rank
+    # 0's calibration within TIMEOUT_S, which a CPU calibration on a loaded 2-core CI
+    # machine can exceed (seen: rank 1 timed out after 15 s while rank 0 calibrated).
+    subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--device", "cpu"],
+                   env=env, capture_output=True, check=True, timeout=240)
     return env
 
 
