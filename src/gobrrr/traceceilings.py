@@ -5,7 +5,7 @@ the same device, else the vendor's datasheet, said so in a note.
   on this machine for a GPU of that name (hardware.cached_for) is used as it is; so is a
   live calibration when this machine has that GPU. Otherwise the datasheet's peaks
   (datasheet.py), which run above what kernels reach (this project's H200 calibration,
-  benchmarks/results/h200/calibrate.json: 681 of 989 TFLOP/s bf16, 4.26 of 4.8 TB/s):
+  benchmarks/results/h200/calibrate.json: 672 of 989 TFLOP/s bf16, 4.26 of 4.8 TB/s):
   the split is made against optimistic roofs, and achieved fractions read low.
 - CPU trace: the trace does not say which CPU ran it; this machine's CPU calibration is
   used and the note says so.
