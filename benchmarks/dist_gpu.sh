@@ -14,6 +14,11 @@ NPROC=${NPROC:-2}
   nvidia-smi topo -m || true
   env | grep '^NCCL_' || true
 } > "$OUT/env.txt" 2>&1
+# The communication ceilings first (from the cache when dist_calibrate.sh ran): the doctor
+# reports each collective's % of the calibrated busbw and projects from this curve.
+timeout 300 $PY -m torch.distributed.run --standalone --nproc-per-node "$NPROC" -m gobrrr \
+    calibrate --distributed --json > "$OUT/comm_ceilings.json" 2> "$OUT/comm_ceilings.err"
+echo "calibrate --distributed rc=$?" | tee -a "$OUT/summary.txt"
 for ex in ddp_comm ddp_compute ddp_straggler; do
   start=$(date +%s)
   # NCCL_DEBUG=VERSION: NCCL's version on stderr, once per rank
@@ -38,10 +43,14 @@ for ex in ("ddp_comm", "ddp_compute", "ddp_straggler"):
         print(f"{ex} rank {r['rank']}: regime {r['regime']}, fractions "
               + ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["fractions"].items())
               + f"; exposed transfer {r['exposed_transfer_s'] * 1e3:.2f} ms, waiting "
-              f"{r['exposed_waiting_s'] * 1e3:.2f} ms; no_sync bound "
+              f"{r['exposed_waiting_s'] * 1e3:.2f} ms ({r.get('waiting_source')}; profiled "
+              f"{(r.get('exposed_waiting_profiled_s') or 0) * 1e3:.2f} ms), DDP bucket copies "
+              f"{(r.get('ddp_bucket_copy_s') or 0) * 1e3:.2f} ms; no_sync bound "
               f"{(ns.get('bound_fraction') or 0) * 100:.1f}% "
               f"(sync {ns.get('sync_s')}, no_sync {ns.get('no_sync_s')})")
-    print(ex, "collectives:", [(c["collective"], c["bytes"], round(c["busbw_gbps"] or 0, 1))
-                               for c in dd["collectives"]][:6], "stragglers:", dd["stragglers"],
-          "diagnose_s", round(d["diagnose_s"], 1))
+    print(ex, "collectives:", [(c["collective"], c["bytes"], round(c["busbw_gbps"] or 0, 1),
+                                c.get("pct_of_ceiling")) for c in dd["collectives"]][:6],
+          "stragglers:", dd["stragglers"], "diagnose_s", round(d["diagnose_s"], 1))
+    print(ex, "projection check:", dd.get("projection_check"), "bandwidth:",
+          dd.get("projection_bandwidth"))
 PYEOF

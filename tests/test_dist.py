@@ -163,14 +163,14 @@ TIMEOUT_S = 15  # GOBRRR_DIST_TIMEOUT_S in these runs: every failure ends within
 @pytest.fixture(scope="module")
 def dist_env(tmp_path_factory):
     """One calibration cache for the module's runs (the CPU's ceilings do not change
-    between them), one OpenMP thread per rank."""
+    between them), one OpenMP thread per rank. The cache is filled first by one process:
+    calibrating inside the first torchrun run (rank 0 alone, its peer waiting) can take
+    longer than TIMEOUT_S on a loaded 2-core machine, and the test would time out on
+    the calibration rather than test the diagnosis."""
     env = dict(os.environ, OMP_NUM_THREADS="1", GOBRRR_DIST_TIMEOUT_S=str(TIMEOUT_S),
                XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")), NO_COLOR="1")
-    # Calibrated once, before any torchrun: under torchrun the other ranks wait for rank
-    # 0's calibration within TIMEOUT_S, which a CPU calibration on a loaded 2-core CI
-    # machine can exceed (seen: rank 1 timed out after 15 s while rank 0 calibrated).
-    subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--device", "cpu"],
-                   env=env, capture_output=True, check=True, timeout=240)
+    subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--device", "cpu", "-q"],
+                   env=env, check=True, capture_output=True, timeout=300)
     return env
 
 

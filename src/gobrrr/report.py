@@ -31,7 +31,9 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 # 1.5: ops below their roof: budget.low_roof_s/_threshold; per_call and row limit,
 #      math_floor_s, reason, cause, roof_band; row instruction_s; machine's element-wise
 #      math rates (ceilings schema 3); compute_s_by_unit "instruction"
-SCHEMA_VERSION = "1.5"
+# 1.6: distributed: waiting estimated from the no_sync paces (and the profiled figure),
+#      DDP's bucket copies, the no_sync comparison, topology, ceilings, the projection.
+SCHEMA_VERSION = "1.6"
 
 
 @dataclass

@@ -46,12 +46,16 @@ _HELP = f"Split a workload's time into compute, memory and overhead.\n\n{TARGET_
 @click.option("--rank-traces", "rank_traces", type=click.Path(file_okay=False,
                                                                path_type=Path),
               help="Under torchrun: keep each rank's profiled trace here (rankN.json).")
+@click.option("--inter-node-gbps", "inter_node_gbps", type=click.FloatRange(min=0, min_open=True),
+              default=None,
+              help="Under torchrun: the projection's inter-node bandwidth per node and "
+                   "direction, in Gb/s [default: 8 x 400 Gb/s InfiniBand NDR = 3200].")
 def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
            image_size: int | None, dtype: str | None, train: bool, as_json: bool,
            no_experiments: bool, time_budget_s: float, quiet: bool,
            html_path: Path | None = None, trace_path: Path | None = None,
            nproc: int | None = None, dist_timeout_s: float | None = None,
-           rank_traces: Path | None = None) -> None:
+           rank_traces: Path | None = None, inter_node_gbps: float | None = None) -> None:
     """Split a workload's time into compute, memory and overhead (help: _HELP)."""
     from gobrrr.cli.common import (
         check_writable,
@@ -83,7 +87,8 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         opts = ModelOptions(seq_len, image_size, dtype, train)
         if world is not None and world.size > 1:
             report = _distributed(world, target, dev, batch_size, opts, no_experiments,
-                                  time_budget_s, dist_timeout_s, rank_traces, say)
+                                  time_budget_s, dist_timeout_s, rank_traces, say,
+                                  inter_node_gbps)
             if report is None:  # not rank 0: rank 0 alone writes the report
                 return
         else:
@@ -117,7 +122,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
 def _distributed(world: Any, target: str | None, dev: str, batch_size: int | None,
                  opts: Any, no_experiments: bool, time_budget_s: float,
                  dist_timeout_s: float | None, rank_traces: Path | None,
-                 say: Callable[[str], None]) -> Any:
+                 say: Callable[[str], None], inter_node_gbps: float | None = None) -> Any:
     """The lockstep diagnosis on this rank (gobrrr.dist.diagnose): the merged Report on
     rank 0, None on the others."""
     from gobrrr.dist.diagnose import DistOptions, diagnose_distributed
@@ -128,7 +133,8 @@ def _distributed(world: Any, target: str | None, dev: str, batch_size: int | Non
     return diagnose_distributed(
         world, target, dev, lambda: load_target(target, dev, batch_size, opts),
         DistOptions(time_budget_s=time_budget_s, timeout_s=timeout_s,
-                    experiments=not no_experiments, trace_dir=rank_traces),
+                    experiments=not no_experiments, trace_dir=rank_traces,
+                    inter_node_gbps=inter_node_gbps),
         progress=say)
 
 

@@ -44,12 +44,24 @@ from typing import Any
 
 __all__ = ["Interval", "union", "total_us", "subtract", "exposed_us", "Collective",
            "RankTrace", "read_trace", "busbw_factor", "bandwidth_gbps", "Matched",
-           "match_collectives", "exposed_split_us", "normalise_collective", "WINDOW"]
+           "match_collectives", "exposed_split_us", "normalise_collective", "WINDOW",
+           "BUCKET_COPY_RANGES"]
 
 Interval = tuple[float, float]  # (start_us, end_us)
 
 # The profiler range around the profiled steps on every rank (dist/diagnose.py).
 WINDOW = "gobrrr:dist-window"
+
+# The profiler ranges DDP's C++ reducer opens around its gradient copies
+# (torch/csrc/distributed/c10d/reducer.cpp, torch 2.x): `mul_out` copies a gradient into
+# its bucket and divides it by the world size in one pass (no comm hook); `copy_` copies
+# it (with a comm hook, which divides); `copy_bucket_to_grad` copies the all-reduced
+# bucket back into the gradient. Work launched inside them is the bucket copies that
+# no_sync() removes and gradient_as_bucket_view=True avoids (the gradients are views of
+# the buckets): named by the reducer itself, never guessed from kernel names.
+BUCKET_COPY_RANGES = frozenset({
+    "torch::distributed::reducer::mul_out", "torch::distributed::reducer::copy_",
+    "torch.distributed.ddp.reducer::copy_bucket_to_grad"})
 
 
 def union(intervals: Iterable[Interval]) -> list[Interval]:
@@ -180,6 +192,13 @@ class RankTrace:
     notes: list[str] = field(default_factory=list)
     # CPU: the step's thread inside a collective op (c10d::*): blocked on communication
     blocked: list[Interval] = field(default_factory=list)
+    # DDP's bucket copies (BUCKET_COPY_RANGES): the kernels and memcpys launched inside
+    # them (CUDA), the ranges themselves (CPU). Memory work: also inside `compute`.
+    bucket_copy: list[Interval] = field(default_factory=list)
+
+    @property
+    def bucket_copy_us(self) -> float:
+        return total_us(self.bucket_copy)
 
     @property
     def comm_intervals(self) -> list[Interval]:
@@ -208,7 +227,8 @@ class RankTrace:
                          [Collective(**c) for c in d["collectives"]],
                          [tuple(i) for i in d["compute"]],  # type: ignore[misc]
                          d["source"], list(d.get("notes", [])),
-                         [tuple(i) for i in d.get("blocked", [])])  # type: ignore[misc]
+                         [tuple(i) for i in d.get("blocked", [])],  # type: ignore[misc]
+                         [tuple(i) for i in d.get("bucket_copy", [])])  # type: ignore[misc]
 
 
 def _x_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
@@ -265,8 +285,10 @@ def _read_cpu(events: list[dict[str, Any]], rank: int, steps: int, lo: float, hi
         name = normalise_collective(str(e["name"]))
         out.append(Collective(group, len(out), name,
                               nel * size if size and dims else None, s, t - s))
+    copies = [_span(e) for e in events if e.get("name") in BUCKET_COPY_RANGES]
     return RankTrace(rank, steps, hi - lo, out, compute, "cpu",
-                     blocked=union(clip(launches, lo, hi)))
+                     blocked=union(clip(launches, lo, hi)),
+                     bucket_copy=union(clip(copies, lo, hi)))
 
 
 def _int(x: Any) -> int | None:
@@ -283,23 +305,13 @@ def _read_cuda(events: list[dict[str, Any]], rank: int, steps: int, lo: float, h
     notes = []
     if len(devices) > 1:
         notes.append(f"rank {rank}: kernels on devices {sorted(devices)}; all are counted")
-    # Fallback link: a kernel launched from inside a record_param_comms CPU op.
-    comms_ops = [e for e in events if e.get("name") == "record_param_comms"]
-    by_tid: dict[Any, list[dict[str, Any]]] = {}
-    for e in comms_ops:
-        by_tid.setdefault(e.get("tid"), []).append(e)
-    meta_of_corr: dict[int, dict[str, Any]] = {}
-    for e in events:
-        if e.get("cat") not in ("cuda_runtime", "cuda_driver"):
-            continue
-        corr = _int(e.get("args", {}).get("correlation"))
-        if corr is None:
-            continue
-        for op in by_tid.get(e.get("tid"), ()):
-            s, t = _span(op)
-            if s <= float(e["ts"]) <= t:
-                meta_of_corr[corr] = op.get("args", {})
-                break
+    # Fallback link: a kernel launched from inside a record_param_comms CPU op; and the
+    # work launched inside DDP's bucket-copy ranges (BUCKET_COPY_RANGES).
+    meta_of_corr = _launched_inside(events, lambda e: e.get("name") == "record_param_comms")
+    copy_corr = _launched_inside(events, lambda e: e.get("name") in BUCKET_COPY_RANGES)
+    copies: list[Interval] = [
+        _span(e) for e in device_work
+        if (_int(e.get("args", {}).get("correlation")) or -1) in copy_corr]
     comm: list[tuple[dict[str, Any], dict[str, Any]]] = []
     compute: list[Interval] = []
     for e in device_work:
@@ -327,7 +339,32 @@ def _read_cuda(events: list[dict[str, Any]], rank: int, steps: int, lo: float, h
         size = _element_bytes(meta.get("dtype"))
         out.append(Collective(g, seq if seq is not None else n_order, name,
                               nel * size if nel is not None and size else None, s, t - s))
-    return RankTrace(rank, steps, hi - lo, out, union(clip(compute, lo, hi)), "cuda", notes)
+    return RankTrace(rank, steps, hi - lo, out, union(clip(compute, lo, hi)), "cuda", notes,
+                     bucket_copy=union(clip(copies, lo, hi)))
+
+
+def _launched_inside(events: list[dict[str, Any]], is_range: Any) -> dict[int, dict[str, Any]]:
+    """correlation id -> the args of the CPU range (`is_range`) that the CUDA runtime
+    call with that id was made inside (same thread, start within the range)."""
+    by_tid: dict[Any, list[dict[str, Any]]] = {}
+    for e in events:
+        if is_range(e):
+            by_tid.setdefault(e.get("tid"), []).append(e)
+    out: dict[int, dict[str, Any]] = {}
+    if not by_tid:
+        return out
+    for e in events:
+        if e.get("cat") not in ("cuda_runtime", "cuda_driver"):
+            continue
+        corr = _int(e.get("args", {}).get("correlation"))
+        if corr is None:
+            continue
+        for op in by_tid.get(e.get("tid"), ()):
+            s, t = _span(op)
+            if s <= float(e["ts"]) <= t:
+                out[corr] = op.get("args", {})
+                break
+    return out
 
 
 @dataclass(frozen=True)

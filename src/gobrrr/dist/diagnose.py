@@ -16,10 +16,13 @@ Per rank, in this order (each a Lockstep.stage: a rank that raises stops every r
    alone on every rank, *except* collectives (trace.is_collective): those are never
    replayed, their time is the profiled steps'. Replays are local ops and need no
    lockstep; the one counted call runs on every rank.
-Exposed communication per call = T_wall x (exposed time / window length) of the profiled
-steps: a fraction, so the profiler's own slowdown of the window cancels out.
+8. every rank's collectives and no_sync paces to every rank (the control group): each
+   rank's exposed communication per call is accounting.account's (transfer in kernel
+   seconds per step on CUDA; waiting estimated from the no_sync paces when DDP's
+   experiment ran, the profiled waiting otherwise: accounting.py says why).
 
-Rank 0 then gathers every rank's summary (merge.py) and alone writes the report.
+Rank 0 then gathers every rank's summary (merge.py), adds the topology, the cached
+communication ceilings and the projection (context.py), and alone writes the report.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gobrrr.dist.accounting import PROFILED_WAITING_NOTE
 from gobrrr.dist.comm import WINDOW, RankTrace, read_trace
 from gobrrr.dist.lockstep import Lockstep, World, measure_lockstep, setup
 from gobrrr.errors import WARNING
@@ -55,8 +59,8 @@ class DistOptions:
     timeout_s: float = 60.0
     experiments: bool = True
     trace_dir: Path | None = None  # keep each rank's profiled trace here
-    ceilings_busbw_gbps: dict[str, float] | None = None
-    topology: dict[str, Any] | None = None
+    inter_node_gbps: float | None = None  # the projection's inter-node bandwidth, Gb/s
+    topology: dict[str, Any] | None = None  # default: dist.topology.topology() on rank 0
 
 
 def target_fingerprint(target: str | None) -> str:
@@ -114,6 +118,21 @@ def _drop_collective_kernels(run: Any) -> Any:
     return run
 
 
+def _account(ls: Lockstep, trace: RankTrace, wall_s: float, nosync: Any) -> Any:
+    """This rank's CommAccount: the collectives of every rank (to match them) and every
+    rank's no_sync pace, exchanged on the control group."""
+    from gobrrr.dist.accounting import account
+    from gobrrr.dist.comm import match_collectives
+
+    mine = (trace.to_dict() | {"compute": [], "blocked": [], "bucket_copy": []},
+            nosync.no_sync_s if nosync is not None else None)
+    got = ls.all_gather(mine, "sharing the collectives")
+    traces = [RankTrace.from_dict(t) for t, _ in got]
+    matched, _notes = match_collectives(traces)
+    paces = {r: float(p) for r, (_t, p) in enumerate(got) if p is not None}
+    return account(trace, matched, wall_s, paces if len(paces) == len(got) else None)
+
+
 def diagnose_distributed(world: World, target: str | None, device: str,
                          load: Callable[[], Any], opts: DistOptions,
                          progress: Progress | None = None) -> Any:
@@ -122,6 +141,9 @@ def diagnose_distributed(world: World, target: str | None, device: str,
     from gobrrr.api import _facts
     from gobrrr.budget import compute_budget, with_communication
     from gobrrr.dist import experiments as dx
+    from gobrrr.dist.ceilings import load_cached
+    from gobrrr.dist.context import CALIBRATE_HINT, model_bytes, projection_for
+    from gobrrr.dist.topology import topology
     from gobrrr.dist.merge import merge, with_distributed
     from gobrrr.hardware import calibrate
     from gobrrr.report import Report
@@ -180,8 +202,11 @@ def diagnose_distributed(world: World, target: str | None, device: str,
             run = ls.stage("counting", lambda: profile_counted(w))
     for line in state.warnings:
         notes.append(f"{WARNING}{line}")
-    comm_s = wall.median_s * trace.exposed_fraction
-    budget = with_communication(compute_budget(run, wall.median_s, ceil), comm_s)
+    acc = _account(ls, trace, wall.median_s, nosync)
+    if (trace.source == "cuda" and acc.waiting_source != "no_sync paces"
+            and acc.waiting_profiled_s > 0):
+        notes.append(PROFILED_WAITING_NOTE)
+    budget = with_communication(compute_budget(run, wall.median_s, ceil), acc.communication_s)
     verdict = verdict_for(budget, run.counts, ceil, w.device, None, None)
     remedies = remedies_for(budget, run.counts, ceil, w.device, None, None, **_facts(w))
     mine_summary = {
@@ -191,6 +216,7 @@ def diagnose_distributed(world: World, target: str | None, device: str,
                    if k in ("wall_s", "busy_s", "overhead_s", "memory_s", "compute_s",
                             "communication_s", "fractions", "regime")},
         "trace": trace.to_dict(), "no_sync": nosync.to_dict() if nosync else None,
+        "account": acc.to_dict(),
         "trace_path": str(trace_path) if trace_path else None,
     }
     gathered = ls.gather(mine_summary, "gathering every rank's result")
@@ -200,8 +226,18 @@ def diagnose_distributed(world: World, target: str | None, device: str,
                     budget=budget, verdict=verdict, remedies=remedies,
                     diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
                     state=state)
+    say("rank 0: topology, communication ceilings, projection")
+    topo = opts.topology if opts.topology is not None else topology()
+    comm_ceil = load_cached(topo)
     dist_section = merge(gathered, world_size=world.size, backend=backend,
                          device=w.device, timeout_s=opts.timeout_s,
-                         ceilings_busbw_gbps=opts.ceilings_busbw_gbps,
-                         topology=opts.topology, experiments=opts.experiments)
+                         comm_ceilings=comm_ceil, topology=topo,
+                         experiments=opts.experiments)
+    if comm_ceil is None:
+        dist_section["notes"].append(CALIBRATE_HINT)
+    grad_bytes, param_bytes = model_bytes(w)
+    proj = projection_for(dist_section, grad_bytes, param_bytes, comm_ceil,
+                          opts.inter_node_gbps)
+    dist_section["notes"] += proj.pop("notes")
+    dist_section |= proj
     return with_distributed(report, dist_section)

@@ -2,16 +2,19 @@
 evidence lines the verdict gains from it. Data in, data out; measures nothing.
 
 Per rank: its four-way split (overhead, memory, compute, communication) and its exposed
-communication split into transfer and waiting (comm.exposed_split_us), scaled to T_wall
-like the budget's communication (a fraction of the profiled window).
+communication split into transfer and waiting, each rank's own accounting.CommAccount
+(computed on that rank, the one rule: accounting.py), with the profiled waiting beside
+the estimate, DDP's bucket copies, and the comparison with the no_sync bound.
 Stragglers: for each collective matched across ranks, the late rank (the shortest
-duration) makes every peer wait (their duration minus its own). The waiting each rank
-causes, per call and per peer, is summed; the rank causing the most is named a straggler
-when that waiting reaches STRAGGLER_FRACTION of the median step time and it arrived
-last in at least STRAGGLER_LATE_SHARE of the collectives.
+duration) makes every peer wait; each peer's waiting per step (its estimate, where the
+no_sync experiment gave one) is attributed to the late ranks in those shares
+(accounting.caused_waiting), per peer; a rank is named a straggler when that waiting
+reaches STRAGGLER_FRACTION of the median step time and it arrived last in at least
+STRAGGLER_LATE_SHARE of the collectives.
 Collectives: grouped by (collective, message size), with their median transfer time and
 achieved bus bandwidth (comm.bandwidth_gbps); "% of the measured ceiling" is filled only
-when ceilings are given (`ceilings_busbw_gbps`, from calibrate --distributed).
+when ceilings are given (`comm_ceilings`, calibrate --distributed's CommCeilings): the
+achieved busbw over the calibrated busbw at that message size.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
-from gobrrr.dist.comm import RankTrace, exposed_split_us, match_collectives
+from gobrrr.dist.accounting import (
+    PROFILED_WAITING_NOTE,
+    CommAccount,
+    caused_waiting,
+    no_sync_comparison,
+)
+from gobrrr.dist.comm import RankTrace, match_collectives
 from gobrrr.units import fmt_pct, fmt_s
 
 __all__ = ["merge", "with_distributed", "STRAGGLER_FRACTION"]
@@ -38,42 +47,48 @@ _GAP = ("no_sync also removes DDP's bucket copies and its division by the world 
 
 
 def merge(gathered: list[dict[str, Any]], *, world_size: int, backend: str, device: str,
-          timeout_s: float, ceilings_busbw_gbps: dict[str, float] | None = None,
+          timeout_s: float, comm_ceilings: Any | None = None,
           topology: dict[str, Any] | None = None, experiments: bool = True
           ) -> dict[str, Any]:
     traces = [RankTrace.from_dict(g["trace"]) for g in gathered]
-    matched, notes = match_collectives(traces, ceilings_busbw_gbps)
+    matched, notes = match_collectives(traces)
     walls = {g["rank"]: g["timing"]["median_s"] for g in gathered}
     median_wall = statistics.median(walls.values())
+    accounts = [CommAccount(**{k: v for k, v in g["account"].items()
+                               if k != "communication_s"}) for g in gathered]
     ranks = []
-    for g, t in zip(gathered, traces, strict=True):
+    for g, t, a in zip(gathered, traces, accounts, strict=True):
         wall = walls[g["rank"]]
-        per_call = wall / t.window_us if t.window_us > 0 else 0.0  # us of window -> s
-        transfer_us, waiting_us = exposed_split_us(t, matched)
         b = g["budget"]
         ranks.append({
             "rank": g["rank"], "host": g.get("host"), "wall_s": wall,
             "seconds": {k: b[f"{k}_s"] for k in ("overhead", "memory", "compute",
                                                   "communication")},
             "fractions": b["fractions"], "regime": b["regime"],
-            "communication_total_s": t.comm_us * per_call,
-            "exposed_transfer_s": transfer_us * per_call,
-            "exposed_waiting_s": waiting_us * per_call,
+            "communication_total_s": a.communication_total_s,
+            "exposed_transfer_s": a.transfer_s,
+            "exposed_waiting_s": a.waiting_s,
+            "exposed_waiting_profiled_s": a.waiting_profiled_s,
+            "waiting_source": a.waiting_source,
+            "time_basis": a.time_basis,
+            "ddp_bucket_copy_s": a.ddp_bucket_copy_s,
             "collectives": len(t.collectives), "trace_path": g.get("trace_path"),
             "no_sync": g.get("no_sync"),
+            "no_sync_comparison": no_sync_comparison(a.to_dict(), g.get("no_sync")),
         })
         notes += t.notes
-    steps = max(1, traces[0].steps) if traces else 1
-    caused = {r["rank"]: 0.0 for r in ranks}
+    if any(a.waiting_source == "profiled steps" and a.waiting_profiled_s > 0
+           and a.time_basis == "kernel seconds" for a in accounts):
+        notes.append(PROFILED_WAITING_NOTE)
+    paces = {g["rank"]: g["no_sync"]["no_sync_s"] for g in gathered
+             if (g.get("no_sync") or {}).get("no_sync_s") is not None}
+    caused = caused_waiting(matched, accounts, paces if len(paces) == len(gathered)
+                            else None)
     late = {r["rank"]: 0 for r in ranks}
     for m in matched:
-        caused[m.late_rank] += sum(m.waiting_us(r) for r in m.dur_us) * 1e-6
         late[m.late_rank] += 1
     peers = max(1, world_size - 1)
-    # seconds each peer waits per call for rank r, on the profiled clock scaled to T_wall
-    window_s = statistics.median(t.window_us for t in traces) * 1e-6 / steps if traces else 0
-    scale = median_wall / window_s if window_s > 0 else 0.0
-    waits = {r: c / steps / peers * scale for r, c in caused.items()}
+    waits = {r: c / peers for r, c in caused.items()}
     stragglers = [{"rank": r, "peer_waiting_s": s, "share_of_step": s / median_wall,
                    "late_in": late[r], "collectives": len(matched)}
                   for r, s in sorted(waits.items(), key=lambda p: -p[1])
@@ -95,15 +110,35 @@ def merge(gathered: list[dict[str, Any]], *, world_size: int, backend: str, devi
                       "busy_per_rank_s": {str(k): v for k, v in busy.items()}},
         "stragglers": stragglers,
         "straggler_threshold": STRAGGLER_FRACTION,
-        "collectives": _grouped(matched, steps, ceilings_busbw_gbps),
-        "ceilings_busbw_gbps": ceilings_busbw_gbps,
+        "collectives": _grouped(matched, max(1, traces[0].steps) if traces else 1,
+                                comm_ceilings),
+        "ceilings_busbw_gbps": _peaks(comm_ceilings),
+        "ceilings_source": (None if comm_ceilings is None else
+                            f"gobrrr calibrate --distributed ({comm_ceilings.source}, "
+                            f"measured {comm_ceilings.measured_at})"),
         "topology": topology,
         "no_sync_gap": _GAP if experiments else None,
         "notes": notes,
     }
 
 
-def _grouped(matched: list[Any], steps: int, ceilings: dict[str, float] | None
+def _peaks(ceil: Any | None) -> dict[str, float] | None:
+    """Each calibrated collective's highest bus bandwidth, GB/s."""
+    if ceil is None:
+        return None
+    names = sorted({p.collective for p in ceil.points})
+    return {n: ceil.peak_busbw(n) / 1e9 for n in names}
+
+
+def _ceiling_gbps(ceil: Any | None, name: str, nbytes: int | None) -> float | None:
+    """The calibrated busbw (GB/s) of `name` at `nbytes` (nccl-tests' S, as the trace's
+    sizes are), or None without ceilings, a size, or that collective's curve."""
+    if ceil is None or not nbytes or not ceil.curve(name):
+        return None
+    return float(ceil.busbw_at(name, nbytes)) / 1e9
+
+
+def _grouped(matched: list[Any], steps: int, ceilings: Any | None
              ) -> list[dict[str, Any]]:
     groups: dict[tuple[str, int | None], list[Any]] = {}
     for m in matched:
@@ -113,7 +148,7 @@ def _grouped(matched: list[Any], steps: int, ceilings: dict[str, float] | None
         busbw = [m.busbw_gbps for m in ms if m.busbw_gbps is not None]
         algbw = [m.algbw_gbps for m in ms if m.algbw_gbps is not None]
         bus = statistics.median(busbw) if busbw else None
-        ceil = (ceilings or {}).get(name)
+        ceil = _ceiling_gbps(ceilings, name, nbytes)
         out.append({
             "collective": name, "bytes": nbytes, "calls_per_step": len(ms) / steps,
             "transfer_us_median": statistics.median(m.transfer_us for m in ms),
@@ -121,6 +156,7 @@ def _grouped(matched: list[Any], steps: int, ceilings: dict[str, float] | None
                 max(m.waiting_us(r) for r in m.dur_us) for m in ms),
             "algbw_gbps": statistics.median(algbw) if algbw else None,
             "busbw_gbps": bus,
+            "ceiling_busbw_gbps": ceil,
             "pct_of_ceiling": bus / ceil if bus is not None and ceil else None,
         })
     return out
@@ -129,9 +165,13 @@ def _grouped(matched: list[Any], steps: int, ceilings: dict[str, float] | None
 def evidence(d: dict[str, Any], rank: int = 0) -> list[str]:
     """The verdict's lines from the distributed section (every number from it)."""
     r = next(x for x in d["ranks"] if x["rank"] == rank)
+    est = r.get("waiting_source") == "no_sync paces"
     lines = [f"exposed communication {fmt_pct(r['fractions'].get('communication', 0))} "
              f"of the step on rank {rank} ({fmt_s(r['exposed_transfer_s'])} transfer, "
-             f"{fmt_s(r['exposed_waiting_s'])} waiting for a late rank; "
+             f"{fmt_s(r['exposed_waiting_s'])} waiting for a late rank"
+             + (f" from the ranks' no_sync paces ({fmt_s(r['exposed_waiting_profiled_s'])}"
+                " in the profiled steps, where the profiler delays CPU launches)"
+                if est else "") + "; "
              f"{fmt_s(r['communication_total_s'])} of collectives in all, the rest hidden "
              "behind compute)"]
     for s in d["stragglers"]:
@@ -140,11 +180,13 @@ def evidence(d: dict[str, Any], rank: int = 0) -> list[str]:
                      f" of the step; last to arrive in {s['late_in']} of {s['collectives']}"
                      " collectives)")
     ns = r.get("no_sync")
-    if ns and ns.get("bound_s") is not None:
+    cmp = r.get("no_sync_comparison")
+    if ns and ns.get("bound_s") is not None and cmp:
         lines.append(f"under DDP no_sync() the step takes {fmt_s(ns['no_sync_s'])} instead "
-                     f"of {fmt_s(ns['sync_s'])}: exposed communication is at most "
-                     f"{fmt_pct(ns['bound_fraction'])} of the step (the trace: "
-                     f"{fmt_pct(r['fractions'].get('communication', 0))}); {d['no_sync_gap']}")
+                     f"of {fmt_s(ns['sync_s'])} ({fmt_pct(cmp['bound_fraction'])} of the "
+                     f"step); gobrrr: exposed communication {fmt_pct(cmp['exposed_fraction'])}"
+                     f", with DDP's bucket copies {fmt_pct(cmp['with_bucket_copies_fraction'])}"
+                     f": {cmp['explanation']}")
     elif ns and ns.get("skipped"):
         lines.append(f"no no_sync experiment: {ns['skipped']}")
     return lines

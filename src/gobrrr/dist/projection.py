@@ -172,6 +172,15 @@ class Projection:
         d["schema"] = "gobrrr.projection"
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Projection:
+        """The inverse of to_dict (a saved report's `distributed.projection`)."""
+        return cls(inputs=dict(d["inputs"]), assumptions=list(d["assumptions"]),
+                   rows=[ProjectionRow(**r) for r in d["rows"]],
+                   sensitivity=list(d["sensitivity"]), sensitivity_at=d["sensitivity_at"],
+                   conclusion=d["conclusion"], notes=list(d.get("notes", [])),
+                   schema_version=d.get("schema_version", SCHEMA_VERSION))
+
 
 def _efficiencies(step: StepInputs, n: int, links: Links, overlap: float
                   ) -> tuple[float, float, float, float, float, float]:

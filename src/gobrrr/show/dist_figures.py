@@ -9,7 +9,7 @@ from typing import Any
 from gobrrr.show.figures import _figure, _style, svg_of
 from gobrrr.units import fmt_bytes_per_s
 
-__all__ = ["projection_svg", "comm_ceilings_svg"]
+__all__ = ["projection_svg", "comm_ceilings_svg", "rank_split_svg"]
 
 _COLORS = {"ddp": "#1f78b4", "fsdp": "#9b2d9b", "all_reduce": "#1f78b4",
            "all_gather": "#d99a00", "reduce_scatter": "#9b2d9b"}
@@ -21,6 +21,33 @@ def _assumption_text(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
     return str(value)
+
+
+def rank_split_svg(ranks: list[dict[str, Any]]) -> str:
+    """One stacked bar per rank: its step split overhead / memory / compute /
+    communication (the budget's four parts, shares of its T_wall)."""
+    from gobrrr.show.figures import REGIME_COLORS
+
+    order = ("overhead", "memory", "compute", "communication")
+    with _style():
+        fig = _figure(8.0, 0.6 + 0.45 * len(ranks))
+        ax = fig.add_axes((0.12, 0.25, 0.85, 0.7))
+        for i, r in enumerate(ranks):
+            y = len(ranks) - 1 - i
+            left = 0.0
+            for k in order:
+                share = float(r["fractions"].get(k, 0.0))
+                ax.barh(y, share, left=left, height=0.6, edgecolor="white",
+                        color=REGIME_COLORS.get(k, "#2ca02c"))
+                if share >= 0.08:  # a label only where it fits
+                    ax.text(left + share / 2, y, f"{k} {100 * share:.0f}%", ha="center",
+                            va="center", color="white", fontsize=7.5, fontweight="bold")
+                left += share
+        ax.set_xlim(0, 1)
+        ax.set_yticks(range(len(ranks)), [f"rank {r['rank']}" for r in reversed(ranks)])
+        ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0], ["0", "25%", "50%", "75%", "100%"])
+        ax.spines["left"].set_visible(False)
+        return svg_of(fig)
 
 
 def projection_svg(proj: dict[str, Any]) -> str:

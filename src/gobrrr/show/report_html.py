@@ -161,6 +161,115 @@ def _ceilings_table(m: dict[str, Any]) -> Any:
                  sortable=False)
 
 
+def _pct(x: float | None) -> tuple[str, float]:
+    return ("-", -1.0) if x is None else (f"{100 * x:.1f}%", x)
+
+
+def _distributed_body(dd: dict[str, Any]) -> Any:
+    """The distributed section (report schema 1.4+): every number read from `dd`."""
+    from markupsafe import Markup
+
+    from gobrrr.show.dist_figures import projection_svg, rank_split_svg
+
+    parts: list[Any] = []
+    ranks = dd["ranks"]
+    parts.append(figure(rank_split_svg(ranks), "Each rank's step split into the four "
+                        "regimes (shares of its own T_wall)."))
+    rows = []
+    for r in ranks:
+        f = r["fractions"]
+        rows.append([
+            (str(r["rank"]), r["rank"]), (fmt_s(r["wall_s"]), r["wall_s"]),
+            *(_pct(f.get(k)) for k in ("overhead", "memory", "compute", "communication")),
+            (fmt_s(r["exposed_transfer_s"]), r["exposed_transfer_s"]),
+            (fmt_s(r["exposed_waiting_s"]) + f" ({r.get('waiting_source', 'profiled steps')})",
+             r["exposed_waiting_s"]),
+            (fmt_s(r.get("exposed_waiting_profiled_s", r["exposed_waiting_s"])),
+             r.get("exposed_waiting_profiled_s", r["exposed_waiting_s"])),
+            (fmt_s(r.get("ddp_bucket_copy_s", 0.0)), r.get("ddp_bucket_copy_s", 0.0)),
+            (fmt_s(r.get("communication_total_s", 0.0)), r.get("communication_total_s", 0.0)),
+        ])
+    parts.append(table(["rank", "T_wall", "overhead", "memory", "compute", "communication",
+                        "exposed transfer", "waiting (used)", "waiting (profiled)",
+                        "DDP bucket copies", "all collective time"], rows))
+    if dd["stragglers"]:
+        for s in dd["stragglers"]:
+            parts.append(paragraph(
+                f"Straggler: rank {s['rank']} makes each peer wait {fmt_s(s['peer_waiting_s'])}"
+                f" per step ({100 * s['share_of_step']:.0f}% of the step; last to arrive in "
+                f"{s.get('late_in', '?')} of {s.get('collectives', '?')} collectives)."))
+    else:
+        parts.append(paragraph(f"No straggler (threshold: "
+                               f"{100 * dd.get('straggler_threshold', 0.1):.0f}% of the step "
+                               "for each peer).", "note"))
+    cmp_rows = []
+    for r in ranks:
+        c = r.get("no_sync_comparison")
+        if c:
+            cmp_rows.append([(str(r["rank"]), r["rank"]), _pct(c["exposed_fraction"]),
+                             _pct(c["with_bucket_copies_fraction"]),
+                             _pct(c["bound_fraction"]), c["explanation"]])
+    if cmp_rows:
+        parts.append(Markup("<h3>Against the no_sync bound</h3>"))
+        parts.append(table(["rank", "exposed communication (gobrrr)",
+                            "+ DDP bucket copies", "no_sync bound", "the gap"], cmp_rows,
+                           text_columns=(4,)))
+        if dd.get("no_sync_gap"):
+            parts.append(paragraph(dd["no_sync_gap"], "note"))
+    coll_rows = []
+    for c in dd["collectives"]:
+        coll_rows.append([
+            c["collective"], (fmt_num(c["bytes"], "B") if c["bytes"] else "-",
+                              c["bytes"] or -1),
+            (f"{c['calls_per_step']:g}", c["calls_per_step"]),
+            (fmt_s(c["transfer_us_median"] * 1e-6), c["transfer_us_median"]),
+            (f"{c['busbw_gbps']:.1f} GB/s" if c["busbw_gbps"] is not None else "-",
+             c["busbw_gbps"] if c["busbw_gbps"] is not None else -1),
+            (f"{c['ceiling_busbw_gbps']:.1f} GB/s" if c.get("ceiling_busbw_gbps") else "-",
+             c.get("ceiling_busbw_gbps") or -1),
+            _pct(c["pct_of_ceiling"])])
+    parts.append(Markup("<h3>Collectives</h3>"))
+    parts.append(table(["collective", "size", "per step", "transfer (median)",
+                        "achieved busbw", "calibrated busbw at this size", "% of ceiling"],
+                       coll_rows))
+    if dd.get("ceilings_source"):
+        parts.append(paragraph(f"Ceilings: {dd['ceilings_source']}.", "note"))
+    topo = dd.get("topology")
+    if topo:
+        env = ", ".join(f"{k}={v}" for k, v in (topo.get("nccl_env") or {}).items()) or "none"
+        names = ", ".join(topo.get("gpu_names") or []) or topo.get("cpu_name", "CPU")
+        parts.append(Markup("<h3>Topology</h3>"))
+        parts.append(paragraph(
+            f"{topo.get('gpu_count', 0)} GPU(s): {names}; links {topo.get('link_type')}"
+            f" ({topo.get('nvlinks', 0)} NVLinks, from {topo.get('link_source')}); NCCL "
+            f"{topo.get('nccl_version')}; NCCL environment: {env}; world "
+            f"{topo.get('world_size')}, backend {topo.get('backend')}."))
+    proj = dd.get("projection")
+    if proj:
+        parts.append(Markup("<h3>Projection beyond this host</h3>"))
+        parts.append(figure(projection_svg(proj),
+                            f"Intra-node bandwidth: {dd.get('projection_bandwidth')}. "
+                            + proj["conclusion"]))
+        parts.append(table(
+            ["GPUs", "nodes", "DDP comm", "DDP step", "DDP eff.", "FSDP comm", "FSDP step",
+             "FSDP eff."],
+            [[(str(r["n_gpus"]), r["n_gpus"]), (str(r["nodes"]), r["nodes"]),
+              (fmt_s(r["ddp_comm_s"]), r["ddp_comm_s"]),
+              (fmt_s(r["ddp_step_s"]), r["ddp_step_s"]), _pct(r["ddp_efficiency"]),
+              (fmt_s(r["fsdp_comm_s"]), r["fsdp_comm_s"]),
+              (fmt_s(r["fsdp_step_s"]), r["fsdp_step_s"]), _pct(r["fsdp_efficiency"])]
+             for r in proj["rows"]]))
+        chk = dd.get("projection_check")
+        if chk:
+            parts.append(paragraph(
+                f"Check: {chk['n_gpus']} GPUs projected {fmt_s(chk['projected_step_s'])}, "
+                f"measured {fmt_s(chk['measured_step_s'])} "
+                f"({100 * chk['rel_error']:+.0f}%).", "note"))
+    for n in dd.get("notes", []):
+        parts.append(paragraph(n, "note"))
+    return Markup("").join(parts)
+
+
 def title_of(d: dict[str, Any]) -> tuple[str, str]:
     w, fp = d["workload"], d["machine"]["fingerprint"]
     if w.get("source") == "trace":  # gobrrr analyze: a profiler trace, not a run
@@ -214,6 +323,8 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
         Section("roofline", "Roofline", roof),
         Section("experiments", "Experiments",
                 parts.experiments(d, Markup(batch_svg) if batch_svg else None)),
+        *([Section("distributed", "Distributed: every rank",
+                   _distributed_body(d["distributed"]))] if d.get("distributed") else []),
         Section("ops", "Per op", rows_table(per_op, total_s, numbered=True)),
         Section("modules", "Per module", rows_table(b["per_module"], total_s)),
         Section("classes", "Per op class", rows_table(b["per_class"], total_s)),

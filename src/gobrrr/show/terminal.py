@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gobrrr.report import Report
 
 __all__ = ["console", "print_ceilings", "print_report", "print_optimize", "print_comparison",
-           "print_lab", "print_comm_ceilings", "print_projection"]
+           "print_lab", "print_comm_ceilings", "print_projection", "print_distributed"]
 
 
 
@@ -212,6 +212,65 @@ def _budget_bar(fractions: dict[str, float], width: int) -> str:
     return "".join(cells)
 
 
+def print_distributed(d: dict[str, Any]) -> None:
+    """The distributed section: each rank's four-way split, its communication beside the
+    no_sync bound, the collectives against their ceilings, and the projection."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from gobrrr.dist.projection import Projection
+
+    out = console()
+    t = Table(title=f"ranks ({d['world_size']}, {d['backend']})", title_justify="left")
+    # short headers: ten columns in an 80-column terminal (the legend below the table)
+    for c in ("rank", "T_wall", "ovh", "mem", "comp", "comm", "xfer", "wait (prof.)",
+              "DDP copies", "no_sync"):
+        t.add_column(c, justify="right")
+    for r in d["ranks"]:
+        f = r["fractions"]
+        cmp = r.get("no_sync_comparison")
+        t.add_row(str(r["rank"]), fmt_s(r["wall_s"]),
+                  *(f"{100 * f.get(k, 0):.0f}%" for k in ("overhead", "memory", "compute",
+                                                          "communication")),
+                  fmt_s(r["exposed_transfer_s"]),
+                  f"{fmt_s(r['exposed_waiting_s'])} "
+                  f"({fmt_s(r.get('exposed_waiting_profiled_s', r['exposed_waiting_s']))})",
+                  fmt_s(r.get("ddp_bucket_copy_s", 0.0)),
+                  f"{100 * cmp['bound_fraction']:.0f}%" if cmp else "-")
+    out.print(t)
+    out.print("[dim]  overhead, memory, compute, communication (shares of T_wall); exposed "
+              "transfer; waiting used (profiled); DDP's bucket copies; the no_sync bound"
+              "[/dim]")
+    for r in d["ranks"]:
+        cmp = r.get("no_sync_comparison")
+        if cmp:
+            out.print(escape(f"  rank {r['rank']}: exposed communication "
+                             f"{100 * cmp['exposed_fraction']:.0f}%, with DDP's bucket "
+                             f"copies {100 * cmp['with_bucket_copies_fraction']:.0f}%, "
+                             f"no_sync bound {100 * cmp['bound_fraction']:.0f}%: "
+                             f"{cmp['explanation']}"))
+    for s in d["stragglers"]:
+        out.print(f"  straggler: rank {s['rank']} ({100 * s['share_of_step']:.0f}% of the "
+                  "step for each peer)")
+    for c in d["collectives"]:
+        pct = c.get("pct_of_ceiling")
+        bus = c.get("busbw_gbps")
+        out.print(f"  {c['collective']} {_fmt_size(c['bytes']) if c['bytes'] else '?'} x "
+                  f"{c['calls_per_step']:g}/step: "
+                  + (f"{bus:.1f} GB/s busbw" if bus is not None else "no busbw")
+                  + (f", {100 * pct:.0f}% of the calibrated ceiling" if pct is not None
+                     else ""))
+    if d.get("projection"):
+        out.print(f"[dim]projection bandwidth: {escape(str(d.get('projection_bandwidth')))}"
+                  "[/dim]")
+        print_projection(Projection.from_dict(d["projection"]))
+        chk = d.get("projection_check")
+        if chk:
+            out.print(f"  check: {chk['n_gpus']} GPUs projected {fmt_s(chk['projected_step_s'])}"
+                      f", measured {fmt_s(chk['measured_step_s'])} "
+                      f"({100 * chk['rel_error']:+.0f}%)")
+
+
 def print_report(report: Report) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -304,6 +363,8 @@ def print_report(report: Report) -> None:
         out.print(t)
     if r.counts.uncounted_ops:
         out.print(f"[dim]ops with no FLOP formula: {', '.join(r.counts.uncounted_ops)}[/dim]")
+    if r.distributed is not None:
+        print_distributed(r.distributed)
     if trace:
         out.print(f"[dim]T_wall: mean span of {r.timing.n_samples} profiled steps (median "
                   f"{fmt_s(r.timing.median_s)}, IQR {100 * r.timing.rel_iqr:.1f}%); "

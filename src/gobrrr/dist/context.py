@@ -1,0 +1,123 @@
+"""What rank 0 adds to the merged distributed section: the topology it ran on, the
+communication ceilings each collective is compared with, and the projection of the
+measured step to more GPUs. Data in, data out; the topology and the ceilings' cache are
+read by the caller (diagnose.py), nothing here measures.
+
+- Ceilings: the cached `gobrrr calibrate --distributed` curve for this topology
+  (ceilings.load_cached); each collective's achieved bus bandwidth is compared with the
+  calibrated busbw *at its own message size* (CommCeilings.busbw_at). Without a cache the
+  comparison is left empty and a note says how to fill it.
+- Projection (projection.py, docs/multigpu.md): compute_s = rank 0's step under
+  no_sync() (no communication, the same batch), else T_wall minus its exposed
+  communication (FSDP, no DDP); grad_bytes = the bytes of the parameters that take a
+  gradient, param_bytes = all parameters' bytes (of the DDP module, else of every module
+  the workload reaches, each parameter once: an FSDP2 DTensor counts its full size);
+  overlap = 1 - exposed / total communication of rank 0's profiled steps (the same
+  profiled seconds on both sides of the ratio); DDP all-reduces per step = those the
+  profiled steps recorded. Intra-node bandwidth: the calibrated curve, else the median
+  bus bandwidth of the step's own collectives (said in `projection_bandwidth`).
+  The 2-GPU (world size) point is checked against the measured step (`projection_check`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["model_bytes", "ceilings_note", "projection_for", "CALIBRATE_HINT"]
+
+CALIBRATE_HINT = ("no communication ceilings cached for this topology: each collective's "
+                  "% of ceiling is empty; run `torchrun --nproc-per-node N -m gobrrr "
+                  "calibrate --distributed` (or `gobrrr calibrate --distributed "
+                  "--nproc-per-node N`) once to fill it")
+
+
+def model_bytes(w: Any) -> tuple[int, int]:
+    """(grad_bytes, param_bytes) of the workload's model (module docstring)."""
+    from gobrrr.dist.experiments import find_ddp
+    from gobrrr.state import walk
+
+    ddp = find_ddp(w)
+    modules = [ddp.module] if ddp is not None else list(walk(w.fn, w.args, w.kwargs).modules)
+    seen: set[int] = set()
+    grad = param = 0
+    for m in modules:
+        for p in m.parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            nbytes = p.numel() * p.element_size()
+            param += nbytes
+            grad += nbytes if p.requires_grad else 0
+    return grad, param
+
+
+def ceilings_note(ceil: Any) -> str | None:
+    return None if ceil is not None else CALIBRATE_HINT
+
+
+def projection_for(d: Mapping[str, Any], grad_bytes: int, param_bytes: int, ceil: Any,
+                   inter_node_gbps: float | None) -> dict[str, Any]:
+    """{"projection", "projection_bandwidth", "projection_check", "notes"} for the merged
+    section `d` (module docstring); projection None with a note when it cannot be made."""
+    from gobrrr.dist.projection import (
+        Links,
+        StepInputs,
+        check_projection,
+        gbps_to_bytes_per_s,
+        links_from_ceilings,
+        overlap_from,
+        project,
+    )
+
+    r0 = next(r for r in d["ranks"] if r["rank"] == 0)
+    ns = r0.get("no_sync") or {}
+    notes: list[str] = []
+    exposed_s = r0["exposed_transfer_s"] + r0["exposed_waiting_profiled_s"]
+    if ns.get("no_sync_s"):
+        compute_s, compute_src = float(ns["no_sync_s"]), "rank 0's step under no_sync()"
+    else:
+        compute_s = r0["wall_s"] - r0["exposed_transfer_s"] - r0["exposed_waiting_s"]
+        compute_src = "rank 0's T_wall minus its exposed communication (no no_sync run)"
+    if compute_s <= 0 or grad_bytes <= 0:
+        return {"projection": None, "projection_bandwidth": None, "projection_check": None,
+                "notes": ["no projection: no compute time or no parameters to "
+                          "communicate"]}
+    overlap = overlap_from(r0["communication_total_s"], exposed_s)
+    all_reduces = sum(c["calls_per_step"] for c in d["collectives"]
+                      if c["collective"] == "all_reduce")
+    inter = gbps_to_bytes_per_s(inter_node_gbps) if inter_node_gbps else None
+    inter_src = (f"--inter-node-gbps {inter_node_gbps:g}" if inter_node_gbps else None)
+    if ceil is not None:
+        links = links_from_ceilings(ceil, inter_node_bytes_per_s=inter)
+        bw_src = "measured bus bandwidth (gobrrr calibrate --distributed, cached)"
+    else:
+        measured = [c["busbw_gbps"] for c in d["collectives"] if c.get("busbw_gbps")]
+        if not measured:
+            return {"projection": None, "projection_bandwidth": None,
+                    "projection_check": None,
+                    "notes": ["no projection: no calibrated ceilings and no collective "
+                              "with a measured bus bandwidth in the profiled steps"]}
+        busbw = statistics.median(measured) * 1e9
+        links = Links.constant(busbw, **({"inter_node_bytes_per_s": inter} if inter else
+                                         _default_inter()))
+        bw_src = (f"the bus bandwidth of this step's own collectives ({busbw / 1e9:.1f} "
+                  "GB/s, median; no calibration cached), at every message size")
+    step = StepInputs(compute_s=compute_s, grad_bytes=grad_bytes, param_bytes=param_bytes,
+                      overlap_fraction=overlap,
+                      ddp_buckets=max(1, round(all_reduces)) if all_reduces else None)
+    proj = project(step, links, intra_source=bw_src, inter_source=inter_src)
+    proj.assumptions.append({"name": "compute_s", "value": compute_s, "source": compute_src})
+    n = int(d["world_size"])
+    check = check_projection(step, links, float(d["step_time"]["median_s"]), n_gpus=n)
+    check["note"] = (f"the {n}-GPU projection from rank 0's no-communication step, the "
+                     "bytes and the overlap, against the measured median step")
+    return {"projection": proj.to_dict(), "projection_bandwidth": bw_src,
+            "projection_check": check, "notes": notes}
+
+
+def _default_inter() -> dict[str, Any]:
+    from gobrrr import datasheet
+
+    return {"inter_node_bytes_per_s": datasheet.INTER_NODE_DEFAULT.bytes_per_s_per_direction}

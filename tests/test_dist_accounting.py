@@ -1,0 +1,194 @@
+"""The communication accounting (gobrrr.dist.accounting): exact arithmetic on hand-made
+traces, and the real H200 x2 traces of examples:ddp_comm (trimmed to the profiled window's
+device work, DDP's reducer ranges and their launches: tests/data/dist/), with the
+unprofiled timings of the same run (its report: T_wall and no_sync per rank)."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from gobrrr.dist.accounting import (
+    PROFILED_WAITING_NOTE,
+    account,
+    caused_waiting,
+    no_sync_comparison,
+    waiting_from_paces,
+)
+from gobrrr.dist.comm import Collective, RankTrace, match_collectives, read_trace
+from gobrrr.dist.merge import STRAGGLER_FRACTION, merge
+from gobrrr.schema import SCHEMAS, load_schema
+
+DATA = Path(__file__).parent / "data" / "dist"
+
+# The H200 x2 run's report (2026-11-30, ddp_comm): each rank's T_wall and its lockstep
+# sync / no_sync steps, seconds.
+H200_WALL = {0: 0.006913724000000343, 1: 0.006870380999998815}
+H200_SYNC = {0: 0.007152140999998835, 1: 0.007084442000000024}
+H200_NO_SYNC = {0: 0.00446193499999481, 1: 0.004872659000000112}
+
+
+def _coll(seq, start, dur):
+    return Collective("0", seq, "all_reduce", 4000, start, dur)
+
+
+def test_waiting_from_paces_exact():
+    # every rank waits for the slowest pace: 5 ms; rank 0 (3 ms) waits 2, rank 2 none
+    assert waiting_from_paces({0: 0.003, 1: 0.004, 2: 0.005}) == pytest.approx(
+        {0: 0.002, 1: 0.001, 2: 0.0})
+
+
+def _pair(source):
+    # rank 0 issues the one all-reduce at 0 and waits for rank 1 (issues at 60); both end
+    # at 100: transfer 40 us, rank 0 waits 60 us. 2 steps in a 1000 us window.
+    r0 = RankTrace(0, 2, 1000, [_coll(0, 0, 100)], compute=[(0, 30)], source=source,
+                   bucket_copy=[(200, 250), (240, 300)])
+    r1 = RankTrace(1, 2, 1000, [_coll(0, 60, 40)], compute=[(0, 60)], source=source)
+    matched, _ = match_collectives([r0, r1])
+    return r0, r1, matched
+
+
+def test_account_cuda_kernel_seconds_and_paces():
+    r0, r1, matched = _pair("cuda")
+    a = account(r0, matched, wall_s=0.5, no_sync_s={0: 0.001, 1: 0.0013})
+    # CUDA: kernel seconds per step, T_wall plays no part: transfer [60,100) = 40 us
+    # over 2 steps = 20 us; profiled waiting [0,60) minus compute [0,30) = 30 us / 2 = 15
+    assert a.transfer_s == pytest.approx(20e-6)
+    assert a.waiting_profiled_s == pytest.approx(15e-6)
+    # the estimate: 1.3 ms - 1.0 ms = 0.3 ms per step, used in the budget
+    assert (a.waiting_s, a.waiting_source) == (pytest.approx(300e-6), "no_sync paces")
+    assert a.communication_s == pytest.approx(320e-6)
+    # bucket copies: union [200,300) = 100 us / 2 steps = 50 us
+    assert a.ddp_bucket_copy_s == pytest.approx(50e-6)
+    assert a.communication_total_s == pytest.approx(50e-6)  # 100 us / 2
+    # no no_sync experiment: the profiled waiting, said so by its source
+    b = account(r0, matched, wall_s=0.5)
+    assert (b.waiting_s, b.waiting_source) == (pytest.approx(15e-6), "profiled steps")
+    assert "overstates" in PROFILED_WAITING_NOTE
+
+
+def test_account_cpu_share_of_window():
+    r0, _r1, matched = _pair("cpu")
+    # CPU: share of the 1000 us window x T_wall 0.5 s: transfer 40/1000 x 0.5 = 20 ms
+    # the profiled waiting even with no_sync paces (the profiler slows every thread alike)
+    a = account(r0, matched, wall_s=0.5, no_sync_s={0: 0.001, 1: 0.0013})
+    assert a.transfer_s == pytest.approx(0.020)
+    assert (a.waiting_s, a.waiting_source) == (pytest.approx(0.015), "profiled steps")
+    assert a.time_basis.startswith("share")
+
+
+def test_caused_waiting_attributes_the_estimate_to_the_late_rank():
+    r0, r1, matched = _pair("cuda")
+    paces = {0: 0.001, 1: 0.0013}
+    accs = [account(t, matched, 0.5, paces) for t in (r0, r1)]
+    # rank 1 was late in the one collective: rank 0's 0.3 ms estimate is rank 1's doing
+    assert caused_waiting(matched, accs, paces) == pytest.approx({0: 0.0, 1: 300e-6})
+
+
+def test_no_sync_comparison_explains_each_direction():
+    acc = {"communication_s": 0.002, "ddp_bucket_copy_s": 0.0005}
+    # sync 10 ms, bound 30%: 20% + 5% copies = 25%; the other 5 points: SM sharing
+    c = no_sync_comparison(acc, {"sync_s": 0.01, "no_sync_s": 0.007, "bound_s": 0.003,
+                                 "bound_fraction": 0.3})
+    assert c is not None
+    assert (c["exposed_fraction"], c["with_bucket_copies_fraction"]) == pytest.approx(
+        (0.2, 0.25))
+    assert c["gap_fraction"] == pytest.approx(0.05) and "SMs" in c["explanation"]
+    # bound 26%: within 3 points of 25%: the copies explain it
+    c = no_sync_comparison(acc, {"sync_s": 0.01, "bound_s": 0.0026, "bound_fraction": 0.26})
+    assert c is not None and "explain the gap" in c["explanation"]
+    # bound 15%: below the trace's figure: the bound is not strict
+    c = no_sync_comparison(acc, {"sync_s": 0.01, "bound_s": 0.0015, "bound_fraction": 0.15})
+    assert c is not None and "not strict" in c["explanation"]
+    assert no_sync_comparison(acc, {"skipped": "no DDP", "bound_s": None}) is None
+
+
+def _h200_traces():
+    return [read_trace(json.loads(gzip.open(DATA / f"h200_ddp_comm_rank{r}.json.gz", "rt")
+                                  .read()), r, 3, "cuda") for r in (0, 1)]
+
+
+def test_h200_ddp_comm_accounting():
+    traces = _h200_traces()
+    matched, notes = match_collectives(traces)
+    # 12 all-reduces of one 4096^2 fp32 layer (+ bias) per step, 3 steps, every one late
+    # on rank 1 (its CPU launched them 300-450 us after rank 0's in the profile)
+    assert (len(matched), notes) == (36, [])
+    assert {m.bytes for m in matched} == {(4096 * 4096 + 4096) * 4}
+    assert all(m.late_rank == 1 for m in matched)
+    accs = [account(t, matched, H200_WALL[t.rank], H200_NO_SYNC) for t in traces]
+    a0, a1 = accs
+    # transfer: kernel seconds per step (the NCCL kernels' exposed time / 3 steps)
+    assert a0.transfer_s == pytest.approx(2.695e-3, abs=2e-6)
+    assert a1.transfer_s == pytest.approx(2.483e-3, abs=2e-6)
+    # waiting: profiled 3.93 ms on rank 0; the pace estimate 4.873 - 4.462 = 0.411 ms
+    assert a0.waiting_profiled_s == pytest.approx(3.926e-3, abs=2e-6)
+    assert a0.waiting_s == pytest.approx(H200_NO_SYNC[1] - H200_NO_SYNC[0])
+    assert a1.waiting_s == 0.0
+    # DDP's bucket copies: 24 mul_out kernels (copy into the bucket / world size) and 24
+    # DtoD memcpys (copy back) per step, ~805 MB of fp32 gradients each way
+    assert a0.ddp_bucket_copy_s == pytest.approx(0.934e-3, abs=2e-6)
+    assert a1.ddp_bucket_copy_s == pytest.approx(0.823e-3, abs=2e-6)
+    # shares of the sync step beside the no_sync bound (37.6% and 31.2%): both within
+    # 10 points (the profiled window scaled to T_wall gave 56.5% and 20.6%)
+    for a in accs:
+        r = a.rank
+        ns = {"sync_s": H200_SYNC[r], "no_sync_s": H200_NO_SYNC[r],
+              "bound_s": H200_SYNC[r] - H200_NO_SYNC[r],
+              "bound_fraction": 1 - H200_NO_SYNC[r] / H200_SYNC[r]}
+        c = no_sync_comparison(a.to_dict(), ns)
+        assert c is not None
+        assert abs(c["exposed_fraction"] - c["bound_fraction"]) < 0.10
+    # no straggler: rank 1 costs rank 0 0.41 ms of a 6.89 ms step (6%); the profiled
+    # waiting (3.93 ms, 57%) would have named it
+    caused = caused_waiting(matched, accs, H200_NO_SYNC)
+    median_wall = (H200_WALL[0] + H200_WALL[1]) / 2
+    assert caused[1] / median_wall == pytest.approx(0.0596, abs=0.001)
+    assert caused[1] / median_wall < STRAGGLER_FRACTION
+    assert a0.waiting_profiled_s / median_wall > STRAGGLER_FRACTION
+
+
+def test_h200_ddp_comm_merge_validates():
+    traces = _h200_traces()
+    matched, _ = match_collectives(traces)
+    gathered = []
+    for t in traces:
+        r = t.rank
+        a = account(t, matched, H200_WALL[r], H200_NO_SYNC)
+        comm = a.communication_s
+        mem = H200_WALL[r] - comm
+        gathered.append({
+            "rank": r, "host": "h", "timing": {"median_s": H200_WALL[r]},
+            "budget": {"overhead_s": 0.0, "memory_s": mem, "compute_s": 0.0,
+                       "communication_s": comm, "regime": "memory",
+                       "fractions": {"overhead": 0.0, "memory": mem / H200_WALL[r],
+                                     "compute": 0.0,
+                                     "communication": comm / H200_WALL[r]}},
+            "trace": t.to_dict(), "account": a.to_dict(),
+            "no_sync": {"sync_s": H200_SYNC[r], "no_sync_s": H200_NO_SYNC[r],
+                        "bound_s": H200_SYNC[r] - H200_NO_SYNC[r],
+                        "bound_fraction": 1 - H200_NO_SYNC[r] / H200_SYNC[r],
+                        "skipped": None}})
+    d = merge(gathered, world_size=2, backend="nccl", device="cuda", timeout_s=60)
+    assert d["stragglers"] == []
+    r0 = d["ranks"][0]
+    assert r0["waiting_source"] == "no_sync paces"
+    assert r0["exposed_waiting_profiled_s"] > r0["exposed_waiting_s"]
+    assert r0["ddp_bucket_copy_s"] == pytest.approx(0.934e-3, abs=2e-6)
+    assert r0["no_sync_comparison"]["bound_fraction"] == pytest.approx(0.376, abs=0.001)
+    assert PROFILED_WAITING_NOTE not in d["notes"]
+    _validate_distributed(d)
+
+
+def _validate_distributed(d):
+    """The report schema's `distributed` part, with the root's $defs and every schema
+    registered (the projection is referred to by its URN)."""
+    import jsonschema
+    from referencing import Registry, Resource
+
+    root = load_schema("report")
+    registry = Registry().with_resources(
+        (s["$id"], Resource.from_contents(s)) for s in map(load_schema, SCHEMAS))
+    part = root["properties"]["distributed"] | {"$defs": root["$defs"]}
+    jsonschema.Draft202012Validator(part, registry=registry).validate(d)
