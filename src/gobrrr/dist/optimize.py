@@ -43,6 +43,7 @@ from typing import Any
 
 from gobrrr.dist.lockstep import DistError, Lockstep, World, setup
 from gobrrr.dist.remedies import (
+    CATALOG,
     DistFacts,
     DistRemedy,
     catalog_for,
@@ -582,6 +583,11 @@ def optimize_distributed(world: World, target: str | None, device: str,
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     deadline = t0 + opts.budget_s  # rank 0's clock decides (broadcast)
+    wanted = {n.strip() for item in opts.only or [] for n in item.split(",") if n.strip()}
+    unknown = wanted - {s.name for s in CATALOG} - {s.group for s in CATALOG}
+    if unknown:  # before any work, on every rank alike
+        raise UserError(f"unknown distributed remedy {', '.join(sorted(unknown))}; choose "
+                        f"from {', '.join(s.name for s in CATALOG)}")
     report = None
     if opts.diagnose:
         per_measurement_s, _ = diagnose_budget(opts.budget_s)
@@ -619,12 +625,7 @@ def optimize_distributed(world: World, target: str | None, device: str,
                      if world.rank == 0 else (None, []))
     notes += fnotes
     specs = catalog_for(kind)
-    if opts.only:
-        wanted = {n.strip() for item in opts.only for n in item.split(",") if n.strip()}
-        unknown = wanted - {s.name for s in specs} - {s.group for s in specs}
-        if unknown:
-            raise UserError(f"unknown distributed remedy {sorted(unknown)}; for {kind} "
-                            f"choose from {', '.join(s.name for s in specs)}")
+    if wanted:
         specs = [s for s in specs if s.name in wanted or s.group in wanted]
     by_name = {s.name: s for s in specs}
     st = _State(ls, device, kind, base, load)
