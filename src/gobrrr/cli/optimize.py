@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -40,10 +42,20 @@ benchmark, channels_last, fused optimizers, set_to_none, CUDA graphs, torch.comp
               default=None,
               metavar="FILE", help="Also write a self-contained HTML page here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=None,
+              help="Run under torchrun with N processes (python -m torch.distributed.run "
+                   "--standalone): the same as torchrun --nproc-per-node N -m gobrrr "
+                   "optimize ... The distributed remedies (DDP buckets, bucket views, "
+                   "static graph, bf16 gradient compression; FSDP2 resharding and "
+                   "prefetch) run on every rank in lockstep.")
+@click.option("--dist-timeout", "dist_timeout_s", type=click.FloatRange(min=1), default=None,
+              help="Under torchrun: seconds before any collective gobrrr issues times out "
+                   "[default: GOBRRR_DIST_TIMEOUT_S, else 60].")
 def optimize(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
              image_size: int | None, dtype: str | None, train: bool, budget_s: float,
              only: tuple[str, ...], no_diagnose: bool, as_json: bool, html_path: Path | None,
-             quiet: bool) -> None:
+             quiet: bool, nproc: int | None = None,
+             dist_timeout_s: float | None = None) -> None:
     """Apply remedies to a copy of a workload, verify, rank (help: _HELP)."""
     from gobrrr.cli.common import (
         check_writable,
@@ -54,7 +66,16 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
         show_notes,
         shower,
     )
+    from gobrrr.dist.lockstep import World
     from gobrrr.errors import WARNING
+
+    if nproc is not None:
+        from gobrrr.dist.launch import launch
+
+        raise SystemExit(run_guarded(lambda: launch(nproc, command="optimize")))
+    world = run_guarded(World.from_env)
+    rank = world.rank if world is not None else 0
+    distributed = world is not None and world.size > 1
 
     def body() -> None:
         from gobrrr.api import optimize_workload
@@ -62,16 +83,26 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
         from gobrrr.remedies import catalog
         from gobrrr.workload import load_target
 
-        catalog.select(list(only))  # unknown names: one line, exit 2, before any work
+        if not distributed:
+            catalog.select(list(only))  # unknown names: one line, exit 2, before any work
         check_writable(html_path)
         dev = resolve_device(device)
-        say = progress_printer(quiet)
-        w = load_target(target, dev, batch_size,
-                        ModelOptions(seq_len, image_size, dtype, train))
-        say(f"workload {w.name} (batch {w.batch_size}) on {w.device}"
-            + (f": {w.description}" if w.details else ""))  # a model target: what was built
-        res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
-                                only=list(only) or None, progress=say)
+        say = progress_printer(quiet or rank != 0)  # one rank speaks
+        opts = ModelOptions(seq_len, image_size, dtype, train)
+        if world is not None and distributed:
+            res = _distributed(world, target, dev, batch_size, opts, budget_s, only,
+                               no_diagnose, dist_timeout_s, say)
+            if res is None:  # not rank 0: rank 0 alone writes the result
+                return
+        else:
+            w = load_target(target, dev, batch_size, opts)
+            say(f"workload {w.name} (batch {w.batch_size}) on {w.device}"
+                + (f": {w.description}" if w.details else ""))  # a model: what was built
+            res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
+                                    only=list(only) or None, progress=say)
+            if world is not None:  # torchrun with one process
+                res.notes.append("torchrun world of 1 process: the single-process "
+                                 "optimize (no communication to change)")
         # warnings on stderr also with -q; the other notes are in the table and JSON
         show_notes([n for n in res.notes if n.startswith(WARNING)], say, quiet)
         writes = []
@@ -84,7 +115,29 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
 
         deliver(writes, shower(as_json, res.to_dict, lambda: print_optimize(res)), say)
 
-    run_guarded(body)
+    if distributed:
+        from gobrrr.dist.launch import run_rank
+
+        run_guarded(lambda: run_rank(body, rank))
+    else:
+        run_guarded(body)
+
+
+def _distributed(world: Any, target: str | None, dev: str, batch_size: int | None,
+                 opts: Any, budget_s: float, only: tuple[str, ...], no_diagnose: bool,
+                 dist_timeout_s: float | None, say: Callable[[str], None]) -> Any:
+    """The lockstep search on this rank (gobrrr.dist.optimize): the OptimizeResult on
+    rank 0, None on the others."""
+    from gobrrr.dist.lockstep import timeout_from_env
+    from gobrrr.dist.optimize import DistOptimizeOptions, optimize_distributed
+    from gobrrr.workload import load_target
+
+    timeout_s = dist_timeout_s if dist_timeout_s is not None else timeout_from_env()
+    return optimize_distributed(
+        world, target, dev, lambda: load_target(target, dev, batch_size, opts),
+        DistOptimizeOptions(budget_s=budget_s, timeout_s=timeout_s,
+                            diagnose=not no_diagnose, only=list(only) or None),
+        progress=say)
 
 
 def register(group: click.Group) -> None:

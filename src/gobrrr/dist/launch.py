@@ -1,7 +1,7 @@
-"""doctor's distributed entry points: `--nproc-per-node N` starts torchrun (torch's own
-launcher, `python -m torch.distributed.run --standalone`), and a process that torchrun
-started runs the lockstep diagnosis (diagnose.py). Rank 0 alone writes the report; every
-rank exits non-zero when any rank fails."""
+"""doctor's and optimize's distributed entry points: `--nproc-per-node N` starts torchrun
+(torch's own launcher, `python -m torch.distributed.run --standalone`), and a process that
+torchrun started runs the lockstep diagnosis (diagnose.py) or search (optimize.py). Rank 0
+alone writes the result; every rank exits non-zero when any rank fails."""
 
 from __future__ import annotations
 
@@ -32,18 +32,19 @@ def strip_option(argv: Sequence[str], option: str) -> list[str]:
     return out
 
 
-def launch(nproc: int, argv: Sequence[str] | None = None) -> int:
-    """Run this same doctor command under torchrun with `nproc` processes; its exit
-    code. `argv`: the command line after the program name (default: sys.argv[1:]);
-    it must contain the `doctor` command."""
+def launch(nproc: int, argv: Sequence[str] | None = None, command: str = "doctor") -> int:
+    """Run this same `command` (doctor, optimize) under torchrun with `nproc`
+    processes; its exit code. `argv`: the command line after the program name (default:
+    sys.argv[1:]); it must contain `command`."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if "doctor" not in args:
-        raise UserError("--nproc-per-node: cannot find the doctor command on the command "
-                        "line; run torchrun --nproc-per-node N -m gobrrr doctor ... instead")
-    i = args.index("doctor")
+    if command not in args:
+        raise UserError(f"--nproc-per-node: cannot find the {command} command on the "
+                        f"command line; run torchrun --nproc-per-node N -m gobrrr {command} "
+                        "... instead")
+    i = args.index(command)
     rest = strip_option(args[i + 1:], "--nproc-per-node")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", str(nproc), "-m", "gobrrr", *args[:i], "doctor", *rest]
+           "--nproc-per-node", str(nproc), "-m", "gobrrr", *args[:i], command, *rest]
     return subprocess.call(cmd)
 
 

@@ -57,6 +57,9 @@ class OptimizeResult:
     budget_s: float | None = None  # the limit it ran under (--budget-s)
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
                          .isoformat(timespec="seconds"))
+    # under torchrun (gobrrr.dist.optimize): world size, backend, DDP/FSDP2, the facts
+    # the predictions read; None for a single process (the key is then left out)
+    distributed: dict[str, Any] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the best configuration (on gobrrr's copy of the model)."""
@@ -107,4 +110,4 @@ class OptimizeResult:
             "reference": self.reference, "notes": self.notes,
             "optimize_s": self.optimize_s, "diagnose_s": self.diagnose_s,
             "budget_s": self.budget_s,
-        }
+        } | ({} if self.distributed is None else {"distributed": self.distributed})
