@@ -314,3 +314,23 @@ def test_the_device_of_a_closure_is_the_device_of_what_it_closes_over():
     x = torch.empty(2, 4, device="meta")
     assert from_callable(lambda: model(x)).device == "meta"
     assert from_callable(lambda: 1).device == "cpu"
+
+
+def test_a_graph_launch_finds_its_kernels_by_correlation_id():
+    # torch 2.11 on the H200: `cudaGraphLaunch` (id 7) lists no kernels; the replayed
+    # kernels are device events carrying id 7; the range's own device event (id 1) is not.
+    from types import SimpleNamespace as NS
+
+    from gobrrr.trace import _graph_kernels
+
+    def dev(name, corr, start_us, dur_us):
+        return NS(name=name, device_type=NS(name="CUDA"), id=corr,
+                  linked_correlation_id=None,
+                  time_range=NS(start=start_us, elapsed_us=lambda: dur_us))
+
+    launch = NS(name="cudaGraphLaunch", device_type=NS(name="CPU"), id=7, kernels=[])
+    events = [launch, dev("WIN", 1, 0.0, 50.0), dev("gemm", 7, 10.0, 4.0),
+              dev("gelu", 7, 14.5, 1.5)]
+    got = _graph_kernels(launch, events)
+    assert [(k.name, k.duration_s, k.start_us) for k in got] == [
+        ("gemm", 4e-6, 10.0), ("gelu", 1.5e-6, 14.5)]

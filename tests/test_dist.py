@@ -298,3 +298,15 @@ def test_world_of_one_falls_back_with_a_note(dist_env):
     assert set(d["fractions"]) == {"overhead", "memory", "compute"}
     assert "distributed" not in d
     assert any("world of 1" in n for n in d["notes"])
+
+
+def test_c_level_prints_stay_out_of_stdout():
+    # NCCL with NCCL_DEBUG set wrote "NCCL version ..." on descriptor 1 before rank 0's
+    # JSON on the H200s; after keep_stdout_for_results such writes go to stderr and
+    # Python's print still reaches stdout.
+    code = ("import os; from gobrrr.dist.lockstep import keep_stdout_for_results as k; "
+            "k(); k(); os.write(1, b'NCCL version 2.28.9\\n'); print('{\"json\": 1}')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == '{"json": 1}\n' and "NCCL version 2.28.9" in p.stderr

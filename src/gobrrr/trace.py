@@ -182,8 +182,27 @@ def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
             if id(k) not in attributed and not _inside_range(e):
                 run.kernels.append(Kernel(k.name, k.duration * 1e-6, None, start))
                 attributed.add(id(k))
+        if (str(e.name).startswith("cudaGraphLaunch") and not getattr(e, "kernels", None)
+                and not _inside_range(e)):
+            run.kernels += _graph_kernels(e, events)
     run.tally_kernels()
     return run
+
+
+def _graph_kernels(launch: Any, events: Iterable[Any]) -> list[Kernel]:
+    """The kernels a CUDA graph launch ran: the profiler lists none on the launch event
+    (seen on torch 2.11: `cudaGraphLaunch` with no kernels, its replayed kernels as
+    device events carrying the launch's correlation id), so they are found by that id."""
+    corr = getattr(launch, "id", None)
+    out = []
+    for d in events:
+        dt = getattr(d, "device_type", None)
+        if not getattr(dt, "name", str(dt)).upper().endswith("CUDA") or corr is None:
+            continue
+        if corr in (getattr(d, "id", None), getattr(d, "linked_correlation_id", None)):
+            out.append(Kernel(d.name, d.time_range.elapsed_us() * 1e-6, None,
+                              float(d.time_range.start)))
+    return out
 
 
 def _device_starts(events: Iterable[Any]) -> dict[int, list[tuple[str, float]]]:

@@ -216,6 +216,9 @@ def ensure_process_group(timeout_s: float = 300.0) -> bool:
     if "WORLD_SIZE" not in os.environ:
         raise UserError("--distributed needs torchrun: run `torchrun --nproc-per-node N "
                         "-m gobrrr calibrate --distributed`, or give --nproc-per-node N")
+    from gobrrr.dist.lockstep import keep_stdout_for_results
+
+    keep_stdout_for_results()  # NCCL's own prints stay out of rank 0's --json
     backend = "gloo"
     if torch.cuda.is_available():
         backend = "nccl"

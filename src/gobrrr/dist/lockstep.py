@@ -78,6 +78,26 @@ class World:
                             "sets them)") from None
 
 
+def keep_stdout_for_results() -> None:
+    """Point file descriptor 1 at stderr and keep the real stdout for Python's
+    `sys.stdout` only. Under torchrun every rank's stdout is one stream, where rank 0's
+    --json goes, and C libraries write to descriptor 1 directly: NCCL with NCCL_DEBUG set
+    printed "NCCL version 2.28.9+cuda13.0" before the JSON on the H200s, and pointing
+    NCCL_DEBUG_FILE at stderr did not stop it. Idempotent."""
+    import io
+    import sys
+
+    if getattr(sys.stdout, "_gobrrr_kept", False):
+        return
+    sys.stdout.flush()
+    kept = os.dup(1)
+    os.dup2(2, 1)
+    out = io.TextIOWrapper(os.fdopen(kept, "wb"), encoding=sys.stdout.encoding or "utf-8",
+                           line_buffering=True)
+    out._gobrrr_kept = True  # type: ignore[attr-defined]
+    sys.stdout = out
+
+
 def setup(world: World, device: str, timeout_s: float) -> tuple[Any, str]:
     """(the control group, the backend of the default group). Initialises the default
     group unless one exists; on CUDA first binds this process to GPU LOCAL_RANK."""
@@ -96,10 +116,7 @@ def setup(world: World, device: str, timeout_s: float) -> tuple[Any, str]:
             raise UserError(f"LOCAL_RANK {world.local_rank} but only {n} GPU(s) visible: "
                             "start at most one process per GPU")
         torch.cuda.set_device(world.local_rank)
-        if os.environ.get("NCCL_DEBUG") and "NCCL_DEBUG_FILE" not in os.environ:
-            # NCCL prints its debug lines on stdout, where rank 0's --json goes (seen on
-            # the H200s: "NCCL version ..." before the JSON); read when NCCL initialises
-            os.environ["NCCL_DEBUG_FILE"] = "/dev/stderr"
+    keep_stdout_for_results()
     if not dist.is_initialized():
         backend = "nccl" if device == "cuda" else "gloo"
         kwargs: dict[str, Any] = {}
