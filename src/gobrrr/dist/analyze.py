@@ -154,7 +154,6 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
     d = merge(gathered, world_size=world_size, backend=str(info0.get("backend", "?")),
               device=analyses[0].device, timeout_s=0.0, experiments=False)
     d.pop("timeout_s")  # no process group here: a trace has no timeout
-    d["source"] = "traces"
     d["notes"] = [FROM_TRACES_NOTE, *match_notes, *d["notes"]]
     if len(headers) < world_size:
         d["notes"].append(f"{len(headers)} of the job's {world_size} ranks given: "
