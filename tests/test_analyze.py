@@ -361,12 +361,15 @@ def test_bad_inputs_are_one_line(tmp_path):
     (tmp_path / "cut.json").write_bytes(text[: len(text) // 2])
     assert "ends early" in run_bad(tmp_path / "cut.json")
     assert "is a directory" in run_bad(tmp_path)
-    # Several traces: only as ranks of one job, and merging is not done yet.
+    # Several traces: only as ranks of one job (merged: tests/test_analyze_ranks.py).
     assert "has no distributedInfo" in run_bad(good, good)
     r0, r1 = dist(tmp_path / "r0.json", 0, 2), dist(tmp_path / "r1.json", 1, 2)
     assert "two are rank 0" in run_bad(r0, dist(tmp_path / "r0b.json", 0, 2))
+    assert "two are rank 0" in run_bad(r0, r0)
     assert "different world sizes" in run_bad(r0, dist(tmp_path / "w4.json", 1, 4))
-    assert "not supported yet" in run_bad(r0, r1)
+    assert "do not fit a world size of 2" in run_bad(r0, dist(tmp_path / "r2.json", 2, 2))
+    # Ranks of one job, but with no ProfilerStep# ranges to find their collectives in.
+    assert "has no ProfilerStep# ranges" in run_bad(r0, r1)
 
 
 def test_unknown_gpu_without_ceilings_is_one_line(tmp_path):

@@ -5,7 +5,9 @@ they are), built from the trace instead of from runs of the workload.
 file -> header (tracefile.read_header: which GPU, which ranks) -> events streamed into
 columns (tracestream) -> the averaged profiled step (tracesteps: counted ops, kernels,
 T_wall and busy time per step; tracecount: FLOPs and bytes from recorded shapes) ->
-ceilings (traceceilings) -> budget -> verdict and remedies -> Report.
+ceilings (traceceilings) -> budget -> verdict and remedies -> Report. Several traces,
+the ranks of one job: each rank this way, then its communication and rank 0's merge
+(dist/analyze.py).
 
 Nothing is timed here: T_wall is the steps' span in the trace, so it carries the
 profiler's own cost (a note says so), and no experiment can check the budget.
@@ -15,8 +17,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
@@ -24,20 +27,25 @@ from gobrrr.report import Report
 from gobrrr.timing import Timing
 from gobrrr.tracefile import TraceHeader, read_header
 
-__all__ = ["analyze", "check_traces"]
+if TYPE_CHECKING:
+    from gobrrr.budget import Budget
+    from gobrrr.tracesteps import TraceRun
+    from gobrrr.tracestream import TraceColumns
+
+__all__ = ["analyze", "check_traces", "analyse_trace", "report_of", "TraceAnalysis"]
 
 Progress = Callable[[str], None]
 
 
-def check_traces(paths: Sequence[str | Path]) -> TraceHeader:
-    """The header of the one trace to analyse. Several traces are accepted only as the
-    ranks of one distributed job (each with a `distributedInfo`: distinct ranks, one world
-    size), and merging ranks is not done yet: every other case is one UserError line."""
+def check_traces(paths: Sequence[str | Path]) -> list[TraceHeader]:
+    """The headers of the traces to analyse: one trace, or several as the ranks of one
+    distributed job (each with a `distributedInfo`: distinct ranks, one world size), in
+    rank order; every other case is one UserError line."""
     if not paths:
         raise UserError("give a trace file (a torch.profiler .json or .json.gz)")
     headers = [read_header(p) for p in paths]
     if len(headers) == 1:
-        return headers[0]
+        return headers
     for h in headers:
         info = h.distributed or {}
         if not isinstance(info.get("rank"), int) or not isinstance(info.get("world_size"),
@@ -57,8 +65,55 @@ def check_traces(paths: Sequence[str | Path]) -> TraceHeader:
                         "job; analyze one trace at a time")
     if any(not 0 <= r < sizes[0] for r in ranks):
         raise UserError(f"ranks {sorted(ranks)} do not fit a world size of {sizes[0]}")
-    raise UserError(f"ranks {sorted(ranks)} of a {sizes[0]}-rank job: merging ranks is not "
-                    "supported yet; analyze one rank's trace at a time")
+    return sorted(headers, key=lambda h: (h.distributed or {})["rank"])
+
+
+@dataclass
+class TraceAnalysis:
+    """One trace analysed on its own: its averaged step and the ceilings it is judged by
+    (analyze's single-trace path, also each rank's in dist/analyze.py)."""
+
+    header: TraceHeader
+    tr: TraceRun
+    device: str  # "cuda" | "cpu"
+    ceilings: Ceilings
+    notes: list[str]  # the stream's, the ceilings' and the steps' notes
+
+
+def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
+                  prepare: Callable[[TraceColumns], TraceColumns] | None = None
+                  ) -> TraceAnalysis:
+    """Stream one trace, pick its ceilings (unless given), average its profiled steps.
+    `prepare` transforms the columns first (dist/analyze.py takes communication out)."""
+    from gobrrr.traceceilings import ceilings_for_trace
+    from gobrrr.tracesteps import analyse_steps
+    from gobrrr.tracestream import stream_trace
+
+    say(f"reading {header.path.name}")
+    cols = stream_trace(header.path)
+    device = "cuda" if cols.has_device_activity else "cpu"
+    if prepare is not None:
+        cols = prepare(cols)
+    say(f"counting {len(cols.cpu['ts_us'])} CPU events and {len(cols.device['ts_us'])} "
+        "device events, ops from their recorded shapes")
+    tr = analyse_steps(cols)
+    if not tr.run.counts.records:
+        raise UserError(f"{header.path} has no operator events (cpu_op) inside its "
+                        "profiled steps: nothing to analyse")
+    if ceilings is None:
+        ceil, ceil_notes = ceilings_for_trace(device, header.device_properties,
+                                              header.torch_version, say)
+    else:
+        ceil, ceil_notes = ceilings, ["ceilings: given by the caller"]
+    notes = list(cols.notes) + ceil_notes + tr.notes
+    if device == "cpu":
+        notes.insert(0, "the trace has no device activity: analysed on its CPU side; each "
+                        "op's busy time is its recorded duration (with what it calls "
+                        "inside), the rest of each step is overhead")
+    notes.append("times come from a profiled run: the profiler (more so with "
+                 "record_shapes) adds CPU time to every op, so this overhead is an upper "
+                 "bound of the unprofiled loop's (gobrrr doctor times it unprofiled)")
+    return TraceAnalysis(header, tr, device, ceil, notes)
 
 
 def _timing(samples_s: list[float]) -> Timing:
@@ -74,51 +129,39 @@ def _timing(samples_s: list[float]) -> Timing:
 
 def analyze(paths: Sequence[str | Path], *, ceilings: Ceilings | None = None,
             progress: Progress | None = None) -> Report:
-    """The Report of one profiler trace (module docstring); `ceilings` overrides the
-    choice of traceceilings (tests, or ceilings measured elsewhere)."""
+    """The Report of one profiler trace (module docstring), or of the ranks of one job
+    merged (dist/analyze.py); `ceilings` overrides the choice of traceceilings (tests, or
+    ceilings measured elsewhere)."""
     from gobrrr.budget import compute_budget
-    from gobrrr.traceceilings import ceilings_for_trace
-    from gobrrr.tracesteps import analyse_steps
-    from gobrrr.tracestream import stream_trace
-    from gobrrr.verdict import remedies_for, verdict_for
 
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
-    header = check_traces(paths)
-    say(f"reading {header.path.name}")
-    cols = stream_trace(header.path)
-    device = "cuda" if cols.has_device_activity else "cpu"
-    if ceilings is None:
-        ceil, ceil_notes = ceilings_for_trace(device, header.device_properties,
-                                              header.torch_version, say)
-    else:
-        ceil, ceil_notes = ceilings, ["ceilings: given by the caller"]
-    say(f"counting {len(cols.cpu['ts_us'])} CPU events and {len(cols.device['ts_us'])} "
-        "device events, ops from their recorded shapes")
-    tr = analyse_steps(cols)
-    if not tr.run.counts.records:
-        raise UserError(f"{header.path} has no operator events (cpu_op) inside its "
-                        "profiled steps: nothing to analyse")
-    budget = compute_budget(tr.run, tr.wall_s, ceil)
-    verdict = verdict_for(budget, tr.run.counts, ceil, device, None, None)
-    remedies = remedies_for(budget, tr.run.counts, ceil, device, None, None)
-    notes = list(cols.notes) + ceil_notes + tr.notes
-    if device == "cpu":
-        notes.insert(0, "the trace has no device activity: analysed on its CPU side; each "
-                        "op's busy time is its recorded duration (with what it calls "
-                        "inside), the rest of each step is overhead")
-    notes.append("times come from a profiled run: the profiler (more so with "
-                 "record_shapes) adds CPU time to every op, so this overhead is an upper "
-                 "bound of the unprofiled loop's (gobrrr doctor times it unprofiled)")
+    headers = check_traces(paths)
+    if len(headers) > 1:
+        from gobrrr.dist.analyze import analyze_ranks
+
+        return analyze_ranks(headers, ceilings=ceilings, progress=say)
+    a = analyse_trace(headers[0], ceilings, say)
+    return report_of(a, compute_budget(a.tr.run, a.tr.wall_s, a.ceilings), t0)
+
+
+def report_of(a: TraceAnalysis, budget: Budget, t0: float,
+              files: Sequence[str] | None = None) -> Report:
+    """The Report of one analysed trace with its budget (`files`: every trace named)."""
+    from gobrrr.verdict import remedies_for, verdict_for
+
+    counts = a.tr.run.counts
+    verdict = verdict_for(budget, counts, a.ceilings, a.device, None, None)
+    remedies = remedies_for(budget, counts, a.ceilings, a.device, None, None)
     return Report(
-        workload=_workload(header, tr.steps, device, tr.kernels_per_step),
-        ceilings=ceil, timing=_timing(tr.samples_s), counts=tr.run.counts, budget=budget,
+        workload=_workload(a.header, a.tr.steps, a.device, a.tr.kernels_per_step, files),
+        ceilings=a.ceilings, timing=_timing(a.tr.samples_s), counts=counts, budget=budget,
         verdict=verdict, remedies=remedies, diagnose_s=time.perf_counter() - t0,
-        notes=notes + budget.notes)
+        notes=a.notes + budget.notes)
 
 
-def _workload(header: TraceHeader, steps: int, device: str, kernels_per_step: float
-              ) -> dict[str, Any]:
+def _workload(header: TraceHeader, steps: int, device: str, kernels_per_step: float,
+              files: Sequence[str] | None = None) -> dict[str, Any]:
     gpu = header.device_name
     where = f" on {gpu}" if gpu and device == "cuda" else " (CPU side)"
     return {
@@ -128,7 +171,7 @@ def _workload(header: TraceHeader, steps: int, device: str, kernels_per_step: fl
         "batch_size": None,
         "source": "trace",
         "trace": {
-            "files": [header.path.name],
+            "files": list(files) if files else [header.path.name],
             "steps": steps,
             "torch": header.torch_version,
             "device_name": gpu,

@@ -14,7 +14,8 @@ What is kept, per kind of event (Kineto's categories):
 - `cuda_runtime` / `cuda_driver` (launch calls): thread, start, duration, correlation id
   and External id, to link a kernel that carries no External id of its own.
 - `kernel`, `gpu_memcpy`, `gpu_memset` (device activity): start, duration, name, External
-  id, correlation id, stream, device.
+  id, correlation id, stream, device, and whether the profiler's collective metadata
+  ("Collective name", which Kineto copies onto NCCL kernels) marks it communication.
 Everything else (flows, metadata, Python frames, GPU-side annotations) is skipped.
 """
 
@@ -63,7 +64,7 @@ class TraceColumns:
     steps: list[tuple[int, float, float]]  # (N of ProfilerStep#N, ts_us, dur_us)
     cpu: dict[str, np.ndarray]  # ts_us dur_us thread name ext sig kind
     launch: dict[str, np.ndarray]  # ts_us dur_us thread corr ext
-    device: dict[str, np.ndarray]  # ts_us dur_us name ext corr stream device kind
+    device: dict[str, np.ndarray]  # ts_us dur_us name ext corr stream device kind comm
     events: int = 0  # traceEvents read, of every kind
     notes: list[str] = field(default_factory=list)
 
@@ -116,7 +117,7 @@ def stream_trace(path: str | Path) -> TraceColumns:
                     "sig": "i", "kind": "b"})
     launch = _Columns({"ts_us": "d", "dur_us": "d", "thread": "i", "corr": "q", "ext": "q"})
     dev = _Columns({"ts_us": "d", "dur_us": "d", "name": "i", "ext": "q", "corr": "q",
-                    "stream": "q", "device": "q", "kind": "b"})
+                    "stream": "q", "device": "q", "kind": "b", "comm": "b"})
     # Bound methods, looked up once: this loop runs once per event (millions).
     c_ts, c_dur, c_thread, c_name, c_ext, c_sig, c_kind = (
         cpu.cols[k].append for k in ("ts_us", "dur_us", "thread", "name", "ext", "sig",
@@ -197,6 +198,7 @@ def stream_trace(path: str | Path) -> TraceColumns:
                 cols["stream"].append(_int(args.get("stream")))
                 cols["device"].append(_int(args.get("device")))
                 cols["kind"].append(_DEVICE_KIND[cat])
+                cols["comm"].append("Collective name" in args)
     out = TraceColumns(p, names, sigs, sorted(steps, key=lambda s: s[1]), cpu.done(),
                        launch.done(), dev.done(), n_events)
     if note:

@@ -246,20 +246,28 @@ def _is_collective_op(name: str) -> bool:
 
 
 def read_trace(trace: dict[str, Any] | str | Path, rank: int, steps: int,
-               device: str) -> RankTrace:
-    """One rank's exported Chrome trace -> its RankTrace, inside the WINDOW range."""
+               device: str, window: str = WINDOW) -> RankTrace:
+    """One rank's exported Chrome trace -> its RankTrace, inside the `window` range (a
+    name ending in "#", such as "ProfilerStep#", takes every range with that prefix: the
+    window runs from the first one's start to the last one's end, on the thread of the
+    first). Reads the whole trace into memory (a dict, or the JSON file)."""
     data: dict[str, Any] = (trace if isinstance(trace, dict)
                             else json.loads(Path(trace).read_text()))
     events = _x_events(data)
-    window = next((e for e in events if e.get("name") == WINDOW), None)
-    if window is None:
-        raise ValueError(f"rank {rank}: the profiled trace has no {WINDOW} range")
-    lo, hi = _span(window)
+    if window.endswith("#"):
+        ranges = sorted((e for e in events if str(e.get("name", "")).startswith(window)),
+                        key=lambda e: float(e["ts"]))
+    else:
+        ranges = [e for e in events if e.get("name") == window][:1]
+    if not ranges:
+        raise ValueError(f"rank {rank}: the profiled trace has no {window} range")
+    first = ranges[0]
+    lo, hi = _span(first)[0], max(_span(e)[1] for e in ranges)
     group = str(((data.get("distributedInfo") or {}).get("pg_config") or [{}])[0]
                 .get("pg_name", "0"))
     if device == "cuda":
         return _read_cuda(events, rank, steps, lo, hi, group)
-    return _read_cpu(events, rank, steps, lo, hi, window.get("tid"), group)
+    return _read_cpu(events, rank, steps, lo, hi, first.get("tid"), group)
 
 
 def _read_cpu(events: list[dict[str, Any]], rank: int, steps: int, lo: float, hi: float,

@@ -1,0 +1,165 @@
+"""`gobrrr analyze RANK0 RANK1 ...`: the traces of the ranks of one distributed job,
+recorded elsewhere, merged into one Report as `gobrrr doctor` under torchrun merges its
+ranks (merge.py): rank 0's report with a `distributed` section.
+
+Per rank, in rank order:
+1. analyze's single-trace path (analyze.analyse_trace) on the trace's columns with the
+   communication taken out (`without_communication`): NCCL kernels (marked by the
+   profiler's collective metadata, tracestream's `comm` column) leave the device activity,
+   and collective ops (`c10d::*`, trace.is_collective) with what they run inside leave
+   the CPU events, so neither counts as an op's memory or compute time nor as busy time
+   (doctor drops the same kernels: diagnose._drop_collective_kernels);
+2. its communication inside the profiled steps (the `ProfilerStep#` ranges, first start
+   to last end): comm.read_trace, the reader doctor uses on its own window. It reads the
+   rank's trace whole into memory (json), unlike the streamed first pass: fine for
+   traces of tens of MB, not for the 1 GB ones the streamed pass is built for;
+3. the collectives matched across ranks (comm.match_collectives: process group and
+   order), each rank's exposed transfer and waiting (accounting.account, the one rule),
+   and its budget with the fourth part (budget.with_communication).
+Then merge.merge, with no no_sync experiment, topology, communication ceilings or
+timeout: a trace from elsewhere has none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from gobrrr.analyze import TraceAnalysis, analyse_trace, report_of
+from gobrrr.dist.comm import RankTrace, read_trace
+from gobrrr.errors import UserError
+from gobrrr.hardware import Ceilings
+from gobrrr.report import Report
+from gobrrr.tracefile import TraceHeader, open_trace, reading
+from gobrrr.tracestream import CPU_OP, TraceColumns
+
+__all__ = ["analyze_ranks", "without_communication", "rank_comm", "FROM_TRACES_NOTE"]
+
+Progress = Callable[[str], None]
+
+STEP_RANGES = "ProfilerStep#"
+
+FROM_TRACES_NOTE = (
+    "traces recorded elsewhere: no unprofiled timing and no no_sync experiment, so T_wall "
+    "is the profiled steps' span and waiting for a late rank comes from the profiled "
+    "steps. The profiler slows each rank's CPU side by its own amount, which can make one "
+    "rank look late: on two H200s (examples:ddp_comm) each all-reduce started 300-450 us "
+    "later on rank 1 in the profile, while the unprofiled paces differed by 0.41 ms per "
+    "step (gobrrr doctor under torchrun estimates waiting from those paces)")
+
+
+def without_communication(cols: TraceColumns) -> TraceColumns:
+    """The columns without communication work (module docstring, step 1); one UserError
+    line for a trace with no ProfilerStep# ranges, before anything is counted."""
+    from gobrrr.trace import is_collective
+    from gobrrr.tracesteps import _merge
+
+    if not cols.steps:
+        raise UserError(f"{cols.path.name} has no {STEP_RANGES} ranges: the communication "
+                        "of several ranks is matched inside their profiled steps (a "
+                        "profiler schedule with prof.step() writes them)")
+    dev = cols.device
+    keep_dev = dev["comm"] == 0
+    cpu = cols.cpu
+    coll_name = np.array([is_collective(n) for n in cols.names] or [False], dtype=bool)
+    is_coll = coll_name[cpu["name"]] & (cpu["kind"] == CPU_OP) if len(cpu["name"]) else \
+        np.zeros(0, dtype=bool)
+    drop = np.zeros(len(cpu["ts_us"]), dtype=bool)
+    for thread in np.unique(cpu["thread"][is_coll]).tolist():
+        mine = is_coll & (cpu["thread"] == thread)
+        ws, we = _merge(cpu["ts_us"][mine], cpu["ts_us"][mine] + cpu["dur_us"][mine])
+        on = np.flatnonzero(cpu["thread"] == thread)
+        ts = cpu["ts_us"][on]
+        k = np.searchsorted(ws, ts, side="right") - 1
+        inside = (k >= 0) & (ts <= we[np.maximum(k, 0)])
+        drop[on[inside]] = True
+    keep_cpu = ~drop
+    out = replace(cols, cpu={k: v[keep_cpu] for k, v in cpu.items()},
+                  device={k: v[keep_dev] for k, v in dev.items()}, notes=list(cols.notes))
+    n_k, n_ops = int((~keep_dev).sum()), int(is_coll.sum())
+    if n_k or n_ops:
+        out.notes.append(f"communication taken out of the per-op budget: {n_k} collective "
+                         f"kernel(s) (the profiler's collective metadata) and {n_ops} "
+                         "collective op call(s) (c10d) with what ran inside them; their "
+                         "time is the communication part")
+    return out
+
+
+def rank_comm(header: TraceHeader, rank: int, steps: int, device: str) -> RankTrace:
+    """The rank's communication inside its profiled steps (module docstring, step 2);
+    reads the whole trace."""
+    with reading(header.path), open_trace(header.path) as f:
+        data = json.load(f)
+    try:
+        return read_trace(data, rank, steps, device, window=STEP_RANGES)
+    except ValueError:
+        raise UserError(f"{header.path.name} (rank {rank}) has no {STEP_RANGES} ranges: "
+                        "the communication of several ranks is matched inside their "
+                        "profiled steps (a profiler schedule with prof.step() writes "
+                        "them)") from None
+
+
+def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = None,
+                  progress: Progress | None = None) -> Report:
+    """The merged Report of the ranks' traces (module docstring); `headers` in rank
+    order, already checked to be one job's (analyze.check_traces)."""
+    from gobrrr.budget import compute_budget, with_communication
+    from gobrrr.dist.accounting import account
+    from gobrrr.dist.comm import match_collectives
+    from gobrrr.dist.merge import merge, with_distributed
+
+    say = progress or (lambda _m: None)
+    t0 = time.perf_counter()
+    info0 = headers[0].distributed or {}
+    world_size = int(info0["world_size"])
+    analyses: list[TraceAnalysis] = []
+    traces: list[RankTrace] = []
+    for h in headers:
+        rank = int((h.distributed or {})["rank"])
+        say(f"rank {rank}: {h.path.name}")
+        a = analyse_trace(h, ceilings, say, prepare=without_communication)
+        ceilings = ceilings or a.ceilings  # one job, one kind of GPU: rank 0's choice
+        analyses.append(a)
+        say(f"rank {rank}: communication in the profiled steps")
+        traces.append(rank_comm(h, rank, a.tr.steps, a.device))
+    devices = {a.device for a in analyses}
+    if len(devices) > 1:
+        raise UserError(f"ranks' traces disagree on the device ({sorted(devices)}): some "
+                        "have device activity and some do not; not ranks of one job")
+    if len(headers) < world_size:
+        say(f"{len(headers)} of {world_size} ranks given: collectives are matched among "
+            "those")
+    matched, match_notes = match_collectives(traces)
+    gathered: list[dict[str, Any]] = []
+    budgets = []
+    for a, t in zip(analyses, traces, strict=True):
+        acc = account(t, matched, a.tr.wall_s, None)
+        b = with_communication(compute_budget(a.tr.run, a.tr.wall_s, a.ceilings),
+                               acc.communication_s)
+        budgets.append(b)
+        gathered.append({
+            "rank": t.rank, "host": a.header.meta.get("host_name"),
+            "timing": {"median_s": a.tr.wall_s},
+            "budget": {k: v for k, v in b.to_dict().items()
+                       if k in ("wall_s", "busy_s", "overhead_s", "memory_s", "compute_s",
+                                "communication_s", "fractions", "regime")},
+            "trace": t.to_dict(), "account": acc.to_dict(), "no_sync": None,
+            "trace_path": a.header.path.name,
+        })
+    d = merge(gathered, world_size=world_size, backend=str(info0.get("backend", "?")),
+              device=analyses[0].device, timeout_s=0.0, experiments=False)
+    d.pop("timeout_s")  # no process group here: a trace has no timeout
+    d["notes"] = [FROM_TRACES_NOTE, *match_notes, *d["notes"]]
+    if len(headers) < world_size:
+        d["notes"].append(f"{len(headers)} of the job's {world_size} ranks given: "
+                          "collectives matched among those ranks only")
+    if not matched:
+        d["notes"].append("no collective was found on every rank inside the profiled "
+                          "steps: no transfer/waiting split")
+    report = report_of(analyses[0], budgets[0], t0, [h.path.name for h in headers])
+    return with_distributed(report, d)

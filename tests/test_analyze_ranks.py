@@ -1,0 +1,256 @@
+"""`gobrrr analyze RANK0 RANK1`: the ranks of one job merged into one Report
+(gobrrr.dist.analyze). Traces of a 2-rank gloo DDP job recorded here under torchrun;
+the H200 x2 NCCL traces of tests/data/dist (trimmed: device work, DDP's reducer ranges,
+their launches, no aten ops) for the communication pass; hand-made traces for the
+exact arithmetic of taking communication out of the per-op budget."""
+
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gobrrr.analyze import analyze, check_traces
+from gobrrr.cli import cli
+from gobrrr.dist.analyze import FROM_TRACES_NOTE, rank_comm, without_communication
+from gobrrr.dist.comm import WINDOW, read_trace
+from gobrrr.hardware import Ceilings
+from gobrrr.schema import validate
+from gobrrr.trace import is_collective
+from gobrrr.tracesteps import analyse_steps
+from gobrrr.tracestream import stream_trace
+
+DIST = Path(__file__).parent / "data" / "dist"
+
+# A tiny DDP training step under a profiler schedule (ProfilerStep#2..4: 3 steps), each
+# rank exporting rank{N}.json. bucket_cap_mb=0.25 (262144 B) splits the gradients into two
+# buckets, filled in backward order: [w2 (256x512), b2 (256)] then [w1 (512x256), b1 (512)].
+RECORD = """
+import sys
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile, schedule
+
+out = sys.argv[1]
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, 256)), bucket_cap_mb=0.25)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(64, 256)
+
+
+def step():
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+
+
+def save(p):
+    p.export_chrome_trace(f"{out}/rank{rank}.json")
+
+
+with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+             schedule=schedule(wait=1, warmup=1, active=3), on_trace_ready=save) as prof:
+    for _ in range(5):
+        step()
+        prof.step()
+dist.destroy_process_group()
+"""
+
+
+def ceilings() -> Ceilings:
+    # Hand-made, so the test pays for no calibration (as tests/test_lab.py).
+    import platform
+
+    import torch
+
+    return Ceilings(device="cpu", fingerprint={"device": "cpu", "name": "test",
+                                               "torch": torch.__version__,
+                                               "python": platform.python_version()},
+                    peak_flops_per_s={"fp32": 1e11, "bf16": 2e11},
+                    bandwidth_bytes_per_s=5e10, op_overhead_s=2e-6, python_ops_per_s=5e7,
+                    measured_at="test", calibrate_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def gloo_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ranks")
+    (out / "record.py").write_text(RECORD)
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2", str(out / "record.py"), str(out)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out / "rank0.json", out / "rank1.json"
+
+
+def test_gloo_ranks_merge_into_one_report(gloo_ranks):
+    report = analyze(list(gloo_ranks), ceilings=ceilings())
+    d = report.to_dict()
+    validate(d, "report")
+    dd = d["distributed"]
+    assert (dd["world_size"], dd["backend"], dd["device"]) == (2, "gloo", "cpu")
+    assert [r["rank"] for r in dd["ranks"]] == [0, 1]
+    assert d["workload"]["trace"]["files"] == ["rank0.json", "rank1.json"]
+    assert d["workload"]["trace"]["steps"] == 3
+    for r in dd["ranks"]:
+        assert set(r["fractions"]) == {"overhead", "memory", "compute", "communication"}
+        assert sum(r["fractions"].values()) == pytest.approx(1.0)
+        # every step waits for both all-reduces: some of it nothing hides
+        assert r["fractions"]["communication"] > 0
+        assert r["waiting_source"] == "profiled steps"
+        assert r["collectives"] == 6  # 2 buckets x 3 steps
+    fr = d["budget"]["fractions"]
+    assert set(fr) == {"overhead", "memory", "compute", "communication"}
+    assert sum(fr.values()) == pytest.approx(1.0)
+    # rank 0's budget is the report's
+    assert fr == pytest.approx(dd["ranks"][0]["fractions"])
+    # two buckets, one all-reduce each per step, fp32:
+    # (256*512 + 256) * 4 = 525312 B and (512*256 + 512) * 4 = 526336 B
+    sizes = sorted((c["collective"], c["bytes"], c["calls_per_step"])
+                   for c in dd["collectives"])
+    assert sizes == [("all_reduce", 525312, 1.0), ("all_reduce", 526336, 1.0)]
+    assert all(c["busbw_gbps"] > 0 for c in dd["collectives"])
+    assert FROM_TRACES_NOTE in dd["notes"]
+    # the collective ops are communication, not counted ops of the per-op budget
+    assert not [r for r in report.counts.records if is_collective(r.op)]
+    assert any(r.op == "aten::mm" for r in report.counts.records)
+    # it renders: terminal (the ranks table) and HTML (the distributed section)
+    from gobrrr.show.terminal import print_report
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        print_report(report)
+    assert "ranks (2, gloo)" in buf.getvalue()
+    assert "COMMUNICATION" in buf.getvalue() or "communication" in buf.getvalue()
+    path = gloo_ranks[0].parent / "r.html"
+    report.save_html(path)
+    html = path.read_text()
+    assert "rank0.json" in html and "all_reduce" in html
+
+
+def test_gloo_ranks_bad_pairs_are_one_line(gloo_ranks, tmp_path):
+    r0, r1 = gloo_ranks
+
+    def bad(*paths):
+        res = CliRunner().invoke(cli, ["analyze", *map(str, paths), "-q"])
+        assert res.exit_code == 2, res.output
+        assert "Traceback" not in res.stderr
+        lines = [x for x in res.stderr.splitlines() if x.startswith("gobrrr: error")]
+        assert len(lines) == 1, res.stderr
+        return lines[0]
+
+    assert "two are rank 0" in bad(r0, r0)
+    doc = json.loads(r1.read_text())
+    doc["distributedInfo"]["world_size"] = 4
+    (tmp_path / "w4.json").write_text(json.dumps(doc))
+    assert "different world sizes [2, 4]" in bad(r0, tmp_path / "w4.json")
+    # given in any order, the ranks come out in rank order
+    assert [h.path for h in check_traces([r1, r0])] == [r0, r1]
+
+
+# ---------------------------------------------------------------- hand-made arithmetic
+
+
+def _x(cat, name, ts, dur, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts,
+            "dur": dur, "args": args}
+
+
+def test_communication_leaves_the_per_op_budget(tmp_path):
+    # One step [0, 200). aten::mm launches a 40 us kernel at 50 on stream 7; DDP's
+    # c10d::allreduce_ (with record_param_comms inside) launches a 100 us NCCL kernel at
+    # 60 on stream 17, overlapping the mm kernel by 30 us. Busy time, all kernels: the
+    # union [50, 160) = 110 us; without the NCCL kernel: the mm kernel's 40 us.
+    mm = {"External id": 1, "Input Dims": [[4, 5], [5, 6]], "Input type": ["float", "float"],
+          "Concrete Inputs": ["", ""]}
+    events = [
+        _x("user_annotation", "ProfilerStep#0", 0, 200),
+        _x("cpu_op", "aten::mm", 10, 20, **mm),
+        _x("cuda_runtime", "cudaLaunchKernel", 12, 5, correlation=11, **{"External id": 1}),
+        _x("cpu_op", "c10d::allreduce_", 30, 20, **{"External id": 2}),
+        _x("cpu_op", "record_param_comms", 31, 15, **{"External id": 3}),
+        _x("cuda_runtime", "cudaLaunchKernel", 35, 5, correlation=12, **{"External id": 3}),
+        _x("kernel", "gemm_kernel", 50, 40, tid=7, device=0, stream=7, correlation=11,
+           **{"External id": 1}),
+        _x("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 60, 100, tid=17, device=0,
+           stream=17, correlation=12, **{"External id": 3, "Collective name": "allreduce",
+                                          "In msg nelems": 1024, "dtype": "Float",
+                                          "Process Group Name": "0", "Group size": 2}),
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events,
+                                "distributedInfo": {"backend": "nccl", "rank": 0,
+                                                    "world_size": 2}}))
+    cols = stream_trace(path)
+    assert cols.device["comm"].tolist() == [0, 1]
+    whole = analyse_steps(cols)
+    assert whole.run.busy_s == pytest.approx(110e-6)
+    kept = without_communication(cols)
+    tr = analyse_steps(kept)
+    assert tr.run.busy_s == pytest.approx(40e-6)
+    assert [r.op for r in tr.run.counts.records] == ["aten::mm"]
+    assert [k.name for k in tr.run.kernels] == ["gemm_kernel"]
+    assert "1 collective kernel(s)" in kept.notes[-1]
+    assert "1 collective op call(s)" in kept.notes[-1]
+    # the communication pass: the NCCL kernel inside the step, 1024 fp32 = 4096 B; exposed
+    # = [60, 160) minus the mm kernel [50, 90) = 70 us
+    t = rank_comm(check_traces([path])[0], 0, 1, "cuda")
+    assert [(c.name, c.bytes, c.start_us, c.dur_us) for c in t.collectives] == [
+        ("all_reduce", 4096, 60.0, 100.0)]
+    assert t.exposed_us == pytest.approx(70.0)
+
+
+# ---------------------------------------------------------------- the H200 x2 traces
+
+
+def _as_profiler_steps(src, dst):
+    """The trimmed H200 trace with its gobrrr:dist-window (3 calls of the step) wrapped
+    as one ProfilerStep# range, as a user's profiler schedule would mark it. Only the
+    range is added; the gobrrr window itself is dropped."""
+    doc = json.loads(gzip.open(src, "rt").read())
+    win = next(e for e in doc["traceEvents"] if e.get("name") == WINDOW)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e is not win]
+    doc["traceEvents"].append(win | {"name": "ProfilerStep#7"})
+    dst.write_text(json.dumps(doc))
+    return dst
+
+
+def test_h200_comm_pass_inside_profiler_steps_equals_the_window(tmp_path):
+    from gobrrr.dist.comm import match_collectives
+
+    got, want = [], []
+    for r in (0, 1):
+        src = DIST / f"h200_ddp_comm_rank{r}.json.gz"
+        p = _as_profiler_steps(src, tmp_path / f"rank{r}.json")
+        got.append(rank_comm(check_traces([p])[0], r, 3, "cuda"))
+        want.append(read_trace(json.loads(gzip.open(src, "rt").read()), r, 3, "cuda"))
+    for g, w in zip(got, want, strict=True):
+        assert g.collectives == w.collectives
+        assert g.compute == w.compute and g.bucket_copy == w.bucket_copy
+        assert g.window_us == w.window_us
+    matched, notes = match_collectives(got)
+    # as tests/test_dist_accounting.py: 12 all-reduces per step x 3 steps, all late on
+    # rank 1, of one 4096^2 fp32 layer (+ bias)
+    assert (len(matched), notes) == (36, [])
+    assert {m.bytes for m in matched} == {(4096 * 4096 + 4096) * 4}
+    assert all(m.late_rank == 1 for m in matched)
+
+
+def test_h200_trimmed_traces_have_no_ops_to_count(tmp_path):
+    # The committed copies keep no aten ops (trimmed to the communication's evidence):
+    # the whole merge cannot run on them, and says so in one line.
+    paths = [_as_profiler_steps(DIST / f"h200_ddp_comm_rank{r}.json.gz",
+                                tmp_path / f"rank{r}.json") for r in (0, 1)]
+    res = CliRunner().invoke(cli, ["analyze", *map(str, paths), "-q"])
+    assert res.exit_code == 2, res.output
+    assert "has no operator events" in res.stderr
