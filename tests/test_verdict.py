@@ -227,3 +227,16 @@ def test_units_choose_the_unit_after_rounding():
     assert fmt_s(None) == "-"
     assert fmt_num(1.07e9, "B") == "1.07 GB" and fmt_num(12, "B") == "12 B"
     assert fmt_pct(0.825) == "82%"  # round half to even
+
+
+def test_exposed_communication_is_neither_gpu_idle_nor_python():
+    from gobrrr.budget import with_communication
+
+    # 10 ms step: 1 ms overhead, 4 ms memory, 1 ms compute, then 4 ms of exposed
+    # communication out of what was idle: the GPU is idle 1 - (5 + 4) / 10 = 10%.
+    b = with_communication(budget(5e-3, 4e-3, 1e-3), 4e-3)
+    v = verdict_for(b, four_ops(), ceilings(), "cuda", None, None)
+    assert v.evidence[0].startswith("GPU idle 10% of wall time")
+    assert "exposed communication 4 ms (40%)" in v.evidence[0]
+    cpu = verdict_for(b, four_ops(), ceilings(), "cpu", None, None)
+    assert "exposed communication 4 ms (40%); the rest is Python" in cpu.evidence[0]

@@ -59,14 +59,19 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     regime = b.regime
     ev: list[str] = []
     n_ops = len([r for r in counts.records if r.op_class != "view"])
+    # Under torchrun, exposed communication is neither idle nor Python: said apart.
+    comm_s = b.communication_s or 0.0
+    comm = (f"; exposed communication {fmt_s(comm_s)} "
+            f"({fmt_pct(comm_s / b.total_s if b.total_s else 0)})" if comm_s > 0 else "")
     if device == "cuda":
-        idle = max(0.0, 1 - b.busy_s / b.total_s) if b.total_s else 0.0
+        idle = max(0.0, 1 - (b.busy_s + comm_s) / b.total_s) if b.total_s else 0.0
         ev.append(f"GPU idle {fmt_pct(idle)} of wall time ({fmt_s(b.wall_s)} per call, "
-                  f"{fmt_s(b.busy_s)} of kernels from {n_ops} ops)")
+                  f"{fmt_s(b.busy_s)} of kernels from {n_ops} ops{comm})")
     else:
         ev.append(f"ops execute {fmt_pct(b.busy_s / b.total_s if b.total_s else 0)} of "
-                  f"wall time ({fmt_s(b.wall_s)} per call); the rest is Python and dispatch "
-                  f"({n_ops} ops; one tiny op costs {fmt_s(ceil.op_overhead_s)} here)")
+                  f"wall time ({fmt_s(b.wall_s)} per call){comm}; the rest is Python and "
+                  f"dispatch ({n_ops} ops; one tiny op costs {fmt_s(ceil.op_overhead_s)} "
+                  "here)")
     host = host_time(b, counts.records, ceil)
     if b.total_s > 0 and host.outside_s >= HOST_NOTE_FRACTION * b.total_s:
         ev.append(f"{fmt_s(host.outside_s)} per call is host time outside PyTorch ops "
