@@ -100,7 +100,9 @@ def merge(gathered: list[dict[str, Any]], *, world_size: int, backend: str, devi
     return {
         "world_size": world_size, "backend": backend, "device": device,
         "timeout_s": timeout_s,
-        "match": ("process-group name and sequence number" if device == "cuda" else
+        # NCCL kernels on torch 2.11 (the H200s) carried no "Seq": order it is, there too
+        "match": ("process-group name and sequence number where the profiler recorded "
+                  "one, else the order in the profiled window" if device == "cuda" else
                   "process group and order in the profiled window (gloo records no "
                   "sequence number)"),
         "ranks": ranks,
