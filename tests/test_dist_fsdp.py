@@ -137,3 +137,75 @@ def test_fsdp_settings_restored_after_the_experiment(dist_env, tmp_path):
         assert r["n"] == 9 and r["method"] == "FSDP2 parameters kept unsharded", r
         assert r["same"] and r["sharded"] and r["left"] == 0 and r["grads"], r
         assert r["bound"] is not None and r["bound"] > 0, r
+
+
+_SHARDS = textwrap.dedent("""
+    import json, torch, torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from gobrrr.counting import count
+
+    dist.init_process_group("gloo")
+    m = torch.nn.Linear(64, 64)
+    fully_shard(m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x = torch.randn(4, 64)
+
+    def step():
+        opt.zero_grad()
+        m(x).sum().backward()
+        opt.step()
+
+    step()
+    r = count(step)
+    print(json.dumps([[rec.op, list(rec.out_shape), rec.bytes] for rec in r.records
+                      if rec.phase == "optimizer"]))
+    dist.destroy_process_group()
+""")
+
+
+def test_dtensor_ops_counted_on_their_local_shards(dist_env, tmp_path):
+    # SGD's update of FSDP2's sharded parameters runs on DTensors: each rank holds half
+    # of the 64 x 64 weight (32 x 64) and of the bias (32). p.add_(g, alpha=-lr) reads
+    # p and g and writes p: 3 x 2048 x 4 B = 24576 B and 3 x 32 x 4 = 384 B per rank
+    # (the global shape counted 49152 and 768 before).
+    script = tmp_path / "shards.py"
+    script.write_text(_SHARDS)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", "2", str(script)]
+    p = subprocess.run(cmd, env=dist_env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("[")]
+    assert rows == [[["aten::add_", [32, 64], 24576], ["aten::add_", [32], 384]]] * 2
+
+
+@pytest.mark.slow
+def test_distributed_optimize_fsdp_comm_remedies_verified(dist_env):
+    cmd = [sys.executable, "-m", "gobrrr", "optimize", "--nproc-per-node", "2",
+           "examples:fsdp_comm", "--device", "cpu", "--budget-s", "40", "--json", "--only",
+           "reshard_after_forward_false,explicit_prefetch,larger_batch_fsdp"]
+    p = subprocess.run(cmd, env=dist_env, capture_output=True, text=True, timeout=200)
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = json.loads(p.stdout)
+    assert d["distributed"]["kind"] == "fsdp" and d["distributed"]["world_size"] == 2
+    # 8 Linear units x (512^2 + 512) fp32 parameters, unsharded
+    assert d["distributed"]["facts"]["grad_bytes"] == 8 * (512 * 512 + 512) * 4
+    rows = {r["name"]: r for r in d["remedies"]}
+    assert set(rows) == {"reshard_after_forward_false", "explicit_prefetch",
+                         "larger_batch_fsdp"}
+    assert rows["larger_batch_fsdp"]["status"] == "advice"
+    assert rows["reshard_after_forward_false"]["prediction_basis"]
+    assert rows["reshard_after_forward_false"]["checks"]["notes"] == [
+        "reshard_after_forward=False on 9 unit(s)"]
+    assert rows["explicit_prefetch"]["checks"]["notes"] == [
+        "prefetch one unit ahead over 8 block(s)"]
+    for name in ("reshard_after_forward_false", "explicit_prefetch"):
+        r = rows[name]
+        # both keep the numerics: every rank's outputs, the update of its shards over
+        # one step and its gradients at fp32's elementwise tolerance
+        assert r["status"] in ("verified", "no significant change", "slower"), r["reason"]
+        ver = r["checks"]["verification"]
+        assert set(ver) == {"rank0", "rank1"}
+        for rank in ver.values():
+            assert set(rank) == {"outputs", "updates", "grads"}
+            assert all(c["ok"] for c in rank.values()), (name, rank)
+            assert "elementwise rtol 0.0001" in rank["updates"]["tolerance"]
