@@ -469,6 +469,11 @@ class _CountingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
+        if any(getattr(t, "__name__", "") == "DTensor" for t in types):
+            # FSDP2's sharded parameters (the optimizer's ops): the DTensor runs the op
+            # on its local shard, and those local ops come back through this mode, so
+            # each is counted on the shard this rank holds, not the global shape
+            return NotImplemented
         name = func.overloadpacket.__name__
         if name in _MARKERS:
             return func(*args, **kwargs)

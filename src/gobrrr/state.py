@@ -532,6 +532,11 @@ class _Guard:
             if not isinstance(t, torch.Tensor):
                 continue
             try:
+                if hasattr(t, "to_local") and hasattr(t, "device_mesh"):
+                    # a DTensor (FSDP2's sharded parameters): it has no storage of its
+                    # own; its local shard is what this rank holds and restores
+                    with torch.no_grad():
+                        t = t.to_local()
                 key = _storage_key(t)
                 if key in by_key:
                     by_key[key][0].append(name)

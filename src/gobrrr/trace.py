@@ -275,6 +275,12 @@ def _cpu_timed(w: Workload, budget_per_op_s: float = 0.02) -> ProfiledRun:
             run.op_time_s[rec.index] = 0.0
             continue
         sig = _signature(func, args, kwargs)
+        if sig not in cache and _freed_input(args, kwargs):
+            # FSDP2 frees its all-gather buffers and unsharded parameters after use
+            # (storage resized to 0): replaying an op on them read freed memory
+            # (SIGSEGV in fsdp::split_with_sizes_copy). Replayed on fresh tensors of the
+            # same shape, strides and dtype instead (the cost does not depend on values).
+            args, kwargs = _refill_freed((args, kwargs))
         if sig not in cache:
             try:
                 try:
@@ -294,6 +300,43 @@ def _cpu_timed(w: Workload, budget_per_op_s: float = 0.02) -> ProfiledRun:
     del calls
     run.busy_s = sum(run.op_time_s.values())
     return run
+
+
+def _freed_input(args: tuple, kwargs: dict) -> bool:
+    """Whether a tensor input with elements now has no storage (freed by resize_(0))."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    for t in tree_leaves((args, kwargs)):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            continue
+        try:
+            if t.untyped_storage().nbytes() == 0:
+                return True
+        except (RuntimeError, NotImplementedError):  # a subclass without one storage
+            continue
+    return False
+
+
+def _refill_freed(tree: Any) -> Any:
+    """`tree` with each freed tensor (elements, no storage) replaced by a fresh one of
+    the same shape, strides, dtype and device, filled with random values."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def fresh(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            return t
+        try:
+            if t.untyped_storage().nbytes() != 0:
+                return t
+        except (RuntimeError, NotImplementedError):
+            return t
+        new = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+        with torch.no_grad():
+            return new.uniform_() if new.is_floating_point() else new.zero_()
+
+    return tree_map(fresh, tree)
 
 
 def _replay(measure: Any, func: Any, args: tuple, kwargs: dict, budget_s: float) -> Any:

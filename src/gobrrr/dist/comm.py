@@ -278,10 +278,22 @@ def _read_cpu(events: list[dict[str, Any]], rank: int, steps: int, lo: float, hi
     compute = union(clip(subtract(aten, launches), lo, hi))
     gloo = sorted((e for e in events if str(e.get("name", "")).startswith("gloo:")
                    and e.get("tid") != main_tid), key=lambda e: float(e["ts"]))
+    gloo = [e for e in gloo if _span(e)[1] > lo and _span(e)[0] < hi]
+    issued = sorted((e for e in ops if _is_collective_op(str(e["name"]))
+                     and lo <= _span(e)[0] < hi), key=lambda e: float(e["ts"]))
     out: list[Collective] = []
-    for e in gloo:
+    for i, e in enumerate(gloo):
         s, t = _span(e)
-        if t <= lo or s >= hi:
+        # FSDP2's collectives by the c10d op that issued them (gloo's ranges follow the
+        # ops' order): gloo runs a reduce-scatter as an all-reduce of the whole input
+        # (its range says gloo:all_reduce) and names an all-gather's range by its input
+        # (the shard). nccl-tests' size for both is the whole tensor: the op's largest.
+        op = issued[i] if len(issued) == len(gloo) else None
+        op_name = normalise_collective(str(op["name"]).split("::")[-1].rstrip("_")
+                                       ) if op is not None else None
+        if op is not None and op_name in ("all_gather", "reduce_scatter"):
+            name, nbytes = op_name, _largest_bytes(op.get("args", {}))
+            out.append(Collective(group, len(out), name, nbytes, s, t - s))
             continue
         args = e.get("args", {})
         dims = (args.get("Input Dims") or [[]])[0]
@@ -297,6 +309,21 @@ def _read_cpu(events: list[dict[str, Any]], rank: int, steps: int, lo: float, hi
     return RankTrace(rank, steps, hi - lo, out, compute, "cpu",
                      blocked=union(clip(launches, lo, hi)),
                      bucket_copy=union(clip(copies, lo, hi)))
+
+
+def _largest_bytes(args: dict[str, Any]) -> int | None:
+    """The largest tensor among an op's recorded inputs, in bytes (record_shapes)."""
+    best = None
+    for dims, typ in zip(args.get("Input Dims") or [], args.get("Input type") or [],
+                         strict=False):
+        size = _element_bytes(str(typ))
+        if not size or not isinstance(dims, list) or not dims or isinstance(dims[0], list):
+            continue
+        nel = 1
+        for d in dims:
+            nel *= int(d)
+        best = max(best or 0, nel * size)
+    return best
 
 
 def _int(x: Any) -> int | None:

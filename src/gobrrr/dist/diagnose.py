@@ -6,7 +6,8 @@ Per rank, in this order (each a Lockstep.stage: a rank that raises stops every r
 2. the workload, from the factory on every rank (it wraps its model in DDP or FSDP2);
 3. calibration: rank 0 first, then the others (one machine's cache, written once);
 4. T_wall: measure_lockstep (every rank the same number of calls);
-5. the no_sync experiment (experiments.py), when the workload reaches a DDP module;
+5. the no_sync experiment (experiments.py), when the workload reaches a DDP module (or,
+   for FSDP2, the step with its parameters kept unsharded);
 6. the profiled steps: lead-in calls, then STEPS calls inside the WINDOW range, under
    torch.profiler (CPU, and CUDA kernels on a GPU); the exported Chrome trace gives the
    collectives and the compute intervals (comm.py);
@@ -185,7 +186,8 @@ def diagnose_distributed(world: World, target: str | None, device: str,
             lambda: w.run("timing"), ls, device=w.device, budget_s=opts.time_budget_s))
         nosync = None
         if opts.experiments:
-            say("experiment: the step under DDP's no_sync() vs with sync")
+            say("experiment: the step without communication (DDP's no_sync(), or FSDP2's "
+                "parameters kept unsharded) vs with it")
             nosync = ls.stage("the no_sync experiment", lambda: dx.no_sync_times(
                 w, ls, opts.time_budget_s))
         say(f"profiling {STEPS} steps on every rank")

@@ -12,6 +12,13 @@ regime with gloo on a 2-core CPU and with NCCL on datacenter GPUs alike:
 - ddp_straggler: a small model, and rank 1 alone does extra matmuls before each step
   (CPU 4 x 512^3, ~20-40 ms on one core; CUDA 20 x 8192^3 bf16): its peers wait for it
   in every all-reduce.
+- fsdp_comm / fsdp_compute: the same two extremes as FSDP2 (`torch.distributed.fsdp.
+  fully_shard`, torch >= 2.6) on the default group, every Linear its own unit and the
+  root a unit too. A step all-gathers each unit's parameters in the forward and again in
+  the backward, and reduce-scatters its gradients: 3 x the parameter bytes x (n-1)/n on
+  the wire per rank. fsdp_comm: CPU 8 x 512^2 fp32 (8.4 MB of parameters) at batch 4,
+  CUDA 12 x 4096^2 (805 MB); fsdp_compute: CPU 2 x 256^2 at batch 8192 (~6 GFLOP),
+  CUDA 2 x 4096^2 at batch 16384 (~3.3 TFLOP).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ def _require_group() -> Any:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        raise UserError("the ddp_* examples need torchrun: gobrrr doctor --nproc-per-node 2 "
+        raise UserError("the ddp_* and fsdp_* examples need torchrun: gobrrr doctor --nproc-per-node 2 "
                         "examples:ddp_comm (or torchrun --nproc-per-node 2 -m gobrrr doctor "
                         "examples:ddp_comm)")
     return dist
@@ -61,6 +68,50 @@ def _ddp_step(width: int, depth: int, batch: int, device: str,
             extra()
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step, (x, y)
+
+
+def _fsdp_step(width: int, depth: int, batch: int, device: str
+               ) -> tuple[Callable[..., Any], tuple]:
+    import torch
+    from torch import nn
+
+    _require_group()
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6: FSDP2 lived in torch.distributed._composable.fsdp
+        raise UserError("the fsdp_* examples need torch >= 2.6 "
+                        "(torch.distributed.fsdp.fully_shard)") from None
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu"
+    state = torch.random.get_rng_state()
+    torch.manual_seed(0)  # the same full weights on every rank: each keeps its shard
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    model = nn.Sequential(*layers).to(dev)
+    torch.random.set_rng_state(state)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import torch.distributed as dist
+
+    mesh = init_device_mesh(dev.type if isinstance(dev, torch.device) else dev,
+                            (dist.get_world_size(),))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    g = torch.Generator(device=dev).manual_seed(1 + _rank())  # each rank its own data
+    x = torch.randn(batch, width, device=dev, generator=g)
+    y = torch.randn(batch, width, device=dev, generator=g)
+
+    def step(x: Any, y: Any) -> Any:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
         return loss.detach()
@@ -106,6 +157,21 @@ def ddp_straggler(batch_size: int = 64, device: str = "cpu"
     return _ddp_step(256 if device == "cpu" else 4096, 4, batch_size, device, extra)
 
 
+def fsdp_comm(batch_size: int = 4, device: str = "cpu") -> tuple[Callable[..., Any], tuple]:
+    """Communication-bound FSDP2 step (module docstring)."""
+    if device == "cuda":
+        return _fsdp_step(4096, 12, batch_size, device)
+    return _fsdp_step(512, 8, batch_size, device)
+
+
+def fsdp_compute(batch_size: int = 8192, device: str = "cpu"
+                 ) -> tuple[Callable[..., Any], tuple]:
+    """Compute-bound FSDP2 step (module docstring)."""
+    if device == "cuda":
+        return _fsdp_step(4096, 2, batch_size, device)
+    return _fsdp_step(256, 2, batch_size, device)
+
+
 EXAMPLES: dict[str, Example] = {
     e.name: e
     for e in (
@@ -115,5 +181,9 @@ EXAMPLES: dict[str, Example] = {
                 "compute", ddp_compute, 8192, 16384),
         Example("ddp_straggler", "DDP step where rank 1 does extra work (torchrun)",
                 "communication", ddp_straggler, 64, 256),
+        Example("fsdp_comm", "FSDP2 step, deep wide Linear stack at a tiny batch (torchrun)",
+                "communication", fsdp_comm, 4, 16),
+        Example("fsdp_compute", "FSDP2 step, 2 Linear layers at a large batch (torchrun)",
+                "compute", fsdp_compute, 8192, 16384),
     )
 }

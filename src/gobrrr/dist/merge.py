@@ -23,6 +23,7 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
+from gobrrr.dist.experiments import FSDP_METHOD
 from gobrrr.dist.accounting import (
     PROFILED_WAITING_NOTE,
     CommAccount,
@@ -44,6 +45,12 @@ STRAGGLER_LATE_SHARE = 2 / 3
 _GAP = ("no_sync also removes DDP's bucket copies and its division by the world size, "
         "and (GPU) the slowdown of compute kernels that share SMs with NCCL (CPU: gloo's "
         "threads share the cores): an upper bound, above the trace's figure by that work")
+_GAP_FSDP = ("keeping FSDP2's parameters unsharded also removes its copies into and out "
+             "of the all-gather and reduce-scatter buffers, the freeing and re-allocating "
+             "of the unsharded parameters and the optimizer's update of the shards (no "
+             "gradient reaches them), and (GPU) the slowdown of compute kernels sharing "
+             "SMs with NCCL (CPU: gloo's threads share the cores): an upper bound, above "
+             "the trace's figure by that work")
 
 
 def merge(gathered: list[dict[str, Any]], *, world_size: int, backend: str, device: str,
@@ -119,7 +126,9 @@ def merge(gathered: list[dict[str, Any]], *, world_size: int, backend: str, devi
                             f"gobrrr calibrate --distributed ({comm_ceilings.source}, "
                             f"measured {comm_ceilings.measured_at})"),
         "topology": topology,
-        "no_sync_gap": _GAP if experiments else None,
+        "no_sync_gap": (None if not experiments else _GAP_FSDP if any(
+            (g.get("no_sync") or {}).get("method") == FSDP_METHOD for g in gathered)
+            else _GAP),
         "notes": notes,
     }
 
@@ -184,7 +193,7 @@ def evidence(d: dict[str, Any], rank: int = 0) -> list[str]:
     ns = r.get("no_sync")
     cmp = r.get("no_sync_comparison")
     if ns and ns.get("bound_s") is not None and cmp:
-        lines.append(f"under DDP no_sync() the step takes {fmt_s(ns['no_sync_s'])} instead "
+        lines.append(f"under {ns.get('method') or 'DDP no_sync()'} the step takes {fmt_s(ns['no_sync_s'])} instead "
                      f"of {fmt_s(ns['sync_s'])} ({fmt_pct(cmp['bound_fraction'])} of the "
                      f"step); gobrrr: exposed communication {fmt_pct(cmp['exposed_fraction'])}"
                      f", with DDP's bucket copies {fmt_pct(cmp['with_bucket_copies_fraction'])}"

@@ -183,7 +183,9 @@ def predict_batch(f: DistFacts) -> Gain:
     if t <= 0:
         return Gain.none("no step time")
     t2 = 2 * (t - e) + e
-    basis = (f"the gradients (and so the all-reduce) stay while the rest of the step "
+    what = ("the parameters and gradients (and so the all-gathers and reduce-scatters)"
+            if f.kind == "fsdp" else "the gradients (and so the all-reduce)")
+    basis = (f"{what} stay while the rest of the step "
              f"doubles: 2x batch in ~{fmt_s(t2)} vs 2 x {fmt_s(t)}, {2 * t / t2:.2f}x "
              f"samples per second; communication {e / t:.0%} -> {e / t2:.0%} of the step "
              "(throughput, not latency; approximate: assumes the rest scales linearly)")
