@@ -131,7 +131,8 @@ def _account(ls: Lockstep, trace: RankTrace, wall_s: float, nosync: Any) -> Any:
     traces = [RankTrace.from_dict(t) for t, _ in got]
     matched, _notes = match_collectives(traces)
     paces = {r: float(p) for r, (_t, p) in enumerate(got) if p is not None}
-    return account(trace, matched, wall_s, paces if len(paces) == len(got) else None)
+    return account(trace, matched, wall_s, paces if len(paces) == len(got) else None,
+                   nosync.bound_fraction if nosync is not None else None)
 
 
 def diagnose_distributed(world: World, target: str | None, device: str,
