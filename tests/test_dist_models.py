@@ -164,14 +164,21 @@ def test_optimize_rewraps_the_ddp_inside_the_trainer(dist_env):
     for r in d["remedies"]:
         assert r["snippet"] and r["reason"], r
         assert r["status"] != "failed", (r["name"], r["reason"])
+    rows = {r["name"]: r for r in d["remedies"]}
+    assert rows["larger_batch"]["status"] == "advice"
     ran = [r for r in d["remedies"] if r["status"] not in ("skipped", "advice")]
-    # at least one re-wrapped copy of trainer.model ran and was checked on both ranks
-    assert ran, [(r["name"], r["status"], r["reason"]) for r in d["remedies"]]
+    # re-wrapped copies of trainer.model ran and were checked on both ranks; how many fit
+    # the budget depends on the load of the 2 cores
+    assert len(ran) >= 2, [(r["name"], r["status"], r["reason"]) for r in d["remedies"]]
     for r in ran:
         ver = r["checks"]["verification"]
         assert set(ver) == {"rank0", "rank1"}, r["name"]
-        if r["status"] == "rejected":
-            continue  # a remedy that changes the numbers beyond tolerance: said so
+        if r["name"] == "bf16_compress_hook":
+            continue  # bf16 rounds the gradients: judged at bf16's tolerance, may fail
+        # the others keep the numerics: verified on both ranks at fp32's tolerance, the
+        # candidate at the reference's LR-schedule step (its warm calls undone, the
+        # scheduler and the param_groups' lr too; before: every remedy rejected here)
+        assert r["status"] != "rejected", (r["name"], r["reason"])
         for rank in ver.values():
             assert all(c["ok"] for c in rank.values()), (r["name"], rank)
     assert took < 200, took
