@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+import gobrrr
 from gobrrr.api import diagnose_workload, optimize_workload
 from gobrrr.gains import Gain
 from gobrrr.remedies.base import STAGE_MUTATE, Context, RemedySpec
@@ -248,3 +249,35 @@ def test_the_whole_command_ends_within_its_budget(tmp_path):
     statuses = {x["status"] for x in d["remedies"]}
     assert statuses <= {"verified", "no significant change", "slower", "skipped",
                         "not applicable", "advice", "unverifiable"}
+
+
+def _scheduled_step():
+    """A training step with an LR scheduler whose LR changes every step (lr / (1 + s))."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=False)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        sched.step()
+        return loss.detach()
+
+    return step, sched
+
+
+def test_a_step_with_an_lr_scheduler_is_verified_at_the_same_point_of_its_schedule():
+    # The candidate's warm calls advance its copy's scheduler; its outputs must be
+    # compared at the reference's point of the schedule (seen: every exact optimizer
+    # remedy rejected, error 0.0159 against 1e-4), and the user's scheduler is untouched.
+    step, sched = _scheduled_step()
+    x, y = torch.randn(16, 32), torch.randn(16, 32)
+    before = (sched.last_epoch, sched.optimizer.param_groups[0]["lr"])
+    res = gobrrr.optimize(step, x, y, budget_s=20, only=["zero_grad_set_to_none"])
+    row = next(r for r in res.remedies if r.name == "zero_grad_set_to_none")
+    assert row.status not in ("not applicable", "rejected", "failed"), row.reason
+    assert row.verified and row.max_error == 0.0
+    assert (sched.last_epoch, sched.optimizer.param_groups[0]["lr"]) == before

@@ -158,3 +158,46 @@ def test_diagnose_leaves_a_cuda_training_step_as_it_was():
     assert (fingerprint(objects), _bytes(torch.cuda.get_rng_state())) == before
     assert report.to_dict()["state"]["warnings"] == []
     assert report.to_dict()["state"]["snapshot_on"] == "device"
+
+
+def test_global_names_are_the_globals_the_code_loads_not_its_attribute_names():
+    # `opt.step()` puts "step" in co_names; a module-level `step` (often the workload
+    # itself) must not count as state the function reaches: a copy of the workload then
+    # still "shared" the user's model and optimizer through it, and every optimizer
+    # remedy was skipped as "could not be copied apart".
+    from gobrrr.state import global_names
+
+    def f():
+        opt.step()  # noqa: F821 - only compiled, never run
+        return math.pi  # noqa: F821
+
+    assert global_names(f.__code__) == {"opt", "math"}
+
+
+def test_a_copied_optimizer_steps_itself_not_the_users():
+    # Older torch: an LR scheduler wraps its optimizer's `step` on the instance, calling
+    # it through a weak reference; a deep copy kept that wrapper (it would step the
+    # user's optimizer). Simulated here as torch did it.
+    import weakref
+
+    from gobrrr.state import copy_workload
+
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([p], lr=1.0)
+    ref, func = weakref.ref(opt), type(opt).step
+
+    def wrapper(*a, **k):
+        return func.__get__(ref(), type(opt))(*a, **k)
+
+    wrapper._wrapped_by_lr_sched = True
+    opt.step = wrapper
+
+    def step():
+        p.grad = torch.ones(2)
+        opt.step()
+
+    copied = copy_workload(step, (), {})
+    copied.fn()
+    assert torch.equal(p.detach(), torch.ones(2))  # the user's parameter untouched
+    assert torch.equal(copied.optimizers[0].param_groups[0]["params"][0].detach(),
+                       torch.zeros(2))

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["Copied", "copy_workload", "describe", "stateful_ids", "snapshot", "restore",
            "clone_tree", "preserved_state", "preserved_globals", "StateCheck", "Reach",
            "walk", "reachable_state", "collect_state", "is_state", "global_names",
-           "MAX_STATE_DEPTH"]
+           "plain_state", "put_back", "MAX_STATE_DEPTH"]
 
 # ---------------------------------------------------------------- finding state
 
@@ -51,13 +51,23 @@ def is_state(obj: Any) -> bool:
     return isinstance(obj, (torch.nn.Module, torch.optim.Optimizer, torch.Tensor))
 
 
-def global_names(code: types.CodeType) -> set[str]:
-    """Global names a function's code (and its inner functions and lambdas) uses."""
-    names = set(code.co_names)
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME",
+                         "STORE_NAME", "DELETE_NAME"})
+
+
+@functools.lru_cache(maxsize=4096)
+def global_names(code: types.CodeType) -> frozenset[str]:
+    """Global names a function's code (and its inner functions and lambdas) uses: the
+    names its global loads and stores take, not `co_names` whole, which also holds every
+    attribute name: `opt.step()` in a step function would name a global `step` (often the
+    step function itself, whose closure then counts as state a copy still shares)."""
+    import dis
+
+    names = {str(i.argval) for i in dis.get_instructions(code) if i.opname in _GLOBAL_OPS}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= global_names(const)
-    return names
+    return frozenset(names)
 
 
 def _cell_full(cell: Any) -> bool:
@@ -350,7 +360,61 @@ def copy_workload(fn: Callable[..., Any], args: tuple[Any, ...],
     new_fn = c.copy(fn)
     new_args = tuple(c.copy(a) for a in args)
     new_kwargs = {k: c.copy(v) for k, v in kwargs.items()}
+    for new in list(c.memo.values()):
+        _rewrap_lr_scheduler_step(new)
     return describe(new_fn, new_args, new_kwargs)
+
+
+def _rewrap_lr_scheduler_step(opt: Any) -> None:
+    """An LR scheduler replaces its optimizer's `step` with a wrapper on the instance that
+    calls the optimizer through a weak reference (torch.optim.lr_scheduler, to warn when
+    the scheduler steps first). A deep copy keeps that function as it is, so the copied
+    optimizer's step() would step the *user's* optimizer: it gets a wrapper of its own."""
+    import weakref
+
+    import torch
+
+    step = getattr(opt, "__dict__", {}).get("step")
+    if not (isinstance(opt, torch.optim.Optimizer)
+            and getattr(step, "_wrapped_by_lr_sched", False)):
+        return
+    func = type(opt).step
+    ref = weakref.ref(opt)
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        o = ref()
+        o._opt_called = True  # type: ignore[union-attr]
+        return func.__get__(o, o.__class__)(*args, **kwargs)
+
+    wrapper._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    opt.step = wrapper  # type: ignore[method-assign]
+
+
+def plain_state(c: Copied) -> list[tuple[dict[Any, Any], dict[Any, Any]]]:
+    """A copy's state outside its tensors, to put back after warm calls (`put_back`): the
+    attributes of the objects it reaches (an LR scheduler's step count and last LR, a
+    trainer's counters) and its optimizers' param_groups (the LR a scheduler writes).
+    Without it a candidate warmed 3 steps ahead of the reference is compared at another
+    point of the LR schedule: every remedy of a GPT-2 trainer under DDP was rejected,
+    static_graph included, and on one process every exact optimizer remedy of a step
+    with a LambdaLR (error 0.0159 against 1e-4). Modules' own attributes stay as the warm
+    calls left them: DDP's flags follow its C++ reducer's state (putting them back broke
+    static_graph's reducer: "expect_autograd_hooks_ INTERNAL ASSERT FAILED")."""
+    reach = walk(c.fn, c.args, c.kwargs)
+    dicts = [vars(o) for o in reach.objects] + [g for o in c.optimizers
+                                                 for g in o.param_groups]
+    return [(d, dict(d)) for d in dicts]
+
+
+def put_back(saved: list[tuple[dict[Any, Any], dict[Any, Any]]]) -> None:
+    """The attributes `plain_state` saved, as they were (shallow: rebound values)."""
+    for d, items in saved:
+        for k in [k for k in d if k not in items]:
+            del d[k]
+        for k, v in items.items():
+            if d.get(k) is not v:
+                d[k] = v
 
 
 # ------------------------------------------------------------------ in-place snapshots

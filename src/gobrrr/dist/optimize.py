@@ -402,35 +402,9 @@ def _rewrap(c: Any, settings: dict[str, Any]) -> tuple[Any, list[str]]:
                                           "reference(s) swapped"]
 
 
-def _plain_state(c: Any) -> list[tuple[dict[Any, Any], dict[Any, Any]]]:
-    """The copy's state outside its tensors, to put back after the warm calls: the
-    attributes of the objects it reaches (an LR scheduler's step count and last LR, a
-    trainer's counters) and its optimizers' param_groups (the LR a scheduler writes).
-    Without it a candidate warmed 3 steps ahead of the reference was compared at another
-    point of the LR schedule (every remedy on benchmarks/dist_targets.py:gpt2_ddp was
-    rejected, static_graph included). Modules' own attributes stay as the warm calls
-    left them: DDP's flags follow its C++ reducer's state (putting them back broke
-    static_graph's reducer: "expect_autograd_hooks_ INTERNAL ASSERT FAILED")."""
-    from gobrrr.state import walk
-
-    reach = walk(c.fn, c.args, c.kwargs)
-    dicts = [vars(o) for o in reach.objects] + [g for o in c.optimizers
-                                                 for g in o.param_groups]
-    return [(d, dict(d)) for d in dicts]
-
-
-def _put_back(saved: list[tuple[dict[Any, Any], dict[Any, Any]]]) -> None:
-    for d, items in saved:
-        for k in [k for k in d if k not in items]:
-            del d[k]
-        for k, v in items.items():
-            if d.get(k) is not v:
-                d[k] = v
-
-
 def _evaluate(st: _State, specs: list[DistRemedy], ab_budget_s: float,
               deadline: float) -> RemedyResult:
-    from gobrrr.state import restore, snapshot
+    from gobrrr.state import plain_state, put_back, restore, snapshot
 
     ls, name = st.ls, "+".join(s.name for s in specs)
     precision = next((s.precision for s in specs if s.precision), None)
@@ -449,11 +423,11 @@ def _evaluate(st: _State, specs: list[DistRemedy], ab_budget_s: float,
 
     def warm() -> None:
         start = snapshot(cand.modules, cand.optimizers, cand.tensors)
-        others = _plain_state(cand)
+        others = plain_state(cand)
         for _ in range(WARM_CALLS):
             call()
         restore(start)
-        _put_back(others)
+        put_back(others)
 
     t0 = time.perf_counter()
     _, why = _attempt(ls, f"warming {name}", warm)

@@ -31,7 +31,15 @@ from gobrrr.remedies.verify import (
     dynamo_snapshot,
     tolerance_given_noise,
 )
-from gobrrr.state import Copied, clone_tree, copy_workload, restore, snapshot
+from gobrrr.state import (
+    Copied,
+    clone_tree,
+    copy_workload,
+    plain_state,
+    put_back,
+    restore,
+    snapshot,
+)
 from gobrrr.timing import device_sync
 
 __all__ = ["Reference", "make_reference", "evaluate", "SEED", "WARM_CALLS"]
@@ -148,6 +156,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
         for s in sorted(specs, key=lambda s: s.stage):
             cand = s.apply(cand, ctx)
         start = snapshot(cand.modules, cand.optimizers, cand.tensors)
+        plain = plain_state(cand)  # an LR scheduler's step count, the LR it wrote
         t0 = time.perf_counter()
         with switches_on(cand):
             for prep in cand.prepare:
@@ -184,6 +193,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     try:
         _in_time(deadline, "verifying the outputs")
         restore(start)
+        put_back(plain)
         with switches_on(cand):
             outs = _two_calls(cand.call, ctx.device)
     except OutOfTime as exc:
