@@ -272,6 +272,7 @@ def hand(case_name: str, out: Path, max_autotune: bool) -> dict[str, Any]:
            "best": best["config"] if best else "eager",
            "speedup": best["speedup"] if best else 1.0,
            "seconds": time.perf_counter() - t0,
+           "parallel": os.environ.get("PARALLEL") == "1",  # the other side ran at once
            "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     say(f"{case_name}: HAND BEST {res['best']} {res['speedup']:.2f}x in {res['seconds']:.0f} s")
     log.close()
@@ -294,6 +295,7 @@ def run_gobrrr(case_name: str, out: Path, budget_s: float) -> dict[str, Any]:
                            "options": list(case.options), "side": "gobrrr",
                            "command": " ".join(cmd[1:]), "budget_s": budget_s,
                            "seconds": seconds, "rc": proc.returncode,
+                           "parallel": os.environ.get("PARALLEL") == "1",
                            "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if proc.returncode == 0:
         d = json.loads(proc.stdout)
@@ -333,6 +335,7 @@ def table(dirs: list[Path], json_out: Path, md_out: Path) -> None:
                       "hand_seconds": h["seconds"], "hand_max_autotune": h["max_autotune"],
                       "gobrrr_best": g["best"], "gobrrr_speedup": g["speedup"],
                       "budget_s": g["budget_s"], "seconds": g["seconds"],
+                      "sides_in_parallel": bool(g.get("parallel")),
                       "measured": g["created"]}
     ordered = sorted(rows.values(), key=lambda r: list(CASES).index(r.get("case", "")))
     json_out.write_text(json.dumps(ordered, indent=1) + "\n")
