@@ -75,26 +75,34 @@ def test_nccl_env_and_visible_devices():
     assert tp.visible_gpu_indices(4, {"CUDA_VISIBLE_DEVICES": ""}) == []
 
 
-def test_nvml_links_from_a_fake_pynvml(monkeypatch):
-    """Two GPUs, 18 active links each, all to the other one: NV18 both ways."""
+class _Pci:
+    def __init__(self, bus):
+        self.busId = bus
+
+
+_BUSES = [b"00000000:18:00.0", b"00000000:2A:00.0"]
+
+
+def _fake_pynvml(monkeypatch, remote_bus):
+    """Two H200s, 18 active NVLinks each; `remote_bus(gpu, link)` is where a link ends."""
     import types
 
-    class Pci:
-        def __init__(self, bus):
-            self.busId = bus
-
-    buses = [b"00000000:18:00.0", b"00000000:2A:00.0"]
     fake = types.SimpleNamespace(
         NVML_FEATURE_ENABLED=1, NVML_NVLINK_MAX_LINKS=18,
         nvmlInit=lambda: None, nvmlShutdown=lambda: None,
         nvmlDeviceGetCount=lambda: 2,
         nvmlDeviceGetHandleByIndex=lambda i: i,
         nvmlDeviceGetName=lambda h: "NVIDIA H200",
-        nvmlDeviceGetPciInfo=lambda h: Pci(buses[h]),
+        nvmlDeviceGetPciInfo=lambda h: _Pci(_BUSES[h]),
         nvmlDeviceGetNvLinkState=lambda h, link: 1,
-        nvmlDeviceGetNvLinkRemotePciInfo=lambda h, link: Pci(buses[1 - h].lower()),
+        nvmlDeviceGetNvLinkRemotePciInfo=lambda h, link: _Pci(remote_bus(h, link)),
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
+
+
+def test_nvml_links_from_a_fake_pynvml(monkeypatch):
+    """Two GPUs, 18 active links each, all to the other one: NV18 both ways."""
+    _fake_pynvml(monkeypatch, lambda h, link: _BUSES[1 - h].lower())
     got = tp._nvml_links()
     assert got == {"gpus": ["NVIDIA H200", "NVIDIA H200"],
                    "links": {"0-1": {"code": "NV18", "type": "NVLink", "nvlinks": 18}}}
@@ -104,24 +112,7 @@ def test_nvml_links_through_nvswitches(monkeypatch):
     """HGX H200: every active link of each GPU ends at an NVSwitch (a bus id that is no
     GPU's), as NVML reported on the device machine; the pair is NVLink x18 (what
     nvidia-smi topo -m printed there: NV18), not PCIe."""
-    import types
-
-    class Pci:
-        def __init__(self, bus):
-            self.busId = bus
-
-    buses = [b"00000000:18:00.0", b"00000000:2A:00.0"]
-    fake = types.SimpleNamespace(
-        NVML_FEATURE_ENABLED=1, NVML_NVLINK_MAX_LINKS=18,
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
-        nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetName=lambda h: "NVIDIA H200",
-        nvmlDeviceGetPciInfo=lambda h: Pci(buses[h]),
-        nvmlDeviceGetNvLinkState=lambda h, link: 1,
-        nvmlDeviceGetNvLinkRemotePciInfo=lambda h, link: Pci(f"00000000:{0xC0 + link:02X}:00.0"),
-    )
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    _fake_pynvml(monkeypatch, lambda h, link: f"00000000:{0xC0 + link:02X}:00.0")
     assert tp._nvml_links()["links"] == {"0-1": {"code": "NV18", "type": "NVLink",
                                                  "nvlinks": 18}}
 

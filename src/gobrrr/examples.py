@@ -13,7 +13,7 @@ from typing import Any
 
 from gobrrr.errors import UserError
 
-__all__ = ["Example", "EXAMPLES", "get"]
+__all__ = ["Example", "EXAMPLES", "get", "seeded_mlp", "mse_step"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,9 @@ def _gen(device: str) -> Any:
     return torch.Generator(device=device).manual_seed(0)
 
 
-def _mlp_module(width: int, depth: int, device: str, act: Any = None) -> Any:
+def seeded_mlp(width: int, depth: int, device: Any, act: Any = None) -> Any:
+    """`depth` x (Linear(width, width), act: GELU by default) on `device`, weights from
+    seed 0 (the same on every rank of a distributed example), the user's RNG restored."""
     import torch
     from torch import nn
 
@@ -61,7 +63,7 @@ def mlp(batch_size: int = 1, device: str = "cpu") -> tuple[Callable[..., Any], t
     width = 512 if device == "cuda" else 64
     # ReLU on CPU: PyTorch's CPU GELU (erf) costs ~6 us even on 64 elements, a fixed cost
     # inside the op that would blur the example; on CUDA both cost one tiny kernel.
-    model = _mlp_module(width, 4, device, nn.GELU if device == "cuda" else nn.ReLU)
+    model = seeded_mlp(width, 4, device, nn.GELU if device == "cuda" else nn.ReLU)
     x = torch.randn(batch_size, width, device=device, generator=_gen(device))
 
     def forward(x: Any) -> Any:
@@ -181,19 +183,30 @@ def mlp_train(batch_size: int = 32, device: str = "cpu") -> tuple[Callable[..., 
     Adam (foreach on CUDA) launches many small kernels per step."""
     import torch
 
-    model = _mlp_module(512, 4, device)
+    model = seeded_mlp(512, 4, device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.randn(batch_size, 512, device=device, generator=_gen(device))
     y = torch.randn(batch_size, 512, device=device, generator=_gen(device))
 
+    return mse_step(model, opt), (x, y)
+
+
+def mse_step(model: Any, opt: Any, before: Callable[[], Any] | None = None
+             ) -> Callable[..., Any]:
+    """The examples' training step: zero the gradients, MSE loss, backward, optimizer
+    step; `before()` runs first (a straggler's extra work)."""
+    import torch
+
     def step(x: Any, y: Any) -> Any:
+        if before is not None:
+            before()
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
         return loss.detach()
 
-    return step, (x, y)
+    return step
 
 
 EXAMPLES: dict[str, Example] = {

@@ -54,6 +54,8 @@ from gobrrr.timing import measure
 
 __all__ = [
     "Ceilings",
+    "read_cache",
+    "write_cache",
     "calibrate",
     "fingerprint",
     "cache_dir",
@@ -220,8 +222,6 @@ def _cache_problem(data: Any, device: str) -> str | None:
     """
     from gobrrr.schema import SchemaError, validate
 
-    if not isinstance(data, dict):
-        return f"a JSON {type(data).__name__}, not an object"
     try:
         validate(dict(data, datasheet=None), "ceilings")
     except SchemaError as exc:
@@ -239,7 +239,10 @@ def _cache_problem(data: Any, device: str) -> str | None:
     return None
 
 
-def _load_cache(path: Path, device: str, notes: list[str]) -> Ceilings | None:
+def read_cache(path: Path, schema_version: int, notes: list[str]) -> dict[str, Any] | None:
+    """A cache file's JSON when it is readable and of `schema_version`; else None, with a
+    note saying why it is re-measured (none when there is no file). The one reader of
+    gobrrr's caches (these ceilings, dist/ceilings.py's communication ceilings)."""
     if not path.exists():
         return None
     try:
@@ -247,8 +250,31 @@ def _load_cache(path: Path, device: str, notes: list[str]) -> Ceilings | None:
     except (OSError, ValueError) as exc:
         notes.append(f"cache {path} unreadable ({type(exc).__name__}); re-measuring")
         return None
-    if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
+    if not isinstance(data, dict):
+        notes.append(f"cache {path} invalid (a JSON {type(data).__name__}, not an object); "
+                     "re-measuring")
+        return None
+    if data.get("schema_version") != schema_version:
         notes.append(f"cache {path} is from another gobrrr version; re-measuring")
+        return None
+    return data
+
+
+def write_cache(path: Path, data: dict[str, Any], notes: list[str]) -> None:
+    """Write a cache file whole or not at all (a temporary file per process, renamed:
+    ranks of one job reading it never see half a file); a note when it cannot be."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(path)
+    except OSError as exc:
+        notes.append(f"could not write cache {path} ({exc.strerror or exc}); results not cached")
+
+
+def _load_cache(path: Path, device: str, notes: list[str]) -> Ceilings | None:
+    data = read_cache(path, SCHEMA_VERSION, notes)
+    if data is None:
         return None
     problem = _cache_problem(data, device)
     if problem is not None:
@@ -273,16 +299,10 @@ def cached_for(device: str, name: str) -> Ceilings | None:
 
 
 def _save_cache(path: Path, ceil: Ceilings, notes: list[str]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        data = ceil.to_dict()
-        data.pop("datasheet", None)
-        data["notes"] = []
-        tmp.write_text(json.dumps(data, indent=2))
-        tmp.replace(path)
-    except OSError as exc:
-        notes.append(f"could not write cache {path} ({exc.strerror or exc}); results not cached")
+    data = ceil.to_dict()
+    data.pop("datasheet", None)
+    data["notes"] = []
+    write_cache(path, data, notes)
 
 
 # ---------------------------------------------------------------- measurements

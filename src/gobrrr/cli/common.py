@@ -21,7 +21,7 @@ from gobrrr.errors import WARNING, UserError, WorkloadError, user_traceback
 
 __all__ = ["DEVICE", "resolve_device", "progress_printer", "run_guarded", "finish_progress",
            "emit_json", "check_writable", "deliver", "show_notes", "model_options",
-           "TARGET_HELP"]
+           "load_announced", "TARGET_HELP"]
 
 DEVICE = click.Choice(["auto", "cpu", "cuda"])
 
@@ -221,3 +221,14 @@ def deliver(writes: Sequence[tuple[Path, Callable[[Path], Any]]],
     show()
     if failed:
         raise UserError("; ".join(failed) + " (the result is on stdout)")
+
+
+def load_announced(target: str | None, device: str, batch_size: int | None, options: Any,
+                   say: Callable[[str], None]) -> Any:
+    """The target's Workload, announced on the progress line (a model: what was built)."""
+    from gobrrr.workload import load_target
+
+    w = load_target(target, device, batch_size, options)
+    say(f"workload {w.name} (batch {w.batch_size}) on {w.device}"
+        + (f": {w.description}" if w.details else ""))
+    return w

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gobrrr.cli.common import TARGET_HELP, model_options
+from gobrrr.cli.common import TARGET_HELP, load_announced, model_options
 
 __all__ = ["register"]
 
@@ -79,7 +79,6 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         from gobrrr.api import diagnose_workload
         from gobrrr.models import ModelOptions
         from gobrrr.show.terminal import print_report
-        from gobrrr.workload import load_target
 
         check_writable(html_path, trace_path)
         dev = resolve_device(device)
@@ -92,9 +91,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
             if report is None:  # not rank 0: rank 0 alone writes the report
                 return
         else:
-            w = load_target(target, dev, batch_size, opts)
-            say(f"workload {w.name} (batch {w.batch_size}) on {w.device}"
-                + (f": {w.description}" if w.details else ""))  # a model: what was built
+            w = load_announced(target, dev, batch_size, opts, say)
             report = diagnose_workload(w, experiments=not no_experiments,
                                        time_budget_s=time_budget_s, progress=say)
             if world is not None:  # torchrun with one process

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gobrrr.cli.common import TARGET_HELP, model_options
+from gobrrr.cli.common import TARGET_HELP, load_announced, model_options
 
 __all__ = ["register"]
 
@@ -81,7 +81,6 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
         from gobrrr.api import optimize_workload
         from gobrrr.models import ModelOptions
         from gobrrr.remedies import catalog
-        from gobrrr.workload import load_target
 
         if not distributed:
             catalog.select(list(only))  # unknown names: one line, exit 2, before any work
@@ -95,9 +94,7 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
             if res is None:  # not rank 0: rank 0 alone writes the result
                 return
         else:
-            w = load_target(target, dev, batch_size, opts)
-            say(f"workload {w.name} (batch {w.batch_size}) on {w.device}"
-                + (f": {w.description}" if w.details else ""))  # a model: what was built
+            w = load_announced(target, dev, batch_size, opts, say)
             res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                     only=list(only) or None, progress=say)
             if world is not None:  # torchrun with one process

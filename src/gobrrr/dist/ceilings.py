@@ -413,15 +413,10 @@ def cache_path(key: Mapping[str, Any]) -> Path:
 def _read(path: Path, notes: list[str]) -> CommCeilings | None:
     from gobrrr.schema import SchemaError, validate
 
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        notes.append(f"cache {path} unreadable ({type(exc).__name__}); re-measuring")
-        return None
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        notes.append(f"cache {path} is from another gobrrr version; re-measuring")
+    from gobrrr.hardware import read_cache
+
+    data = read_cache(path, SCHEMA_VERSION, notes)
+    if data is None:
         return None
     try:
         validate(dict(data, datasheet=None), "comm_ceilings")
@@ -436,17 +431,12 @@ def _read(path: Path, notes: list[str]) -> CommCeilings | None:
 
 
 def _write(path: Path, ceil: CommCeilings, notes: list[str]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = ceil.to_dict()
-        data.pop("datasheet", None)
-        data["notes"] = []
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=2))
-        tmp.replace(path)
-    except OSError as exc:
-        notes.append(f"could not write cache {path} ({exc.strerror or exc}); "
-                     "results not cached")
+    from gobrrr.hardware import write_cache
+
+    data = ceil.to_dict()
+    data.pop("datasheet", None)
+    data["notes"] = []
+    write_cache(path, data, notes)
 
 
 def load_cached(topo: Mapping[str, Any] | None = None) -> CommCeilings | None:

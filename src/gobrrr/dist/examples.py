@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gobrrr.errors import UserError
-from gobrrr.examples import Example
+from gobrrr.examples import Example, mse_step, seeded_mlp
 
 __all__ = ["EXAMPLES"]
 
@@ -50,29 +50,11 @@ def _ddp_step(width: int, depth: int, batch: int, device: str,
 
     _require_group()
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu"
-    state = torch.random.get_rng_state()
-    torch.manual_seed(0)  # the same weights on every rank (DDP also broadcasts rank 0's)
-    layers: list[nn.Module] = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.ReLU()]
-    model = nn.Sequential(*layers).to(dev)
-    torch.random.set_rng_state(state)
-    ddp = DDP(model, device_ids=[dev.index] if device == "cuda" else None)
+    # the same weights on every rank (DDP also broadcasts rank 0's)
+    ddp = DDP(seeded_mlp(width, depth, dev, nn.ReLU),
+              device_ids=[dev.index] if device == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
-    g = torch.Generator(device=dev).manual_seed(1 + _rank())  # each rank its own data
-    x = torch.randn(batch, width, device=dev, generator=g)
-    y = torch.randn(batch, width, device=dev, generator=g)
-
-    def step(x: Any, y: Any) -> Any:
-        if extra is not None:
-            extra()
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return step, (x, y)
+    return mse_step(ddp, opt, extra), _rank_data(batch, width, dev)
 
 
 def _fsdp_step(width: int, depth: int, batch: int, device: str
@@ -87,13 +69,8 @@ def _fsdp_step(width: int, depth: int, batch: int, device: str
         raise UserError("the fsdp_* examples need torch >= 2.6 "
                         "(torch.distributed.fsdp.fully_shard)") from None
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu"
-    state = torch.random.get_rng_state()
-    torch.manual_seed(0)  # the same full weights on every rank: each keeps its shard
-    layers: list[nn.Module] = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.ReLU()]
-    model = nn.Sequential(*layers).to(dev)
-    torch.random.set_rng_state(state)
+    # the same full weights on every rank: each keeps its shard
+    model = seeded_mlp(width, depth, dev, nn.ReLU)
     from torch.distributed.device_mesh import init_device_mesh
 
     import torch.distributed as dist
@@ -105,18 +82,16 @@ def _fsdp_step(width: int, depth: int, batch: int, device: str
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    g = torch.Generator(device=dev).manual_seed(1 + _rank())  # each rank its own data
-    x = torch.randn(batch, width, device=dev, generator=g)
-    y = torch.randn(batch, width, device=dev, generator=g)
+    return mse_step(model, opt), _rank_data(batch, width, dev)
 
-    def step(x: Any, y: Any) -> Any:
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
 
-    return step, (x, y)
+def _rank_data(batch: int, width: int, dev: Any) -> tuple[Any, Any]:
+    """(x, y) of this rank: each rank its own data, as data-parallel training has."""
+    import torch
+
+    g = torch.Generator(device=dev).manual_seed(1 + _rank())
+    return (torch.randn(batch, width, device=dev, generator=g),
+            torch.randn(batch, width, device=dev, generator=g))
 
 
 def _rank() -> int:
