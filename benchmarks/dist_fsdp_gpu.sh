@@ -8,24 +8,32 @@
 # reshard_after_forward=False and explicit prefetching, verified and A/B-timed in
 # lockstep. Timeouts: 2 x 50 s + 2 x 65 s = 230 s at most: under 4 minutes.
 #   OUT=out bash benchmarks/dist_fsdp_gpu.sh       (writes under $OUT)
+# With little device time left: STAGES=doctor TRACES=0 (no rank traces or HTML pages:
+# six small files, the doctor's ground-truth comparison only).
 set -u
 OUT=${OUT:-out-dist-fsdp}
 mkdir -p "$OUT"
 PY=${PY:-python}
 NPROC=${NPROC:-2}
+STAGES=${STAGES:-doctor optimize}
+TRACES=${TRACES:-1}
+DOCTOR_S=${DOCTOR_S:-50}
 {
   $PY -c "import torch, torch.distributed as d; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count()); from torch.distributed.fsdp import fully_shard, FSDPModule; print('fully_shard ok')"
   nvidia-smi topo -m || true
 } > "$OUT/env.txt" 2>&1
 for ex in fsdp_comm fsdp_compute; do
+  case " $STAGES " in *" doctor "*) ;; *) break ;; esac
+  keep=()
+  [ "$TRACES" = 1 ] && keep=(--rank-traces "$OUT/traces_$ex" --html "$OUT/$ex.html")
   start=$(date +%s)
-  NCCL_DEBUG=VERSION timeout 50 $PY -m torch.distributed.run --standalone \
+  NCCL_DEBUG=VERSION timeout "$DOCTOR_S" $PY -m torch.distributed.run --standalone \
       --nproc-per-node "$NPROC" -m gobrrr doctor "examples:$ex" --device cuda --json \
-      --time-budget 1 --rank-traces "$OUT/traces_$ex" --html "$OUT/$ex.html" \
-      > "$OUT/$ex.json" 2> "$OUT/$ex.err"
+      --time-budget 1 "${keep[@]}" > "$OUT/$ex.json" 2> "$OUT/$ex.err"
   echo "doctor $ex rc=$? $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.txt"
 done
 for ex in fsdp_comm fsdp_compute; do
+  case " $STAGES " in *" optimize "*) ;; *) break ;; esac
   start=$(date +%s)
   timeout 65 $PY -m torch.distributed.run --standalone --nproc-per-node "$NPROC" \
       -m gobrrr optimize "examples:$ex" --device cuda --budget-s 40 --json \
