@@ -122,15 +122,25 @@ def test_batch_reading_disagreement_is_reported():
 
 # Measured on this CPU. Margins: each example is built so its regime is unmistakable
 # (examples.py says why); the dominant share must exceed one half, far from a coin toss.
+# The regime must win two diagnoses of three. Why not one: each distinct op is replayed
+# for ~20 ms, and this shared 2-core VM has slow spells of about that length (a 64-wide
+# addmm timed in 25 ms windows: 3 windows in 150 ran 2-4x slow, at no fixed address), so
+# one replay in a spell inflates one tiny op ~10x and the MLP's 2 us addmm fills T_wall
+# (CI saw this about once in ten runs). A wrong regime in gobrrr would lose every time.
 @pytest.mark.parametrize("name", ["mlp", "matmul", "pointwise"])
 def test_builtin_examples_show_their_regime_on_cpu(name):
     regime = examples.get(name).expected_regime
-    w = load_target(f"examples:{name}", "cpu")
-    report = diagnose_workload(w, experiments=False, time_budget_s=0.5)
-    assert report.regime == regime, report.fractions
-    assert report.fractions[regime] > 0.5
-    assert sum(report.fractions.values()) == pytest.approx(1.0)
-    assert report.budget.per_op and report.budget.per_module
+    seen = []
+    for _ in range(3):
+        w = load_target(f"examples:{name}", "cpu")
+        report = diagnose_workload(w, experiments=False, time_budget_s=0.5)
+        assert sum(report.fractions.values()) == pytest.approx(1.0)
+        assert report.budget.per_op and report.budget.per_module
+        seen.append(report.fractions)
+        wins = sum(f[regime] > 0.5 and max(f, key=f.get) == regime for f in seen)
+        if wins == 2 or len(seen) - wins == 2:
+            break
+    assert wins == 2, seen
 
 
 def test_report_json_has_the_documented_keys():
