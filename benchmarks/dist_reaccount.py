@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from gobrrr.dist.accounting import account, caused_waiting, no_sync_comparison
-from gobrrr.dist.comm import match_collectives, read_trace
+from gobrrr.dist.comm import match_collectives
+from gobrrr.dist.commread import read_trace
 from gobrrr.dist.merge import STRAGGLER_FRACTION
 
 

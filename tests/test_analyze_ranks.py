@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from gobrrr.analyze import analyze, check_traces
 from gobrrr.cli import cli
 from gobrrr.dist.analyze import FROM_TRACES_NOTE, rank_comm, without_communication
-from gobrrr.dist.comm import WINDOW, read_trace
+from gobrrr.dist.comm import WINDOW
+from gobrrr.dist.commread import read_trace
 from gobrrr.hardware import Ceilings
 from gobrrr.schema import validate
 from gobrrr.trace import is_collective
@@ -138,6 +139,20 @@ def test_gloo_ranks_merge_into_one_report(gloo_ranks):
     assert "rank0.json" in html and "all_reduce" in html
 
 
+def test_each_rank_trace_is_streamed_once(gloo_ranks, monkeypatch):
+    # The communication pass reads the columns the per-op pass streamed: one pass over
+    # each file, and no json.load of a whole trace (ranks' traces can be gigabytes).
+    import gobrrr.tracestream as ts
+
+    streamed = []
+    real = ts.stream_trace
+    monkeypatch.setattr(ts, "stream_trace", lambda p: streamed.append(p) or real(p))
+    monkeypatch.setattr(json, "load", lambda *a, **k: pytest.fail("a trace read whole"))
+    d = analyze(list(gloo_ranks), ceilings=ceilings()).to_dict()
+    assert sorted(p.name for p in streamed) == ["rank0.json", "rank1.json"]
+    assert [r["collectives"] for r in d["distributed"]["ranks"]] == [6, 6]
+
+
 def test_gloo_ranks_bad_pairs_are_one_line(gloo_ranks, tmp_path):
     r0, r1 = gloo_ranks
 
@@ -204,7 +219,7 @@ def test_communication_leaves_the_per_op_budget(tmp_path):
     assert "1 collective op call(s)" in kept.notes[-1]
     # the communication pass: the NCCL kernel inside the step, 1024 fp32 = 4096 B; exposed
     # = [60, 160) minus the mm kernel [50, 90) = 70 us
-    t = rank_comm(check_traces([path])[0], 0, 1, "cuda")
+    t = rank_comm(check_traces([path])[0], cols, 0, 1, "cuda")
     assert [(c.name, c.bytes, c.start_us, c.dur_us) for c in t.collectives] == [
         ("all_reduce", 4096, 60.0, 100.0)]
     assert t.exposed_us == pytest.approx(70.0)
@@ -232,7 +247,7 @@ def test_h200_comm_pass_inside_profiler_steps_equals_the_window(tmp_path):
     for r in (0, 1):
         src = DIST / f"h200_ddp_comm_rank{r}.json.gz"
         p = _as_profiler_steps(src, tmp_path / f"rank{r}.json")
-        got.append(rank_comm(check_traces([p])[0], r, 3, "cuda"))
+        got.append(rank_comm(check_traces([p])[0], stream_trace(p), r, 3, "cuda"))
         want.append(read_trace(json.loads(gzip.open(src, "rt").read()), r, 3, "cuda"))
     for g, w in zip(got, want, strict=True):
         assert g.collectives == w.collectives

@@ -20,10 +20,10 @@ from gobrrr.dist.comm import (
     exposed_split_us,
     exposed_us,
     match_collectives,
-    read_trace,
     subtract,
     union,
 )
+from gobrrr.dist.commread import read_trace
 from gobrrr.dist.launch import strip_option
 from gobrrr.schema import validate
 
@@ -148,6 +148,28 @@ def test_read_cuda_trace_by_collective_metadata_not_names():
     assert [(c.seq, c.bytes) for c in t.collectives] == [(7, 1024), (8, 1024)]
     # comm [100,150) + [500,600); compute [120,220): exposed 20 + 100 = 120
     assert t.exposed_us == 120
+
+
+def test_read_cuda_trace_step_window_and_nested_copy_ranges():
+    # ProfilerStep#3 on CPU [0, 500), its device-side copy [50, 700): the step's last
+    # kernel ends after the CPU range, so the window is [0, 700). A bucket-copy range
+    # [100, 300) holds a nested one [120, 140); a launch at 200 lies inside the outer one
+    # only (after the inner one ended): its memcpy is a bucket copy.
+    trace = {"traceEvents": [
+        _x("ProfilerStep#3", 0, 500, 1, cat="user_annotation"),
+        _x("ProfilerStep#3", 50, 650, 30, cat="gpu_user_annotation"),
+        _x("torch.distributed.ddp.reducer::copy_bucket_to_grad", 100, 200, 1,
+           cat="user_annotation"),
+        _x("torch::distributed::reducer::copy_", 120, 20, 1, cat="user_annotation"),
+        _x("cudaMemcpyAsync", 200, 5, 1, cat="cuda_runtime", correlation=3),
+        _x("Memcpy DtoD", 600, 80, 30, cat="gpu_memcpy", device=0, correlation=3),
+        _x("cudaLaunchKernel", 400, 5, 1, cat="cuda_runtime", correlation=4),
+        _x("gemm", 450, 100, 30, cat="kernel", device=0, correlation=4),
+    ]}
+    t = read_trace(trace, rank=0, steps=1, device="cuda", window="ProfilerStep#")
+    assert t.window_us == 700
+    assert t.bucket_copy == [(600.0, 680.0)]
+    assert t.compute == [(450.0, 550.0), (600.0, 680.0)]  # the gemm; the memcpy too
 
 
 def test_strip_option():

@@ -16,7 +16,8 @@ from gobrrr.dist.accounting import (
     no_sync_comparison,
     waiting_from_paces,
 )
-from gobrrr.dist.comm import Collective, RankTrace, match_collectives, read_trace
+from gobrrr.dist.comm import Collective, RankTrace, match_collectives
+from gobrrr.dist.commread import read_trace
 from gobrrr.dist.merge import STRAGGLER_FRACTION, merge
 from gobrrr.schema import SCHEMAS, load_schema
 

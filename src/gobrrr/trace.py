@@ -27,6 +27,7 @@ from gobrrr.counting import (
     count_with_calls,
 )
 from gobrrr.errors import first_line
+from gobrrr.tracestream import COLLECTIVE_NAMESPACES, is_collective
 from gobrrr.workload import Workload
 
 __all__ = ["Kernel", "ProfiledRun", "profile_counted", "is_math_kernel", "is_collective",
@@ -47,15 +48,6 @@ _MATH_KERNEL = re.compile(
 # add per element, though cuBLASLt names them "cublasLt::splitKreduce_kernel" (seen on the
 # H200 for fp32 addmm and mm, tests/data/traces/mlp_train_step.json.gz).
 _REDUCTION_KERNEL = re.compile(r"split_?k_?reduce|reduce_?split_?k", re.IGNORECASE)
-
-
-# Namespaces of the ops that launch collectives (torch.distributed's dispatcher ops, as
-# counting.py labels them): their work is communication, never compute or memory.
-COLLECTIVE_NAMESPACES = ("c10d::", "_c10d_functional::", "c10d_functional::")
-
-
-def is_collective(op: str) -> bool:
-    return op.startswith(COLLECTIVE_NAMESPACES)
 
 
 def is_math_kernel(name: str) -> bool:

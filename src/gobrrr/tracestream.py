@@ -16,12 +16,22 @@ What is kept, per kind of event (Kineto's categories):
 - `kernel`, `gpu_memcpy`, `gpu_memset` (device activity): start, duration, name, External
   id, correlation id, stream, device, and whether the profiler's collective metadata
   ("Collective name", which Kineto copies onto NCCL kernels) marks it communication.
-Everything else (flows, metadata, Python frames, GPU-side annotations) is skipped.
+- `gpu_user_annotation` (record_function ranges as the device ran them): start, duration,
+  name. A profiled step's device work can end after its CPU range does.
+- The whole `args` of the few events that describe communication (dist/comm.py reads
+  them): kernels with collective metadata, and CPU events that launch or run a
+  collective (`record_param_comms`, `c10d::*` ops, gloo's `gloo:*` ranges); an `args`
+  column holds each event's index into `TraceColumns.args` (-1: not kept).
+Everything else (flows, metadata, Python frames) is skipped.
+
+`stream_trace` reads a file; `columns_of` reduces a trace already in memory (a dict) the
+same way, so one reader serves both.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,14 +41,34 @@ import numpy as np
 from gobrrr.errors import UserError
 from gobrrr.tracefile import ijson_backend, open_trace, reading
 
-__all__ = ["RecordedArgs", "TraceColumns", "stream_trace", "CPU_OP", "ANNOTATION",
-           "DEVICE_KINDS"]
+__all__ = ["RecordedArgs", "TraceColumns", "stream_trace", "columns_of", "CPU_OP",
+           "ANNOTATION", "DEVICE_KINDS", "COLLECTIVE_NAMESPACES", "is_collective",
+           "launches_collective"]
 
 CPU_OP, ANNOTATION = 0, 1  # kinds of CPU events
 DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 _DEVICE_KIND = {c: i for i, c in enumerate(DEVICE_KINDS)}
 _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _STEP_PREFIX = "ProfilerStep#"
+
+# Namespaces of the ops that launch collectives (torch.distributed's dispatcher ops, as
+# counting.py labels them): their work is communication, never compute or memory.
+COLLECTIVE_NAMESPACES = ("c10d::", "_c10d_functional::", "c10d_functional::")
+
+
+def is_collective(op: str) -> bool:
+    return op.startswith(COLLECTIVE_NAMESPACES)
+
+
+def launches_collective(name: str) -> bool:
+    """CPU ops that launch or wait for a collective (not compute): the collective ops and
+    NCCL's `record_param_comms` (which carries the collective's metadata)."""
+    return name == "record_param_comms" or is_collective(name)
+
+
+def _describes_communication(name: str) -> bool:
+    """CPU events whose recorded args dist/comm.py reads (sizes, dtypes, metadata)."""
+    return launches_collective(name) or name.startswith("gloo:")
 
 
 @dataclass(frozen=True)
@@ -62,11 +92,14 @@ class TraceColumns:
     names: list[str]  # op, annotation and kernel names by id
     sigs: list[RecordedArgs]  # recorded arguments by shape-signature id
     steps: list[tuple[int, float, float]]  # (N of ProfilerStep#N, ts_us, dur_us)
-    cpu: dict[str, np.ndarray]  # ts_us dur_us thread name ext sig kind
+    cpu: dict[str, np.ndarray]  # ts_us dur_us thread name ext sig kind args
     launch: dict[str, np.ndarray]  # ts_us dur_us thread corr ext
-    device: dict[str, np.ndarray]  # ts_us dur_us name ext corr stream device kind comm
+    device: dict[str, np.ndarray]  # ts_us dur_us name ext corr stream device kind comm args
     events: int = 0  # traceEvents read, of every kind
     notes: list[str] = field(default_factory=list)
+    steps_thread: int = -1  # the thread of the first ProfilerStep# range
+    gpu_ann: dict[str, np.ndarray] = field(default_factory=dict)  # ts_us dur_us name
+    args: list[dict[str, Any]] = field(default_factory=list)  # by the `args` columns
 
     @property
     def has_device_activity(self) -> bool:
@@ -107,21 +140,39 @@ def stream_trace(path: str | Path) -> TraceColumns:
     UserError line for a file that cannot be read or parsed."""
     p = Path(path)
     backend, note = ijson_backend()
+    with reading(p), open_trace(p) as f:
+        out = _reduce(backend.items(f, "traceEvents.item", use_float=True), p)
+    if note:
+        out.notes.append(note)
+    return out
+
+
+def columns_of(trace: dict[str, Any], path: str | Path = "<trace in memory>"
+               ) -> TraceColumns:
+    """A trace already loaded (the exported JSON as a dict), reduced like stream_trace."""
+    events = trace.get("traceEvents") if isinstance(trace, dict) else None
+    return _reduce(events if isinstance(events, list) else [], Path(path))
+
+
+def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
     names: list[str] = []
     name_ids: dict[str, int] = {}
     sigs: list[RecordedArgs] = []
     sig_ids: dict[tuple, int] = {}
     threads: dict[tuple[Any, Any], int] = {}
     steps: list[tuple[int, float, float]] = []
+    first_step: tuple[float, Any] = (float("inf"), None)  # earliest ProfilerStep#: ts, thread
+    kept_args: list[dict[str, Any]] = []
     cpu = _Columns({"ts_us": "d", "dur_us": "d", "thread": "i", "name": "i", "ext": "q",
-                    "sig": "i", "kind": "b"})
+                    "sig": "i", "kind": "b", "args": "i"})
     launch = _Columns({"ts_us": "d", "dur_us": "d", "thread": "i", "corr": "q", "ext": "q"})
     dev = _Columns({"ts_us": "d", "dur_us": "d", "name": "i", "ext": "q", "corr": "q",
-                    "stream": "q", "device": "q", "kind": "b", "comm": "b"})
+                    "stream": "q", "device": "q", "kind": "b", "comm": "b", "args": "i"})
+    ann = _Columns({"ts_us": "d", "dur_us": "d", "name": "i"})
     # Bound methods, looked up once: this loop runs once per event (millions).
-    c_ts, c_dur, c_thread, c_name, c_ext, c_sig, c_kind = (
+    c_ts, c_dur, c_thread, c_name, c_ext, c_sig, c_kind, c_args = (
         cpu.cols[k].append for k in ("ts_us", "dur_us", "thread", "name", "ext", "sig",
-                                     "kind"))
+                                     "kind", "args"))
     n_events = 0
 
     def name_id(name: str) -> int:
@@ -131,78 +182,91 @@ def stream_trace(path: str | Path) -> TraceColumns:
             names.append(name)
         return i
 
-    with reading(p), open_trace(p) as f:
-        for e in backend.items(f, "traceEvents.item", use_float=True):
-            n_events += 1
-            if not isinstance(e, dict) or e.get("ph") != "X":
+    def keep(args: dict[str, Any]) -> int:
+        kept_args.append(args)
+        return len(kept_args) - 1
+
+    for e in events:
+        n_events += 1
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        ts = e.get("ts")
+        if not isinstance(ts, (int, float)):
+            continue
+        dur = e.get("dur", 0.0)
+        dur = float(dur) if isinstance(dur, (int, float)) else 0.0
+        cat = e.get("cat")
+        if cat == "cpu_op" or cat == "user_annotation":
+            name = str(e.get("name", ""))
+            key = (e.get("pid"), e.get("tid"))
+            if cat == "user_annotation" and name.startswith(_STEP_PREFIX):
+                number = name[len(_STEP_PREFIX):]
+                steps.append((int(number) if number.isdigit() else len(steps),
+                              float(ts), dur))
+                if ts < first_step[0]:
+                    first_step = (float(ts), key)
                 continue
-            ts = e.get("ts")
-            if not isinstance(ts, (int, float)):
-                continue
-            dur = e.get("dur", 0.0)
-            dur = float(dur) if isinstance(dur, (int, float)) else 0.0
-            cat = e.get("cat")
-            if cat == "cpu_op" or cat == "user_annotation":
-                name = str(e.get("name", ""))
-                if cat == "user_annotation" and name.startswith(_STEP_PREFIX):
-                    number = name[len(_STEP_PREFIX):]
-                    steps.append((int(number) if number.isdigit() else len(steps),
-                                  float(ts), dur))
-                    continue
-                args = e.get("args") or {}
-                key = (e.get("pid"), e.get("tid"))
-                thread = threads.get(key)
-                if thread is None:
-                    thread = threads[key] = len(threads)
-                sig = -1
-                dims = args.get("Input Dims") if cat == "cpu_op" else None
-                if dims is not None:
-                    nid = name_id(name)
-                    types = args.get("Input type")
-                    strides = args.get("Input Strides")
-                    concrete = args.get("Concrete Inputs")
-                    skey = (nid, repr(dims), repr(types), repr(strides),
-                            _shape_concrete(concrete))
-                    sig = sig_ids.get(skey, -1)
-                    if sig < 0:
-                        sig = sig_ids[skey] = len(sigs)
-                        sigs.append(RecordedArgs(dims, list(types or []), strides,
-                                                 concrete))
-                c_ts(float(ts))
-                c_dur(dur)
-                c_thread(thread)
-                c_name(name_id(name))
-                c_ext(_int(args.get("External id")))
-                c_sig(sig)
-                c_kind(CPU_OP if cat == "cpu_op" else ANNOTATION)
-            elif cat in _LAUNCH_CATS:
-                args = e.get("args") or {}
-                key = (e.get("pid"), e.get("tid"))
-                thread = threads.get(key)
-                if thread is None:
-                    thread = threads[key] = len(threads)
-                cols = launch.cols
-                cols["ts_us"].append(float(ts))
-                cols["dur_us"].append(dur)
-                cols["thread"].append(thread)
-                cols["corr"].append(_int(args.get("correlation")))
-                cols["ext"].append(_int(args.get("External id")))
-            elif cat in _DEVICE_KIND:
-                args = e.get("args") or {}
-                cols = dev.cols
-                cols["ts_us"].append(float(ts))
-                cols["dur_us"].append(dur)
-                cols["name"].append(name_id(str(e.get("name", ""))))
-                cols["ext"].append(_int(args.get("External id")))
-                cols["corr"].append(_int(args.get("correlation")))
-                cols["stream"].append(_int(args.get("stream")))
-                cols["device"].append(_int(args.get("device")))
-                cols["kind"].append(_DEVICE_KIND[cat])
-                cols["comm"].append("Collective name" in args)
+            thread = threads.get(key)
+            if thread is None:
+                thread = threads[key] = len(threads)
+            args = e.get("args") or {}
+            sig = -1
+            dims = args.get("Input Dims") if cat == "cpu_op" else None
+            if dims is not None:
+                nid = name_id(name)
+                types = args.get("Input type")
+                strides = args.get("Input Strides")
+                concrete = args.get("Concrete Inputs")
+                skey = (nid, repr(dims), repr(types), repr(strides),
+                        _shape_concrete(concrete))
+                sig = sig_ids.get(skey, -1)
+                if sig < 0:
+                    sig = sig_ids[skey] = len(sigs)
+                    sigs.append(RecordedArgs(dims, list(types or []), strides,
+                                             concrete))
+            c_ts(float(ts))
+            c_dur(dur)
+            c_thread(thread)
+            c_name(name_id(name))
+            c_ext(_int(args.get("External id")))
+            c_sig(sig)
+            c_kind(CPU_OP if cat == "cpu_op" else ANNOTATION)
+            c_args(keep(args) if _describes_communication(name) else -1)
+        elif cat in _LAUNCH_CATS:
+            args = e.get("args") or {}
+            key = (e.get("pid"), e.get("tid"))
+            thread = threads.get(key)
+            if thread is None:
+                thread = threads[key] = len(threads)
+            cols = launch.cols
+            cols["ts_us"].append(float(ts))
+            cols["dur_us"].append(dur)
+            cols["thread"].append(thread)
+            cols["corr"].append(_int(args.get("correlation")))
+            cols["ext"].append(_int(args.get("External id")))
+        elif cat in _DEVICE_KIND:
+            args = e.get("args") or {}
+            comm = "Collective name" in args
+            cols = dev.cols
+            cols["ts_us"].append(float(ts))
+            cols["dur_us"].append(dur)
+            cols["name"].append(name_id(str(e.get("name", ""))))
+            cols["ext"].append(_int(args.get("External id")))
+            cols["corr"].append(_int(args.get("correlation")))
+            cols["stream"].append(_int(args.get("stream")))
+            cols["device"].append(_int(args.get("device")))
+            cols["kind"].append(_DEVICE_KIND[cat])
+            cols["comm"].append(comm)
+            cols["args"].append(keep(args) if comm else -1)
+        elif cat == "gpu_user_annotation":
+            cols = ann.cols
+            cols["ts_us"].append(float(ts))
+            cols["dur_us"].append(dur)
+            cols["name"].append(name_id(str(e.get("name", ""))))
     out = TraceColumns(p, names, sigs, sorted(steps, key=lambda s: s[1]), cpu.done(),
-                       launch.done(), dev.done(), n_events)
-    if note:
-        out.notes.append(note)
+                       launch.done(), dev.done(), n_events,
+                       steps_thread=threads.get(first_step[1], -1), gpu_ann=ann.done(),
+                       args=kept_args)
     if not len(out.cpu["ts_us"]) and not len(out.device["ts_us"]):
         raise UserError(f"{p} is not a torch.profiler trace (no cpu_op, user_annotation or "
                         "kernel events)")

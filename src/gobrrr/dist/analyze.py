@@ -10,9 +10,9 @@ Per rank, in rank order:
    the CPU events, so neither counts as an op's memory or compute time nor as busy time
    (doctor drops the same kernels: diagnose._drop_collective_kernels);
 2. its communication inside the profiled steps (the `ProfilerStep#` ranges, first start
-   to last end): comm.read_trace, the reader doctor uses on its own window. It reads the
-   rank's trace whole into memory (json), unlike the streamed first pass: fine for
-   traces of tens of MB, not for the 1 GB ones the streamed pass is built for;
+   to last end): commread.read_columns, the reader doctor uses on its own window, on the
+   columns that step 1 streamed (before the communication was taken out), so each
+   rank's trace is read once and never whole into memory;
 3. the collectives matched across ranks (comm.match_collectives: process group and
    order), each rank's exposed transfer and waiting (accounting.account, the one rule),
    and its budget with the fourth part (budget.with_communication).
@@ -22,7 +22,6 @@ timeout: a trace from elsewhere has none of them.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -31,11 +30,12 @@ from typing import Any
 import numpy as np
 
 from gobrrr.analyze import TraceAnalysis, analyse_trace, report_of
-from gobrrr.dist.comm import RankTrace, read_trace
+from gobrrr.dist.comm import RankTrace
+from gobrrr.dist.commread import group_name, read_columns
 from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
 from gobrrr.report import Report
-from gobrrr.tracefile import TraceHeader, open_trace, reading
+from gobrrr.tracefile import TraceHeader
 from gobrrr.tracestream import CPU_OP, TraceColumns
 
 __all__ = ["analyze_ranks", "without_communication", "rank_comm", "FROM_TRACES_NOTE"]
@@ -90,13 +90,13 @@ def without_communication(cols: TraceColumns) -> TraceColumns:
     return out
 
 
-def rank_comm(header: TraceHeader, rank: int, steps: int, device: str) -> RankTrace:
-    """The rank's communication inside its profiled steps (module docstring, step 2);
-    reads the whole trace."""
-    with reading(header.path), open_trace(header.path) as f:
-        data = json.load(f)
+def rank_comm(header: TraceHeader, cols: TraceColumns, rank: int, steps: int,
+              device: str) -> RankTrace:
+    """The rank's communication inside its profiled steps (module docstring, step 2),
+    from the trace's streamed columns."""
     try:
-        return read_trace(data, rank, steps, device, window=STEP_RANGES)
+        return read_columns(cols, rank, steps, device, window=STEP_RANGES,
+                            group=group_name(header.distributed))
     except ValueError:
         raise UserError(f"{header.path.name} (rank {rank}) has no {STEP_RANGES} ranges: "
                         "the communication of several ranks is matched inside their "
@@ -122,11 +122,18 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
     for h in headers:
         rank = int((h.distributed or {})["rank"])
         say(f"rank {rank}: {h.path.name}")
-        a = analyse_trace(h, ceilings, say, prepare=without_communication)
+        streamed: list[TraceColumns] = []  # the columns as read, communication in
+
+        def prepare(cols: TraceColumns) -> TraceColumns:
+            streamed.append(cols)
+            return without_communication(cols)
+
+        a = analyse_trace(h, ceilings, say, prepare=prepare)
         ceilings = ceilings or a.ceilings  # one job, one kind of GPU: rank 0's choice
         analyses.append(a)
         say(f"rank {rank}: communication in the profiled steps")
-        traces.append(rank_comm(h, rank, a.tr.steps, a.device))
+        traces.append(rank_comm(h, streamed[0], rank, a.tr.steps, a.device))
+        del streamed
     devices = {a.device for a in analyses}
     if len(devices) > 1:
         raise UserError(f"ranks' traces disagree on the device ({sorted(devices)}): some "

@@ -2,7 +2,8 @@
 hides (exposed), and, across ranks, how much of a collective is transfer and how much is
 waiting for a late rank. Pure functions of traces: no process group here.
 
-Where the facts come from (torch.profiler's Chrome trace of each rank, `read_trace`):
+Where the facts come from (torch.profiler's Chrome trace of each rank, read by
+commread.read_trace):
 - CUDA (NCCL): a kernel is communication when the profiler's collective metadata says so:
   the kernel's own args carry "Collective name" (Kineto copies `record_param_comms`'s
   metadata onto NCCL kernels), else its launch (linked by "correlation") lies inside a
@@ -36,16 +37,14 @@ buffer; all-gather: the gathered output; reduce-scatter: the full input.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 __all__ = ["Interval", "union", "total_us", "subtract", "exposed_us", "Collective",
-           "RankTrace", "read_trace", "busbw_factor", "bandwidth_gbps", "Matched",
+           "RankTrace", "busbw_factor", "bandwidth_gbps", "Matched",
            "match_collectives", "exposed_split_us", "normalise_collective", "WINDOW",
-           "BUCKET_COPY_RANGES"]
+           "BUCKET_COPY_RANGES", "element_bytes"]
 
 Interval = tuple[float, float]  # (start_us, end_us)
 
@@ -159,7 +158,7 @@ _ELEMENT_BYTES = {
 }
 
 
-def _element_bytes(dtype: Any) -> int | None:
+def element_bytes(dtype: Any) -> int | None:
     return _ELEMENT_BYTES.get(str(dtype).strip().lower())
 
 
@@ -229,177 +228,6 @@ class RankTrace:
                          d["source"], list(d.get("notes", [])),
                          [tuple(i) for i in d.get("blocked", [])],  # type: ignore[misc]
                          [tuple(i) for i in d.get("bucket_copy", [])])  # type: ignore[misc]
-
-
-def _x_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
-    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
-
-
-def _span(e: dict[str, Any]) -> Interval:
-    return float(e["ts"]), float(e["ts"]) + float(e["dur"])
-
-
-def _is_collective_op(name: str) -> bool:
-    """CPU ops that launch or wait for a collective (not compute)."""
-    return (name == "record_param_comms" or name.startswith(("c10d::", "_c10d_functional::",
-                                                              "c10d_functional::")))
-
-
-def read_trace(trace: dict[str, Any] | str | Path, rank: int, steps: int,
-               device: str, window: str = WINDOW) -> RankTrace:
-    """One rank's exported Chrome trace -> its RankTrace, inside the `window` range (a
-    name ending in "#", such as "ProfilerStep#", takes every range with that prefix: the
-    window runs from the first one's start to the last one's end, on the thread of the
-    first). Reads the whole trace into memory (a dict, or the JSON file)."""
-    data: dict[str, Any] = (trace if isinstance(trace, dict)
-                            else json.loads(Path(trace).read_text()))
-    events = _x_events(data)
-    if window.endswith("#"):
-        ranges = sorted((e for e in events if str(e.get("name", "")).startswith(window)),
-                        key=lambda e: float(e["ts"]))
-    else:
-        ranges = [e for e in events if e.get("name") == window][:1]
-    if not ranges:
-        raise ValueError(f"rank {rank}: the profiled trace has no {window} range")
-    first = ranges[0]
-    lo, hi = _span(first)[0], max(_span(e)[1] for e in ranges)
-    group = str(((data.get("distributedInfo") or {}).get("pg_config") or [{}])[0]
-                .get("pg_name", "0"))
-    if device == "cuda":
-        return _read_cuda(events, rank, steps, lo, hi, group)
-    return _read_cpu(events, rank, steps, lo, hi, first.get("tid"), group)
-
-
-def _read_cpu(events: list[dict[str, Any]], rank: int, steps: int, lo: float, hi: float,
-              main_tid: Any, group: str) -> RankTrace:
-    ops = [e for e in events if e.get("tid") == main_tid and e.get("cat") == "cpu_op"]
-    aten = [_span(e) for e in ops if str(e["name"]).startswith("aten::")]
-    launches = [_span(e) for e in ops if _is_collective_op(str(e["name"]))]
-    compute = union(clip(subtract(aten, launches), lo, hi))
-    gloo = sorted((e for e in events if str(e.get("name", "")).startswith("gloo:")
-                   and e.get("tid") != main_tid), key=lambda e: float(e["ts"]))
-    gloo = [e for e in gloo if _span(e)[1] > lo and _span(e)[0] < hi]
-    issued = sorted((e for e in ops if _is_collective_op(str(e["name"]))
-                     and lo <= _span(e)[0] < hi), key=lambda e: float(e["ts"]))
-    out: list[Collective] = []
-    for i, e in enumerate(gloo):
-        s, t = _span(e)
-        # FSDP2's collectives by the c10d op that issued them (gloo's ranges follow the
-        # ops' order): gloo runs a reduce-scatter as an all-reduce of the whole input
-        # (its range says gloo:all_reduce) and names an all-gather's range by its input
-        # (the shard). nccl-tests' size for both is the whole tensor: the op's largest.
-        op = issued[i] if len(issued) == len(gloo) else None
-        op_name = normalise_collective(str(op["name"]).split("::")[-1].rstrip("_")
-                                       ) if op is not None else None
-        if op is not None and op_name in ("all_gather", "reduce_scatter"):
-            name, nbytes = op_name, _largest_bytes(op.get("args", {}))
-            out.append(Collective(group, len(out), name, nbytes, s, t - s))
-            continue
-        args = e.get("args", {})
-        dims = (args.get("Input Dims") or [[]])[0]
-        types = args.get("Input type") or [""]
-        nel = 1
-        for d in dims if isinstance(dims, list) else []:
-            nel *= int(d)
-        size = _element_bytes(types[0])
-        name = normalise_collective(str(e["name"]))
-        out.append(Collective(group, len(out), name,
-                              nel * size if size and dims else None, s, t - s))
-    copies = [_span(e) for e in events if e.get("name") in BUCKET_COPY_RANGES]
-    return RankTrace(rank, steps, hi - lo, out, compute, "cpu",
-                     blocked=union(clip(launches, lo, hi)),
-                     bucket_copy=union(clip(copies, lo, hi)))
-
-
-def _largest_bytes(args: dict[str, Any]) -> int | None:
-    """The largest tensor among an op's recorded inputs, in bytes (record_shapes)."""
-    best = None
-    for dims, typ in zip(args.get("Input Dims") or [], args.get("Input type") or [],
-                         strict=False):
-        size = _element_bytes(str(typ))
-        if not size or not isinstance(dims, list) or not dims or isinstance(dims[0], list):
-            continue
-        nel = 1
-        for d in dims:
-            nel *= int(d)
-        best = max(best or 0, nel * size)
-    return best
-
-
-def _int(x: Any) -> int | None:
-    try:
-        return int(x)
-    except (TypeError, ValueError):
-        return None
-
-
-def _read_cuda(events: list[dict[str, Any]], rank: int, steps: int, lo: float, hi: float,
-               group: str) -> RankTrace:
-    device_work = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    devices = {e.get("args", {}).get("device") for e in device_work} - {None}
-    notes = []
-    if len(devices) > 1:
-        notes.append(f"rank {rank}: kernels on devices {sorted(devices)}; all are counted")
-    # Fallback link: a kernel launched from inside a record_param_comms CPU op; and the
-    # work launched inside DDP's bucket-copy ranges (BUCKET_COPY_RANGES).
-    meta_of_corr = _launched_inside(events, lambda e: e.get("name") == "record_param_comms")
-    copy_corr = _launched_inside(events, lambda e: e.get("name") in BUCKET_COPY_RANGES)
-    copies: list[Interval] = [
-        _span(e) for e in device_work
-        if (_int(e.get("args", {}).get("correlation")) or -1) in copy_corr]
-    comm: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    compute: list[Interval] = []
-    for e in device_work:
-        args = e.get("args", {})
-        meta = args if "Collective name" in args else meta_of_corr.get(
-            _int(args.get("correlation")) or -1)
-        if e.get("cat") == "kernel" and meta is not None:
-            comm.append((e, meta))
-        else:
-            compute.append(_span(e))
-    comm.sort(key=lambda p: float(p[0]["ts"]))
-    order: dict[str, int] = {}
-    out: list[Collective] = []
-    for e, meta in comm:
-        s, t = _span(e)
-        if t <= lo or s >= hi:
-            continue
-        g = str(meta.get("Process Group Name", group))
-        seq = _int(meta.get("Seq"))
-        n_order = order.get(g, 0)
-        order[g] = n_order + 1
-        name = normalise_collective(str(meta.get("Collective name", "")))
-        nel = _int(meta.get("Out msg nelems") if name == "all_gather"
-                   else meta.get("In msg nelems"))
-        size = _element_bytes(meta.get("dtype"))
-        out.append(Collective(g, seq if seq is not None else n_order, name,
-                              nel * size if nel is not None and size else None, s, t - s))
-    return RankTrace(rank, steps, hi - lo, out, union(clip(compute, lo, hi)), "cuda", notes,
-                     bucket_copy=union(clip(copies, lo, hi)))
-
-
-def _launched_inside(events: list[dict[str, Any]], is_range: Any) -> dict[int, dict[str, Any]]:
-    """correlation id -> the args of the CPU range (`is_range`) that the CUDA runtime
-    call with that id was made inside (same thread, start within the range)."""
-    by_tid: dict[Any, list[dict[str, Any]]] = {}
-    for e in events:
-        if is_range(e):
-            by_tid.setdefault(e.get("tid"), []).append(e)
-    out: dict[int, dict[str, Any]] = {}
-    if not by_tid:
-        return out
-    for e in events:
-        if e.get("cat") not in ("cuda_runtime", "cuda_driver"):
-            continue
-        corr = _int(e.get("args", {}).get("correlation"))
-        if corr is None:
-            continue
-        for op in by_tid.get(e.get("tid"), ()):
-            s, t = _span(op)
-            if s <= float(e["ts"]) <= t:
-                out[corr] = op.get("args", {})
-                break
-    return out
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from gobrrr.dist.accounting import PROFILED_WAITING_NOTE
-from gobrrr.dist.comm import WINDOW, RankTrace, read_trace
+from gobrrr.dist.comm import WINDOW, RankTrace
+from gobrrr.dist.commread import read_trace
 from gobrrr.dist.lockstep import Lockstep, World, measure_lockstep, setup
 from gobrrr.errors import WARNING
 

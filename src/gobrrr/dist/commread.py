@@ -1,0 +1,263 @@
+"""One rank's communication read from its torch.profiler trace: `read_trace` -> RankTrace
+(what the facts are and why: comm.py's module docstring).
+
+The trace is reduced to columns first (tracestream: `stream_trace` for a file, streamed,
+so a rank's trace of a gigabyte stays within a few hundred MB; `columns_of` for a dict
+already in memory), and everything here works on those columns: the window's range,
+the collectives (their recorded metadata is the one part kept whole, a few events per
+step), the compute intervals and the launches inside `record_param_comms` and DDP's
+bucket-copy ranges (found per thread by binary search, not by a scan of every launch
+against every range). `gobrrr analyze` passes the columns it already streamed
+(`read_columns`), so each rank's trace is read once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gobrrr.dist.comm import (
+    BUCKET_COPY_RANGES,
+    WINDOW,
+    Collective,
+    Interval,
+    RankTrace,
+    clip,
+    element_bytes,
+    normalise_collective,
+    subtract,
+    union,
+)
+from gobrrr.tracestream import CPU_OP, TraceColumns, columns_of, launches_collective
+
+__all__ = ["read_trace", "read_columns", "group_name"]
+
+
+def read_trace(trace: dict[str, Any] | str | Path, rank: int, steps: int,
+               device: str, window: str = WINDOW) -> RankTrace:
+    """One rank's exported Chrome trace (a dict, or the JSON file, streamed) -> its
+    RankTrace, inside the `window` range (read_columns)."""
+    from gobrrr.tracefile import read_header
+    from gobrrr.tracestream import stream_trace
+
+    if isinstance(trace, dict):
+        return read_columns(columns_of(trace), rank, steps, device, window,
+                            group_name(trace.get("distributedInfo")))
+    return read_columns(stream_trace(trace), rank, steps, device, window,
+                        group_name(read_header(trace).distributed))
+
+
+def group_name(distributed_info: Any) -> str:
+    """The process group's name from the trace's `distributedInfo` ("0" when absent:
+    gloo's traces name none)."""
+    info = distributed_info if isinstance(distributed_info, dict) else {}
+    return str(((info.get("pg_config") or [{}])[0]).get("pg_name", "0"))
+
+
+def read_columns(cols: TraceColumns, rank: int, steps: int, device: str,
+                 window: str = WINDOW, group: str = "0") -> RankTrace:
+    """The RankTrace inside the `window` range (a name ending in "#", such as
+    "ProfilerStep#", takes every range with that prefix: the window runs from the first
+    one's start to the last one's end, on the thread of the first; the device-side copies
+    of the ranges count, as a step's kernels can end after its CPU range)."""
+    lo, hi, main_thread = _window(cols, window, rank)
+    if device == "cuda":
+        return _read_cuda(cols, rank, steps, lo, hi, group)
+    return _read_cpu(cols, rank, steps, lo, hi, main_thread, group)
+
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def _names_where(cols: TraceColumns, pred: Callable[[str], bool]) -> np.ndarray:
+    """A boolean per name id: index it with a name column."""
+    return np.array([pred(n) for n in cols.names] or [False], dtype=bool)
+
+
+def _spans(part: dict[str, np.ndarray], rows: np.ndarray) -> list[Interval]:
+    ts = part["ts_us"][rows]
+    return list(zip(ts.tolist(), (ts + part["dur_us"][rows]).tolist(), strict=True))
+
+
+def _window(cols: TraceColumns, window: str, rank: int) -> tuple[float, float, int]:
+    """(start, end, thread of the first range) of the window."""
+    cpu, ann = cols.cpu, cols.gpu_ann
+    # (ts, end, thread); the device-side copies have no CPU thread (-1)
+    ranges: list[tuple[float, float, int]] = []
+    if window.endswith("#"):
+        hit = _names_where(cols, lambda n: n.startswith(window))
+        rows = np.flatnonzero(hit[cpu["name"]]) if len(cpu["name"]) else _NO_ROWS
+        ranges += [(float(cpu["ts_us"][r]), float(cpu["ts_us"][r] + cpu["dur_us"][r]),
+                    int(cpu["thread"][r])) for r in rows]
+        if "ProfilerStep#".startswith(window):  # tracestream keeps those apart: steps
+            ranges += [(ts, ts + dur, cols.steps_thread if ts == cols.steps[0][1] else -1)
+                       for _, ts, dur in cols.steps]
+        if len(ann.get("name", [])):
+            ranges += [(float(ann["ts_us"][r]), float(ann["ts_us"][r] + ann["dur_us"][r]),
+                        -1) for r in np.flatnonzero(hit[ann["name"]])]
+        ranges.sort(key=lambda r: r[0])
+    else:
+        # The first range of that name in the file: Kineto writes the CPU events first
+        hit = _names_where(cols, lambda n: n == window)
+        for part, thread_of in ((cpu, lambda r: int(cpu["thread"][r])),
+                                (ann, lambda r: -1)):
+            if not len(part.get("name", [])):
+                continue
+            rows = np.flatnonzero(hit[part["name"]])
+            if len(rows):
+                r = int(rows[0])
+                ts = float(part["ts_us"][r])
+                ranges = [(ts, ts + float(part["dur_us"][r]), thread_of(r))]
+                break
+    if not ranges:
+        raise ValueError(f"rank {rank}: the profiled trace has no {window} range")
+    return ranges[0][0], max(r[1] for r in ranges), ranges[0][2]
+
+
+def _args(cols: TraceColumns, part: dict[str, np.ndarray], row: int) -> dict[str, Any]:
+    i = int(part["args"][row])
+    return cols.args[i] if i >= 0 else {}
+
+
+def _read_cpu(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
+              main_thread: int, group: str) -> RankTrace:
+    cpu = cols.cpu
+    name = cpu["name"]
+    on_main_op = (cpu["thread"] == main_thread) & (cpu["kind"] == CPU_OP)
+    is_launch = on_main_op & _names_where(cols, launches_collective)[name]
+    aten = _spans(cpu, on_main_op & _names_where(cols, lambda n: n.startswith("aten::"))[name])
+    launches = _spans(cpu, is_launch)
+    compute = union(clip(subtract(aten, launches), lo, hi))
+    ts, end = cpu["ts_us"], cpu["ts_us"] + cpu["dur_us"]
+    gloo_rows = np.flatnonzero(_names_where(cols, lambda n: n.startswith("gloo:"))[name]
+                               & (cpu["thread"] != main_thread) & (end > lo) & (ts < hi))
+    gloo_rows = gloo_rows[np.argsort(ts[gloo_rows], kind="stable")]
+    issued = np.flatnonzero(is_launch & (ts >= lo) & (ts < hi))
+    issued = issued[np.argsort(ts[issued], kind="stable")]
+    out: list[Collective] = []
+    for i, r in enumerate(gloo_rows.tolist()):
+        s, t = float(ts[r]), float(end[r])
+        # FSDP2's collectives by the c10d op that issued them (gloo's ranges follow the
+        # ops' order): gloo runs a reduce-scatter as an all-reduce of the whole input
+        # (its range says gloo:all_reduce) and names an all-gather's range by its input
+        # (the shard). nccl-tests' size for both is the whole tensor: the op's largest.
+        op = int(issued[i]) if len(issued) == len(gloo_rows) else None
+        if op is not None:
+            op_name = normalise_collective(cols.names[name[op]].split("::")[-1].rstrip("_"))
+            if op_name in ("all_gather", "reduce_scatter"):
+                out.append(Collective(group, len(out), op_name,
+                                      _largest_bytes(_args(cols, cpu, op)), s, t - s))
+                continue
+        args = _args(cols, cpu, r)
+        dims = (args.get("Input Dims") or [[]])[0]
+        types = args.get("Input type") or [""]
+        nel = 1
+        for d in dims if isinstance(dims, list) else []:
+            nel *= int(d)
+        size = element_bytes(types[0])
+        out.append(Collective(group, len(out), normalise_collective(cols.names[name[r]]),
+                              nel * size if size and dims else None, s, t - s))
+    copies = _spans(cpu, _names_where(cols, lambda n: n in BUCKET_COPY_RANGES)[name])
+    return RankTrace(rank, steps, hi - lo, out, compute, "cpu",
+                     blocked=union(clip(launches, lo, hi)),
+                     bucket_copy=union(clip(copies, lo, hi)))
+
+
+def _largest_bytes(args: dict[str, Any]) -> int | None:
+    """The largest tensor among an op's recorded inputs, in bytes (record_shapes)."""
+    best = None
+    for dims, typ in zip(args.get("Input Dims") or [], args.get("Input type") or [],
+                         strict=False):
+        size = element_bytes(str(typ))
+        if not size or not isinstance(dims, list) or not dims or isinstance(dims[0], list):
+            continue
+        nel = 1
+        for d in dims:
+            nel *= int(d)
+        best = max(best or 0, nel * size)
+    return best
+
+
+def _int(x: Any) -> int | None:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_cuda(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
+               group: str) -> RankTrace:
+    dev = cols.device
+    devices = set(dev["device"].tolist()) - {-1}
+    notes = []
+    if len(devices) > 1:
+        notes.append(f"rank {rank}: kernels on devices {sorted(devices)}; all are counted")
+    # Fallback link: a kernel launched from inside a record_param_comms CPU op; and the
+    # work launched inside DDP's bucket-copy ranges (BUCKET_COPY_RANGES).
+    meta_of_corr = _launched_inside(cols, lambda n: n == "record_param_comms")
+    copy_corr = set(_launched_inside(cols, lambda n: n in BUCKET_COPY_RANGES))
+    corr = dev["corr"].tolist()
+    copies = _spans(dev, np.array([c in copy_corr for c in corr] or [], dtype=bool))
+    is_kernel = (dev["kind"] == 0).tolist()  # tracestream.DEVICE_KINDS[0]: "kernel"
+    comm: list[tuple[int, dict[str, Any]]] = []
+    compute_rows: list[int] = []
+    for r, c in enumerate(corr):
+        meta = _args(cols, dev, r) if dev["comm"][r] else meta_of_corr.get(c)
+        if is_kernel[r] and meta is not None:
+            comm.append((r, meta))
+        else:
+            compute_rows.append(r)
+    compute = _spans(dev, np.array(compute_rows, dtype=np.int64))
+    comm.sort(key=lambda p: float(dev["ts_us"][p[0]]))
+    order: dict[str, int] = {}
+    out: list[Collective] = []
+    for r, meta in comm:
+        s = float(dev["ts_us"][r])
+        t = s + float(dev["dur_us"][r])
+        if t <= lo or s >= hi:
+            continue
+        g = str(meta.get("Process Group Name", group))
+        seq = _int(meta.get("Seq"))
+        n_order = order.get(g, 0)
+        order[g] = n_order + 1
+        name = normalise_collective(str(meta.get("Collective name", "")))
+        nel = _int(meta.get("Out msg nelems") if name == "all_gather"
+                   else meta.get("In msg nelems"))
+        size = element_bytes(meta.get("dtype"))
+        out.append(Collective(g, seq if seq is not None else n_order, name,
+                              nel * size if nel is not None and size else None, s, t - s))
+    return RankTrace(rank, steps, hi - lo, out, union(clip(compute, lo, hi)), "cuda", notes,
+                     bucket_copy=union(clip(copies, lo, hi)))
+
+
+def _launched_inside(cols: TraceColumns, is_range: Callable[[str], bool]
+                     ) -> dict[int, dict[str, Any]]:
+    """correlation id -> the args of the CPU range (named as `is_range` says) that the
+    CUDA runtime call with that id was made inside (same thread, start within the
+    range; of nested ones, the latest to start)."""
+    cpu, launch = cols.cpu, cols.launch
+    rows = np.flatnonzero(_names_where(cols, is_range)[cpu["name"]]) \
+        if len(cpu["name"]) else _NO_ROWS
+    out: dict[int, dict[str, Any]] = {}
+    for thread in np.unique(cpu["thread"][rows]).tolist():
+        mine = rows[cpu["thread"][rows] == thread]
+        mine = mine[np.argsort(cpu["ts_us"][mine], kind="stable")]
+        starts = cpu["ts_us"][mine]
+        ends = starts + cpu["dur_us"][mine]
+        # The furthest end of the ranges started so far: a launch after the latest start
+        # lies inside some range exactly when it is before that end.
+        reach = np.maximum.accumulate(ends)
+        on = np.flatnonzero((launch["thread"] == thread) & (launch["corr"] >= 0))
+        ts = launch["ts_us"][on]
+        k = np.searchsorted(starts, ts, side="right") - 1
+        inside = (k >= 0) & (ts <= reach[np.maximum(k, 0)])
+        for lx, kk in zip(on[inside].tolist(), k[inside].tolist(), strict=True):
+            t = float(launch["ts_us"][lx])
+            # the latest range to start before the launch, unless it ended before it: then
+            # the latest earlier one still open (nested ranges)
+            j = kk if t <= ends[kk] else int(np.flatnonzero(ends[:kk + 1] >= t)[-1])
+            out[int(launch["corr"][lx])] = _args(cols, cpu, int(mine[j]))
+    return out
