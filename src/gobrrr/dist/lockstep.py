@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import math
 import os
@@ -117,7 +118,8 @@ def setup(world: World, device: str, timeout_s: float) -> tuple[Any, str]:
                             "start at most one process per GPU")
         torch.cuda.set_device(world.local_rank)
     keep_stdout_for_results()
-    if not dist.is_initialized():
+    created = not dist.is_initialized()
+    if created:
         backend = "nccl" if device == "cuda" else "gloo"
         kwargs: dict[str, Any] = {}
         if device == "cuda":  # eager NCCL init on this device: no lazy init inside a step
@@ -125,7 +127,24 @@ def setup(world: World, device: str, timeout_s: float) -> tuple[Any, str]:
         dist.init_process_group(backend, timeout=timeout, **kwargs)
     backend = str(dist.get_backend())
     ctrl = dist.new_group(backend="gloo", timeout=timeout)
+    atexit.register(_destroy, ctrl, created and backend == "gloo")
     return ctrl, backend
+
+
+def _destroy(ctrl: Any, everything: bool) -> None:
+    """At exit, gobrrr's gloo groups (the control group; the default one too when gobrrr
+    made it with gloo): left to the interpreter's teardown, gloo's threads were destroyed
+    still running, and a rank died of SIGABRT ("terminate called without an active
+    exception") after its error line, about one exit in ten (tests/test_dist.py, ranks
+    on different targets). An NCCL default group is left as before: destroying it can
+    wait on a peer that is gone."""
+    import torch.distributed as dist
+
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group(None if everything else ctrl)
+    except Exception:  # noqa: BLE001 - best effort: the process is ending anyway
+        pass
 
 
 class Lockstep:
