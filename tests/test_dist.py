@@ -41,6 +41,25 @@ def test_union_and_subtract_exact():
     assert exposed_us(comm, [(-5, 50)]) == 0  # all hidden
 
 
+def test_subtract_agrees_with_its_definition_on_random_intervals():
+    # The sweep against the definition, point by point on an integer grid: t is left
+    # when some interval of `a` covers [t, t+1) and none of `b` does.
+    import random
+
+    rng = random.Random(0)
+
+    def rand_ivs(n):
+        return [(s, s + rng.randint(0, 12)) for s in (rng.randint(0, 200) for _ in range(n))]
+
+    for _ in range(300):
+        a, b = rand_ivs(rng.randint(0, 15)), rand_ivs(rng.randint(0, 15))
+        got = {t for s, e in subtract(a, b) for t in range(s, e)}
+        want = {t for t in range(220) if any(s <= t < e for s, e in a)
+                and not any(s <= t < e for s, e in b)}
+        assert got == want, (a, b)
+        assert subtract(a, b) == union(subtract(a, b))  # sorted, disjoint, not touching
+
+
 def test_busbw_nccl_tests_definitions():
     # all-reduce of 1e9 B in 0.1 s on 4 ranks: algbw 10 GB/s, busbw 10 * 2*3/4 = 15
     assert bandwidth_gbps("all_reduce", 10**9, 0.1, 4) == pytest.approx((10.0, 15.0))

@@ -79,19 +79,25 @@ def total_us(intervals: Iterable[Interval]) -> float:
 
 
 def subtract(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
-    """union(a) minus union(b): the parts of `a` that no interval of `b` covers."""
+    """union(a) minus union(b): the parts of `a` that no interval of `b` covers. One
+    sweep over both (sorted, disjoint after union): a scan of all of `b` for each
+    interval of `a` took hours on the thousands of steps of a 1 GB rank trace."""
     cut = union(b)
     out: list[Interval] = []
+    j = 0  # the first cut interval that may reach into the current one of `a`
     for s, e in union(a):
+        while j < len(cut) and cut[j][1] <= s:
+            j += 1
         cur = s
-        for bs, be in cut:
-            if be <= cur or bs >= e:
-                continue
+        k = j
+        while k < len(cut) and cut[k][0] < e:
+            bs, be = cut[k]
             if bs > cur:
                 out.append((cur, bs))
             cur = max(cur, be)
             if cur >= e:
                 break
+            k += 1
         if cur < e:
             out.append((cur, e))
     return out
