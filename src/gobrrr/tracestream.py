@@ -18,10 +18,11 @@ What is kept, per kind of event (Kineto's categories):
   ("Collective name", which Kineto copies onto NCCL kernels) marks it communication.
 - `gpu_user_annotation` (record_function ranges as the device ran them): start, duration,
   name. A profiled step's device work can end after its CPU range does.
-- The whole `args` of the few events that describe communication (dist/comm.py reads
-  them): kernels with collective metadata, and CPU events that launch or run a
-  collective (`record_param_comms`, `c10d::*` ops, gloo's `gloo:*` ranges); an `args`
-  column holds each event's index into `TraceColumns.args` (-1: not kept).
+- The recorded args that dist/commread.py reads (COMM_ARG_KEYS: collective metadata,
+  tensor dims and dtypes) of the few events that describe communication: kernels with
+  collective metadata, and CPU events that launch or run a collective
+  (`record_param_comms`, `c10d::*` ops, gloo's `gloo:*` ranges); an `args` column holds
+  each event's index into `TraceColumns.args` (-1: not kept).
 Everything else (flows, metadata, Python frames) is skipped.
 
 `stream_trace` reads a file; `columns_of` reduces a trace already in memory (a dict) the
@@ -64,6 +65,13 @@ def launches_collective(name: str) -> bool:
     """CPU ops that launch or wait for a collective (not compute): the collective ops and
     NCCL's `record_param_comms` (which carries the collective's metadata)."""
     return name == "record_param_comms" or is_collective(name)
+
+
+# The recorded args dist/comm.py reads from those events: the collective's metadata (NCCL)
+# and the tensors' dims and dtypes (gloo's ranges, c10d ops). Only these are kept: a rank
+# trace of a long job has a few of these events per collective, hundreds of thousands.
+COMM_ARG_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype",
+                 "Process Group Name", "Seq", "Input Dims", "Input type")
 
 
 def _describes_communication(name: str) -> bool:
@@ -183,7 +191,7 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
         return i
 
     def keep(args: dict[str, Any]) -> int:
-        kept_args.append(args)
+        kept_args.append({k: args[k] for k in COMM_ARG_KEYS if k in args})
         return len(kept_args) - 1
 
     for e in events:

@@ -199,18 +199,15 @@ def _read_cuda(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
     # work launched inside DDP's bucket-copy ranges (BUCKET_COPY_RANGES).
     meta_of_corr = _launched_inside(cols, lambda n: n == "record_param_comms")
     copy_corr = set(_launched_inside(cols, lambda n: n in BUCKET_COPY_RANGES))
-    corr = dev["corr"].tolist()
-    copies = _spans(dev, np.array([c in copy_corr for c in corr] or [], dtype=bool))
-    is_kernel = (dev["kind"] == 0).tolist()  # tracestream.DEVICE_KINDS[0]: "kernel"
-    comm: list[tuple[int, dict[str, Any]]] = []
-    compute_rows: list[int] = []
-    for r, c in enumerate(corr):
-        meta = _args(cols, dev, r) if dev["comm"][r] else meta_of_corr.get(c)
-        if is_kernel[r] and meta is not None:
-            comm.append((r, meta))
-        else:
-            compute_rows.append(r)
-    compute = _spans(dev, np.array(compute_rows, dtype=np.int64))
+    corr = dev["corr"]
+    is_copy = np.isin(corr, np.fromiter(copy_corr, dtype=np.int64, count=len(copy_corr)))
+    linked = np.isin(corr, np.fromiter(meta_of_corr, dtype=np.int64,
+                                       count=len(meta_of_corr)))
+    # tracestream.DEVICE_KINDS[0] is "kernel": memcpys and memsets are never collectives
+    is_comm = (dev["kind"] == 0) & ((dev["comm"] != 0) | linked)
+    comm = [(r, _args(cols, dev, r) if dev["comm"][r] else meta_of_corr[int(corr[r])])
+            for r in np.flatnonzero(is_comm).tolist()]
+    ts, end = dev["ts_us"], dev["ts_us"] + dev["dur_us"]
     comm.sort(key=lambda p: float(dev["ts_us"][p[0]]))
     order: dict[str, int] = {}
     out: list[Collective] = []
@@ -229,8 +226,27 @@ def _read_cuda(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
         size = element_bytes(meta.get("dtype"))
         out.append(Collective(g, seq if seq is not None else n_order, name,
                               nel * size if nel is not None and size else None, s, t - s))
-    return RankTrace(rank, steps, hi - lo, out, union(clip(compute, lo, hi)), "cuda", notes,
-                     bucket_copy=union(clip(copies, lo, hi)))
+    return RankTrace(rank, steps, hi - lo, out, _union_clipped(ts, end, ~is_comm, lo, hi),
+                     "cuda", notes, bucket_copy=_union_clipped(ts, end, is_copy, lo, hi))
+
+
+def _union_clipped(start: np.ndarray, end: np.ndarray, rows: np.ndarray, lo: float,
+                   hi: float) -> list[Interval]:
+    """comm.union(comm.clip(the rows' intervals, lo, hi)) in numpy: a rank trace of a
+    long job has millions of kernels, too many for a list of tuples per step of it."""
+    s = np.maximum(start[rows], lo)
+    e = np.minimum(end[rows], hi)
+    keep = e > s  # clip drops what lies outside; union drops what is empty
+    s, e = s[keep], e[keep]
+    if not len(s):
+        return []
+    order = np.lexsort((e, s))
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    # a new merged interval starts where an interval starts after all before it ended
+    first = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return list(zip(s[first].tolist(), reach[last].tolist(), strict=True))
 
 
 def _launched_inside(cols: TraceColumns, is_range: Callable[[str], bool]
