@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from gobrrr.budget import Budget, with_communication
@@ -17,13 +18,14 @@ from gobrrr.dist.comm import (
     Collective,
     RankTrace,
     bandwidth_gbps,
+    clip,
     exposed_split_us,
     exposed_us,
     match_collectives,
     subtract,
     union,
 )
-from gobrrr.dist.commread import read_trace
+from gobrrr.dist.commread import _union_clipped, read_trace
 from gobrrr.dist.launch import strip_option
 from gobrrr.schema import validate
 
@@ -58,6 +60,12 @@ def test_subtract_agrees_with_its_definition_on_random_intervals():
                 and not any(s <= t < e for s, e in b)}
         assert got == want, (a, b)
         assert subtract(a, b) == union(subtract(a, b))  # sorted, disjoint, not touching
+        # commread's numpy union of clipped intervals is union(clip(...)) exactly
+        lo, hi = sorted(rng.sample(range(-10, 230), 2))
+        s_arr, e_arr = np.array([s for s, _ in a], float), np.array([e for _, e in a], float)
+        rows = np.array([rng.random() < 0.7 for _ in a], dtype=bool)
+        want_u = union(clip([iv for iv, r in zip(a, rows, strict=True) if r], lo, hi))
+        assert _union_clipped(s_arr, e_arr, rows, lo, hi) == want_u, (a, rows, lo, hi)
 
 
 def test_busbw_nccl_tests_definitions():

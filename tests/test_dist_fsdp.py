@@ -88,6 +88,19 @@ def test_fsdp_compute_is_compute_bound(dist_env):
     assert wins == 2, seen
 
 
+def _rank_results(env, out, source):
+    """Run `source` under torchrun on 2 gloo ranks, its argv[1] = `out`; each rank's
+    rank{N}.json (one file per rank: two ranks' prints on one pipe once ran into one
+    line in CI)."""
+    script = out / "script.py"
+    script.write_text(source)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", "2", str(script), str(out)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
 _RESTORED = textwrap.dedent("""
     import json, os, sys, torch, torch.distributed as dist
     from torch.distributed.tensor import DTensor
@@ -123,7 +136,6 @@ _RESTORED = textwrap.dedent("""
                for fp in u._get_fsdp_state()._fsdp_param_group.fsdp_params)
     w.run("")  # a normal step: the reduce-scatter gives every shard its gradient
     grads = all(p.grad is not None for p in model.parameters())
-    # one file per rank: two ranks' prints on one pipe can run into one line
     with open(os.path.join(sys.argv[1], f"rank{world.rank}.json"), "w") as f:
         json.dump({"rank": world.rank, "same": before == after, "n": len(units),
                    "sharded": sharded, "left": left, "grads": grads,
@@ -134,13 +146,7 @@ _RESTORED = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_fsdp_settings_restored_after_the_experiment(dist_env, tmp_path):
-    script = tmp_path / "restored.py"
-    script.write_text(_RESTORED)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", "2", str(script), str(tmp_path)]
-    p = subprocess.run(cmd, env=dist_env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-3000:]
-    rows = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    rows = _rank_results(dist_env, tmp_path, _RESTORED)
     assert [r["rank"] for r in rows] == [0, 1]
     for r in rows:
         # 8 Linear units and the root; every setting as before, the parameters back to
@@ -168,7 +174,6 @@ _SHARDS = textwrap.dedent("""
 
     step()
     r = count(step)
-    # one file per rank: the two ranks' prints on one pipe once ran into one line (CI)
     with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
         json.dump([[rec.op, list(rec.out_shape), rec.bytes] for rec in r.records
                    if rec.phase == "optimizer"], f)
@@ -181,13 +186,7 @@ def test_dtensor_ops_counted_on_their_local_shards(dist_env, tmp_path):
     # of the 64 x 64 weight (32 x 64) and of the bias (32). p.add_(g, alpha=-lr) reads
     # p and g and writes p: 3 x 2048 x 4 B = 24576 B and 3 x 32 x 4 = 384 B per rank
     # (the global shape counted 49152 and 768 before).
-    script = tmp_path / "shards.py"
-    script.write_text(_SHARDS)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", "2", str(script), str(tmp_path)]
-    p = subprocess.run(cmd, env=dist_env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-3000:]
-    rows = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    rows = _rank_results(dist_env, tmp_path, _SHARDS)
     assert rows == [[["aten::add_", [32, 64], 24576], ["aten::add_", [32], 384]]] * 2
 
 

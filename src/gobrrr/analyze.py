@@ -81,16 +81,18 @@ class TraceAnalysis:
 
 
 def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
-                  prepare: Callable[[TraceColumns], TraceColumns] | None = None
-                  ) -> TraceAnalysis:
-    """Stream one trace, pick its ceilings (unless given), average its profiled steps.
-    `prepare` transforms the columns first (dist/analyze.py takes communication out)."""
+                  prepare: Callable[[TraceColumns], TraceColumns] | None = None,
+                  cols: TraceColumns | None = None) -> TraceAnalysis:
+    """Stream one trace (unless `cols`, its columns, are given), pick its ceilings
+    (unless given), average its profiled steps. `prepare` transforms the columns first
+    (dist/analyze.py takes communication out)."""
     from gobrrr.traceceilings import ceilings_for_trace
     from gobrrr.tracesteps import analyse_steps
     from gobrrr.tracestream import stream_trace
 
-    say(f"reading {header.path.name}")
-    cols = stream_trace(header.path)
+    if cols is None:
+        say(f"reading {header.path.name}")
+        cols = stream_trace(header.path)
     device = "cuda" if cols.has_device_activity else "cpu"
     if prepare is not None:
         cols = prepare(cols)

@@ -27,11 +27,10 @@ from gobrrr.counting import (
     count_with_calls,
 )
 from gobrrr.errors import first_line
-from gobrrr.tracestream import COLLECTIVE_NAMESPACES, is_collective
+from gobrrr.tracestream import is_collective
 from gobrrr.workload import Workload
 
-__all__ = ["Kernel", "ProfiledRun", "profile_counted", "is_math_kernel", "is_collective",
-           "COLLECTIVE_NAMESPACES"]
+__all__ = ["Kernel", "ProfiledRun", "profile_counted", "is_math_kernel", "is_collective"]
 
 # Kernel names of matrix engines (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, cuDNN
 # convolutions, flash/memory-efficient attention, Triton matmuls). Any other kernel

@@ -44,13 +44,13 @@ from gobrrr.tracefile import ijson_backend, open_trace, reading
 
 __all__ = ["RecordedArgs", "TraceColumns", "stream_trace", "columns_of", "CPU_OP",
            "ANNOTATION", "DEVICE_KINDS", "COLLECTIVE_NAMESPACES", "is_collective",
-           "launches_collective"]
+           "launches_collective", "STEP_PREFIX"]
 
 CPU_OP, ANNOTATION = 0, 1  # kinds of CPU events
 DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 _DEVICE_KIND = {c: i for i, c in enumerate(DEVICE_KINDS)}
 _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
-_STEP_PREFIX = "ProfilerStep#"
+STEP_PREFIX = "ProfilerStep#"
 
 # Namespaces of the ops that launch collectives (torch.distributed's dispatcher ops, as
 # counting.py labels them): their work is communication, never compute or memory.
@@ -207,8 +207,8 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
         if cat == "cpu_op" or cat == "user_annotation":
             name = str(e.get("name", ""))
             key = (e.get("pid"), e.get("tid"))
-            if cat == "user_annotation" and name.startswith(_STEP_PREFIX):
-                number = name[len(_STEP_PREFIX):]
+            if cat == "user_annotation" and name.startswith(STEP_PREFIX):
+                number = name[len(STEP_PREFIX):]
                 steps.append((int(number) if number.isdigit() else len(steps),
                               float(ts), dur))
                 if ts < first_step[0]:

@@ -36,13 +36,13 @@ from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
 from gobrrr.report import Report
 from gobrrr.tracefile import TraceHeader
-from gobrrr.tracestream import CPU_OP, TraceColumns
+from gobrrr.tracestream import CPU_OP, STEP_PREFIX, TraceColumns, stream_trace
 
 __all__ = ["analyze_ranks", "without_communication", "rank_comm", "FROM_TRACES_NOTE"]
 
 Progress = Callable[[str], None]
 
-STEP_RANGES = "ProfilerStep#"
+STEP_RANGES = STEP_PREFIX
 
 FROM_TRACES_NOTE = (
     "traces recorded elsewhere: no unprofiled timing and no no_sync experiment, so T_wall "
@@ -122,18 +122,14 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
     for h in headers:
         rank = int((h.distributed or {})["rank"])
         say(f"rank {rank}: {h.path.name}")
-        streamed: list[TraceColumns] = []  # the columns as read, communication in
-
-        def prepare(cols: TraceColumns) -> TraceColumns:
-            streamed.append(cols)
-            return without_communication(cols)
-
-        a = analyse_trace(h, ceilings, say, prepare=prepare)
+        say(f"reading {h.path.name}")
+        cols = stream_trace(h.path)  # once: the per-op pass and the communication pass
+        a = analyse_trace(h, ceilings, say, prepare=without_communication, cols=cols)
         ceilings = ceilings or a.ceilings  # one job, one kind of GPU: rank 0's choice
         analyses.append(a)
         say(f"rank {rank}: communication in the profiled steps")
-        traces.append(rank_comm(h, streamed[0], rank, a.tr.steps, a.device))
-        del streamed
+        traces.append(rank_comm(h, cols, rank, a.tr.steps, a.device))
+        del cols
     devices = {a.device for a in analyses}
     if len(devices) > 1:
         raise UserError(f"ranks' traces disagree on the device ({sorted(devices)}): some "

@@ -31,7 +31,13 @@ from gobrrr.dist.comm import (
     subtract,
     union,
 )
-from gobrrr.tracestream import CPU_OP, TraceColumns, columns_of, launches_collective
+from gobrrr.tracestream import (
+    CPU_OP,
+    STEP_PREFIX,
+    TraceColumns,
+    columns_of,
+    launches_collective,
+)
 
 __all__ = ["read_trace", "read_columns", "group_name"]
 
@@ -92,9 +98,9 @@ def _window(cols: TraceColumns, window: str, rank: int) -> tuple[float, float, i
         rows = np.flatnonzero(hit[cpu["name"]]) if len(cpu["name"]) else _NO_ROWS
         ranges += [(float(cpu["ts_us"][r]), float(cpu["ts_us"][r] + cpu["dur_us"][r]),
                     int(cpu["thread"][r])) for r in rows]
-        if "ProfilerStep#".startswith(window):  # tracestream keeps those apart: steps
-            ranges += [(ts, ts + dur, cols.steps_thread if ts == cols.steps[0][1] else -1)
-                       for _, ts, dur in cols.steps]
+        if window == STEP_PREFIX:  # tracestream keeps those apart, sorted: its steps
+            ranges += [(ts, ts + dur, cols.steps_thread if i == 0 else -1)
+                       for i, (_, ts, dur) in enumerate(cols.steps)]
         if len(ann.get("name", [])):
             ranges += [(float(ann["ts_us"][r]), float(ann["ts_us"][r] + ann["dur_us"][r]),
                         -1) for r in np.flatnonzero(hit[ann["name"]])]
@@ -160,10 +166,10 @@ def _read_cpu(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
         size = element_bytes(types[0])
         out.append(Collective(group, len(out), normalise_collective(cols.names[name[r]]),
                               nel * size if size and dims else None, s, t - s))
-    copies = _spans(cpu, _names_where(cols, lambda n: n in BUCKET_COPY_RANGES)[name])
+    is_copy = _names_where(cols, lambda n: n in BUCKET_COPY_RANGES)[name]
     return RankTrace(rank, steps, hi - lo, out, compute, "cpu",
-                     blocked=union(clip(launches, lo, hi)),
-                     bucket_copy=union(clip(copies, lo, hi)))
+                     blocked=_union_clipped(ts, end, is_launch, lo, hi),
+                     bucket_copy=_union_clipped(ts, end, is_copy, lo, hi))
 
 
 def _largest_bytes(args: dict[str, Any]) -> int | None:
@@ -208,12 +214,11 @@ def _read_cuda(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
     comm = [(r, _args(cols, dev, r) if dev["comm"][r] else meta_of_corr[int(corr[r])])
             for r in np.flatnonzero(is_comm).tolist()]
     ts, end = dev["ts_us"], dev["ts_us"] + dev["dur_us"]
-    comm.sort(key=lambda p: float(dev["ts_us"][p[0]]))
+    comm.sort(key=lambda p: float(ts[p[0]]))
     order: dict[str, int] = {}
     out: list[Collective] = []
     for r, meta in comm:
-        s = float(dev["ts_us"][r])
-        t = s + float(dev["dur_us"][r])
+        s, t = float(ts[r]), float(end[r])
         if t <= lo or s >= hi:
             continue
         g = str(meta.get("Process Group Name", group))
@@ -232,8 +237,9 @@ def _read_cuda(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
 
 def _union_clipped(start: np.ndarray, end: np.ndarray, rows: np.ndarray, lo: float,
                    hi: float) -> list[Interval]:
-    """comm.union(comm.clip(the rows' intervals, lo, hi)) in numpy: a rank trace of a
-    long job has millions of kernels, too many for a list of tuples per step of it."""
+    """comm.union(comm.clip(the rows' intervals, lo, hi)) in numpy (tests check the two
+    agree): a rank trace of a long job has millions of kernels, too many for a list of
+    tuples per step of it."""
     s = np.maximum(start[rows], lo)
     e = np.minimum(end[rows], hi)
     keep = e > s  # clip drops what lies outside; union drops what is empty
