@@ -32,3 +32,22 @@ def pytest_collection_modifyitems(config, items):
 def _isolated_cache(tmp_path, monkeypatch):
     # Never read or write the developer's real calibration cache from tests.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def h200_calibration(_isolated_cache):
+    """The H200's calibration of 2026-11-30 (benchmarks/results/h200/calibrate.json,
+    schema 3: element-wise math rates included) cached as this machine's, so `analyze`
+    of an H200 trace reads measured ceilings, as on that GPU. Returns the cached dict."""
+    import json
+    from pathlib import Path
+
+    from gobrrr.hardware import cache_dir
+
+    cal = json.loads((Path(__file__).parents[1] / "benchmarks" / "results" / "h200" /
+                      "calibrate.json").read_text())
+    cal.pop("datasheet")
+    assert cal["schema_version"] == 3
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    (cache_dir() / "ceilings-cuda-0123456789abcdef.json").write_text(json.dumps(cal))
+    return cal

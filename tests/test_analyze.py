@@ -1,9 +1,11 @@
 """`gobrrr analyze`: the doctor Report of a torch.profiler trace recorded elsewhere.
 
 The traces under tests/data/traces were recorded on an NVIDIA H200 (torch 2.11,
-benchmarks/record_traces.py, two profiled steps each); their kernel counts and kernel
-times are the ones tests/test_tracefile.py counted from the raw JSON. No calibration of an
-H200 is cached here (conftest isolates the cache), so their ceilings are the datasheet's.
+benchmarks/record_traces.py, two profiled steps each but the GPT-2 training step's one);
+their kernel counts and kernel times are the ones tests/test_tracefile.py counted from the
+raw JSON. No calibration of an H200 is cached here (conftest isolates the cache) unless a
+test asks for the H200's (the h200_calibration fixture), so their ceilings are the
+datasheet's. The attention and GPT-2 training-step traces: tests/test_analyze_h200.py.
 CPU traces are recorded in the tests, of the built-in examples whose regime `gobrrr doctor`
 is tested to give (tests/test_diagnose.py: examples.<name>.expected_regime).
 """
@@ -151,15 +153,8 @@ def by_op_index(r, op):
     return next(c.index for c in r.counts.records if c.op == op)
 
 
-def test_a_calibration_of_the_same_gpu_is_used(tmp_path):
-    from gobrrr.hardware import cache_dir
-
-    cal = json.loads((Path(__file__).parents[1] / "benchmarks" / "results" / "h200" /
-                      "calibrate.json").read_text())
-    cal.pop("datasheet")
-    assert cal["schema_version"] == 3  # the H200's calibration of 2026-11-30, as cached
-    cache_dir().mkdir(parents=True)
-    (cache_dir() / "ceilings-cuda-0123456789abcdef.json").write_text(json.dumps(cal))
+def test_a_calibration_of_the_same_gpu_is_used(h200_calibration):
+    cal = h200_calibration
     r = analyze([DATA / "pointwise_chain.json.gz"])
     assert r.ceilings.source == "cache"
     assert r.ceilings.bandwidth_bytes_per_s == cal["bandwidth_bytes_per_s"]
@@ -404,3 +399,14 @@ def test_ijson_is_imported_only_by_analyze():
     code = "import sys, gobrrr, gobrrr.cli, gobrrr.tracefile; print('ijson' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_analyze_without_ijson_is_one_line(monkeypatch):
+    # gobrrr run from a source tree (PYTHONPATH=src) where ijson was never installed, as
+    # on the GPU machine: one line and exit 2, not a traceback.
+    monkeypatch.setitem(__import__("sys").modules, "ijson", None)  # import raises
+    res = CliRunner().invoke(cli, ["analyze", str(DATA / "mlp_b1_forward.json.gz")])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines()[-1] == (
+        "gobrrr: error: gobrrr analyze needs ijson, which is not installed here: "
+        "pip install 'ijson>=3.1' (a dependency of gobrrr)")

@@ -237,7 +237,11 @@ def read_header(path: str | Path) -> TraceHeader:
 def ijson_backend() -> tuple[Any, str | None]:
     """ijson's C backend (yajl2_c, ~10x faster) when it is installed, else its pure-Python
     one, with a note saying so. Imported here only: `import gobrrr` never needs ijson."""
-    import ijson
+    try:
+        import ijson
+    except ImportError:  # a dependency, but gobrrr may run from a source tree without it
+        raise UserError("gobrrr analyze needs ijson, which is not installed here: "
+                        "pip install 'ijson>=3.1' (a dependency of gobrrr)") from None
 
     try:
         return ijson.get_backend("yajl2_c"), None
