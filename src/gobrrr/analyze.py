@@ -159,7 +159,26 @@ def report_of(a: TraceAnalysis, budget: Budget, t0: float,
         workload=_workload(a.header, a.tr.steps, a.device, a.tr.kernels_per_step, files),
         ceilings=a.ceilings, timing=_timing(a.tr.samples_s), counts=counts, budget=budget,
         verdict=verdict, remedies=remedies, diagnose_s=time.perf_counter() - t0,
-        notes=a.notes + budget.notes)
+        notes=a.notes + _flow_notes(counts.records) + budget.notes)
+
+
+def _flow_notes(records: Sequence[Any]) -> list[str]:
+    """Where a remedy followed data between ops, how (traceflow.py): a trace names no
+    tensors, so which op read which op's output is a guess from shapes."""
+    from gobrrr.budget import fusable_bytes_saved
+    from gobrrr.remedies.attention import find_attention
+
+    uses = []
+    if fusable_bytes_saved(list(records))[0] > 0:
+        uses.append("the fusion estimate of the compile remedies")
+    if attention := find_attention(list(records)):
+        uses.append(f"the {len(attention)} hand-written attention chain(s) (QK^T, softmax, "
+                    "PV) behind the SDPA remedy")
+    if not uses:
+        return []
+    return [f"{' and '.join(uses)} link{'' if len(uses) > 1 else 's'} ops by tensor "
+            "shapes and call order: a trace records no tensor identities, so each op is "
+            "taken to read the latest tensor of its input's shape and dtype (a guess)"]
 
 
 def _workload(header: TraceHeader, steps: int, device: str, kernels_per_step: float,

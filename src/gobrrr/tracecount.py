@@ -12,9 +12,12 @@ An op that cannot run on meta tensors (it needs data, such as `_local_scalar_den
 counted from its inputs alone, outputs left out. Where nothing can be done (an op outside
 aten, a schema the recorded arguments do not match), the op's bytes are its recorded
 tensor inputs read once (outputs unknown), it has no FLOP formula, and it is listed as
-such. A
-trace without shapes gives no FLOPs and no bytes at all: the op carries a regime hint
-(GEMM-like ops compute, views overhead, the rest memory) instead of a roofline.
+such. A trace without shapes gives no FLOPs and no bytes at all: the op carries a regime
+hint (GEMM-like ops compute, views overhead, the rest memory) instead of a roofline; so
+does an op whose recorded arguments give no size at all (a tensor list recorded without
+its tensors' shapes, as torch 2.11 records the foreach ops of an optimizer step). An
+undefined tensor argument records as "" and is rebuilt as None, also where the schema says
+Tensor rather than Tensor?.
 
 Not recorded, so assumed: the dtype of the tensors in a tensor list (that of the op's other
 tensors, else fp32); tensor device (all on the device that ran the op); aliasing between
@@ -35,7 +38,8 @@ import torch
 from gobrrr.counting import count_op, dtype_name
 from gobrrr.tracestream import RecordedArgs
 
-__all__ = ["OpCount", "count_recorded", "decomposes", "is_op_name"]
+__all__ = ["OpCount", "count_recorded", "decomposes", "is_op_name", "output_of",
+           "tensor_inputs"]
 
 # C++ type names the profiler writes in "Input type" (c10's scalar type names).
 _DTYPES: dict[str, torch.dtype] = {
@@ -71,6 +75,8 @@ class OpCount:
     tensor_core_unit: str | None
     method: str  # "meta": rebuilt and counted; "shapes": input bytes only; "none": no shapes
     regime_hint: str | None = None  # set when flops and bytes are unknown ("none")
+    # the rebuilt op's output (method "meta"), for traceflow's guessed tensor identities
+    out_shape: tuple[int, ...] | None = None
 
 
 class _CannotRebuild(Exception):
@@ -105,7 +111,9 @@ def _compatible(schema_type: str, recorded: str) -> int:
     optional, base = _base(schema_type)
     tensor_list = base.startswith("List[") and "Tensor" in base
     if recorded == "":
-        return 0 if optional or base not in ("Tensor",) and not tensor_list else -1
+        # An undefined tensor records as "" even where the schema says Tensor, not
+        # Tensor? (attn_bias of _scaled_dot_product_efficient_attention_backward).
+        return -1 if tensor_list and not optional else 0
     if base == "Tensor":
         return 2 if recorded in _DTYPES else -1
     if tensor_list:
@@ -256,6 +264,37 @@ def _shape_bytes(args: RecordedArgs) -> tuple[int, str]:
     return total, dtype
 
 
+def output_of(c: OpCount) -> tuple[tuple[int, ...], str, int] | None:
+    """(shape, dtype name, bytes) of the op's result where it was rebuilt, else None."""
+    if c.out_shape is None:
+        return None
+    size = next((d.itemsize for d in _DTYPES.values() if dtype_name(d) == c.dtype), 4)
+    return c.out_shape, c.dtype, math.prod(c.out_shape) * size
+
+
+def tensor_inputs(args: RecordedArgs | None) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, gobrrr dtype name) of each recorded tensor argument, in order (tensor
+    lists and arguments without whole shapes left out)."""
+    if args is None:
+        return []
+    out = []
+    for i, t in enumerate(args.types):
+        dims = args.dims[i] if i < len(args.dims) else None
+        if t in _DTYPES and isinstance(dims, list) and all(isinstance(x, int) for x in dims):
+            out.append((tuple(dims), dtype_name(_DTYPES[t])))
+    return out
+
+
+def _unsized_list(args: RecordedArgs) -> bool:
+    """A tensor-list argument recorded without its tensors' shapes (torch 2.11 records
+    `TensorList` with dims [], as for the foreach ops of an optimizer step)."""
+    for i, t in enumerate(args.types):
+        dims = args.dims[i] if i < len(args.dims) else None
+        if t in ("TensorList", "GenericList") and not (isinstance(dims, list) and dims):
+            return True
+    return False
+
+
 def _regime_hint(name: str) -> str:
     from torch.utils.flop_counter import flop_registry
 
@@ -271,16 +310,23 @@ def count_recorded(name: str, args: RecordedArgs | None) -> OpCount:
     """The op's FLOPs and minimum bytes from its recorded arguments (module docstring)."""
     if args is None:
         return OpCount("other", "none", 0, 0, False, None, "none", _regime_hint(name))
+    if _unsized_list(args):
+        # Rebuilt, its lists would be empty: no work at all. What it is says more.
+        return OpCount("other", _shape_bytes(args)[1], 0, 0, False, None, "shapes",
+                       _regime_hint(name))
     ov = _overload(name, args)
     records: list[Any] | None = None
+    run_ok = False
     if ov is not None:
         try:
             positional, kwargs = _arguments(ov, args)
             with torch.device("meta"):
                 try:
                     records = count_op(ov, tuple(positional), kwargs)
+                    run_ok = True
                 except Exception:  # no meta kernel, or it needs data (item, nonzero)
                     records = count_op(ov, tuple(positional), kwargs, run=False)
+                    run_ok = False
         except Exception:  # arguments that cannot be rebuilt, or no formula applies
             records = None
         if records == []:
@@ -289,8 +335,13 @@ def count_recorded(name: str, args: RecordedArgs | None) -> OpCount:
             return OpCount("view", "none", 0, 0, True, None, "meta")
         if records:
             main = max(records, key=lambda r: (r.flops, r.bytes))
+            # the last record made the op's result (an op that decomposes in the mode)
             return OpCount(main.op_class, main.dtype, sum(r.flops for r in records),
                            sum(r.bytes for r in records),
-                           all(r.has_formula for r in records), main.tensor_core_unit, "meta")
+                           all(r.has_formula for r in records), main.tensor_core_unit, "meta",
+                           out_shape=records[-1].out_shape if run_ok else None)
     nbytes, dtype = _shape_bytes(args)
-    return OpCount("other", dtype, 0, nbytes, False, None, "shapes")
+    # Nothing of its size recorded (a tensor list's shapes are not, as in AdamW's
+    # _foreach_div_): the regime from what it is, as for a trace without shapes.
+    hint = _regime_hint(name) if nbytes == 0 else None
+    return OpCount("other", dtype, 0, nbytes, False, None, "shapes", hint)

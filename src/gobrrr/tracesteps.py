@@ -37,7 +37,15 @@ import numpy as np
 
 from gobrrr.counting import CountResult, OpRecord
 from gobrrr.trace import Kernel, ProfiledRun, is_math_kernel
-from gobrrr.tracecount import OpCount, count_recorded, decomposes, is_op_name
+from gobrrr.tracecount import (
+    OpCount,
+    count_recorded,
+    decomposes,
+    is_op_name,
+    output_of,
+    tensor_inputs,
+)
+from gobrrr.traceflow import ShapeFlow
 from gobrrr.tracestream import ANNOTATION, RecordedArgs, TraceColumns
 
 __all__ = ["TraceRun", "analyse_steps"]
@@ -390,12 +398,14 @@ def analyse_steps(cols: TraceColumns,
     run = ProfiledRun(counts=CountResult(records), device="cuda" if gpu else "cpu",
                       op_time_s={})
     per = scale * 1e-6 / n_steps
+    flow = ShapeFlow()  # keys are in call order: the first step's, then calls new after it
     for key in keys:
         nm = names[key.name_id]
+        args = cols.sigs[key.sig] if key.sig >= 0 else None
         c = counts.get((key.name_id, key.sig))
         if c is None:
-            c = counts[(key.name_id, key.sig)] = count(
-                nm, cols.sigs[key.sig] if key.sig >= 0 else None)
+            c = counts[(key.name_id, key.sig)] = count(nm, args)
+        reads, writes = flow.op(c.op_class, tensor_inputs(args), output_of(c))
         share = key.present / n_steps
         unit = c.tensor_core_unit
         if unit == "fp32" and gpu and any("tf32" in names[k].lower()
@@ -408,7 +418,7 @@ def analyse_steps(cols: TraceColumns,
             index=key.index, op=nm, module=key.module, phase=key.phase,
             op_class=c.op_class, dtype=c.dtype, flops=round(c.flops * share),
             bytes=round(c.bytes * share), tensor_core_unit=unit,
-            has_formula=c.has_formula, regime_hint=hint))
+            has_formula=c.has_formula, regime_hint=hint, reads=reads, writes=writes))
         run.op_time_s[key.index] = key.time_us * per
         for (_j, kname), (us, start, _st) in sorted(key.kernels.items(),
                                                     key=lambda kv: kv[1][1]):
@@ -433,12 +443,17 @@ def analyse_steps(cols: TraceColumns,
     devices = sorted(set(dev["device"].tolist()) - {-1}) if gpu else []
     if len(devices) > 1:
         notes.append(f"kernels ran on devices {devices}: analysed together, as one GPU")
-    rebuilt = [names[k.name_id] for k in keys
-               if counts[(k.name_id, k.sig)].method == "shapes"]
-    if rebuilt:
-        shown = ", ".join(sorted(set(rebuilt))[:6])
-        notes.append(f"{len(rebuilt)} op call(s) could not be rebuilt from their recorded "
-                     f"shapes ({shown}): bytes of their recorded inputs only, no FLOPs")
+    unbuilt = [k for k in keys if counts[(k.name_id, k.sig)].method == "shapes"]
+    for hinted, how in ((False, "bytes of their recorded inputs only, no FLOPs"),
+                        (True, "their arguments give no size (a tensor list recorded without "
+                               "shapes): no FLOPs or bytes, their time goes to memory, or to "
+                               "compute if they are GEMM-like, with no roofline")):
+        some = [names[k.name_id] for k in unbuilt
+                if (counts[(k.name_id, k.sig)].regime_hint is not None) == hinted]
+        if some:
+            shown = ", ".join(sorted(set(some))[:6]) + (", ..." if len(set(some)) > 6 else "")
+            notes.append(f"{len(some)} op call(s) could not be rebuilt from their recorded "
+                         f"shapes ({shown}): {how}")
     if keys and all(k.sig < 0 for k in keys):
         notes.append("the trace has no recorded shapes (record_shapes=False): no FLOPs or "
                      "bytes; each op's time goes to compute if it is a matmul, conv or "

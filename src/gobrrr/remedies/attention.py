@@ -4,7 +4,7 @@ Written out, the [B, H, T, T] score matrix makes round trips through memory: wri
 Q K^T, read and written by each scale/mask op and by the softmax, read by the second
 matmul. A fused attention kernel (F.scaled_dot_product_attention: flash or
 memory-efficient) keeps it on chip. Predicted: those bytes' time at the measured
-bandwidth disappears.
+(datasheet, for a trace of a GPU not calibrated here) bandwidth disappears.
 
 When the budget found the chain's softmax instruction-bound (budget.classify: its
 calibrated math explains its time, not its bytes), that time counts too: a flash kernel
@@ -122,7 +122,7 @@ def _predict(ctx: Context) -> Gain:
     mem_bytes = saved_bytes - sm_bytes
     saved_s = mem_bytes / ctx.ceilings.bandwidth_bytes_per_s
     basis = (f"{len(matches)} attention(s): {mem_bytes / 1e6:.3g} MB of score-matrix "
-             f"traffic at the measured bandwidth = {fmt_s(saved_s)}")
+             f"traffic at the {ctx.ceilings.roof_kind} bandwidth = {fmt_s(saved_s)}")
     if instr_s > 0:
         basis += (f"; the softmax's {fmt_s(instr_s)} of instruction-bound math runs in "
                   f"registers, fused, but its exponentials stay ({fmt_s(exp_s)} at the "
