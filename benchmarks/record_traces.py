@@ -5,7 +5,10 @@ what a user's own profiler run would write.
 Usage: python3 benchmarks/record_traces.py OUT_DIR [NAME ...]   (default: all)
 NAMES: mlp_b1_forward, mlp_train_step, pointwise_chain, gpt2_forward (GPT-2 small from
 transformers' own config, random weights, 8 x 512 tokens, inference under no_grad: the
-workload `gobrrr doctor hf:gpt2 --batch-size 8 --seq-len 512` diagnoses).
+workload `gobrrr doctor hf:gpt2 --batch-size 8 --seq-len 512` diagnoses), attention
+(hand-written softmax(q k^T) v, bf16 [8, 12, 4096, 64]: `gobrrr doctor examples:attention
+--device cuda`), gpt2_train_step (one GPT-2 small training step, 4 x 256 tokens: the model's
+own loss, backward, AdamW: `gobrrr doctor hf:gpt2 --train --batch-size 4 --seq-len 256`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,38 @@ from torch.profiler import ProfilerActivity, profile, schedule
 def mlp() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(512, 512), nn.GELU())]).cuda()
+
+
+def attention():
+    """The issue's case, as examples.attention builds it on CUDA (written again here: no
+    gobrrr code runs while recording)."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(8, 12, 4096, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for _ in range(3))
+
+    def forward():
+        with torch.no_grad():
+            return torch.softmax((q @ k.transpose(-2, -1)) * 64 ** -0.5, dim=-1) @ v
+
+    return forward
+
+
+def gpt2_train_step():
+    """models._train_step on hf:gpt2: zero_grad(set_to_none), the LM's own loss with the
+    inputs as labels, backward, AdamW."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(attn_implementation="sdpa", use_cache=False)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, model.config.vocab_size, (4, 256), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+    return step
 
 
 def record(name: str, step, out: Path, steps: int = 2) -> None:
@@ -62,7 +97,7 @@ def gpt2_forward():
 def main() -> None:
     out = Path(sys.argv[1])
     names = sys.argv[2:] or ["mlp_b1_forward", "mlp_train_step", "pointwise_chain",
-                             "gpt2_forward"]
+                             "gpt2_forward", "attention", "gpt2_train_step"]
     out.mkdir(parents=True, exist_ok=True)
     if "mlp_b1_forward" in names:
         model = mlp()
@@ -85,6 +120,11 @@ def main() -> None:
         record("pointwise_chain", lambda: ((big * 2).sin() + 1).relu(), out)
     if "gpt2_forward" in names:
         record("gpt2_forward", gpt2_forward(), out)
+    if "attention" in names:
+        record("attention", attention(), out)
+    if "gpt2_train_step" in names:
+        # one profiled step: a GPT-2 training step's trace is ~10x its forward's
+        record("gpt2_train_step", gpt2_train_step(), out, steps=1)
 
 
 if __name__ == "__main__":
