@@ -30,7 +30,8 @@ TARGET_HELP = """TARGET is one of (default examples:mlp):
 
 \b
   FILE.py:NAME       NAME() or NAME(batch_size[, device]) returns (callable, args)
-  examples:NAME      built in: mlp, matmul, pointwise, transformer, mlp_train
+  examples:NAME      built in: mlp, matmul, pointwise, transformer, mlp_train,
+                     attention
   hf:NAME            a transformers model from a shipped config, random weights:
                      gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base-uncased,
                      bert-large-uncased, tinyllama-1.1b (--seq-len)
