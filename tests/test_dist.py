@@ -216,8 +216,14 @@ def dist_env(tmp_path_factory):
     calibrating inside the first torchrun run (rank 0 alone, its peer waiting) can take
     longer than TIMEOUT_S on a loaded 2-core machine, and the test would time out on
     the calibration rather than test the diagnosis."""
+    # ijson blocked: doctor must run without it (only analyze imports it); a GPU machine
+    # running gobrrr from a source tree without ijson failed every distributed doctor.
+    block = tmp_path_factory.mktemp("no_ijson")
+    (block / "ijson.py").write_text("raise ImportError('ijson blocked by tests/test_dist.py')\n")
     env = dict(os.environ, OMP_NUM_THREADS="1", GOBRRR_DIST_TIMEOUT_S=str(TIMEOUT_S),
-               XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")), NO_COLOR="1")
+               XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")), NO_COLOR="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(block),
+                                                        os.environ.get("PYTHONPATH")])))
     subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--device", "cpu", "-q"],
                    env=env, check=True, capture_output=True, timeout=300)
     return env

@@ -29,6 +29,7 @@ communication ceilings and the projection (context.py), and alone writes the rep
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 import time
@@ -106,7 +107,9 @@ def profile_steps(fn: Callable[[], Any], ls: Lockstep, device: str, steps: int =
         path = trace_path or Path(tmp) / "trace.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(path))
-        return read_trace(path, ls.rank, steps, device)
+        # A few steps' trace, read whole: doctor needs no ijson (analyze streams, for
+        # traces of any size recorded elsewhere).
+        return read_trace(json.loads(path.read_text()), ls.rank, steps, device)
 
 
 def _drop_collective_kernels(run: Any) -> Any:
