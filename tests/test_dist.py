@@ -26,6 +26,7 @@ from gobrrr.dist.comm import (
     union,
 )
 from gobrrr.dist.commread import _union_clipped, read_trace
+from gobrrr.dist.diagnose import STEPS
 from gobrrr.dist.launch import strip_option
 from gobrrr.schema import validate
 
@@ -267,6 +268,19 @@ def test_ddp_comm_is_communication_bound_via_the_shortcut(dist_env, tmp_path):
     assert all(c["busbw_gbps"] > 0 and c["pct_of_ceiling"] is None
                for c in dd["collectives"])
     assert sorted(os.listdir(tmp_path / "traces")) == ["rank0.json", "rank1.json"]
+    # The kept traces are gobrrr analyze's input as they are: each profiled step is a
+    # ProfilerStep# range, and the two ranks read as one job with the same collectives.
+    from gobrrr.analyze import analyze
+
+    a = analyze([tmp_path / "traces" / "rank0.json",
+                 tmp_path / "traces" / "rank1.json"]).to_dict()
+    validate(a, "report")
+    ad = a["distributed"]
+    assert [r["rank"] for r in ad["ranks"]] == [0, 1]
+    assert a["workload"]["trace"]["steps"] == STEPS
+    assert [(c["collective"], c["bytes"], c["calls_per_step"]) for c in ad["collectives"]] \
+        == [(c["collective"], c["bytes"], c["calls_per_step"]) for c in dd["collectives"]]
+    assert all(r["fractions"]["communication"] > 0 for r in ad["ranks"])
 
 
 @pytest.mark.slow

@@ -43,6 +43,7 @@ from gobrrr.dist.comm import WINDOW, RankTrace
 from gobrrr.dist.commread import read_trace
 from gobrrr.dist.lockstep import Lockstep, World, measure_lockstep, setup
 from gobrrr.errors import WARNING
+from gobrrr.tracestream import STEP_PREFIX
 
 __all__ = ["diagnose_distributed", "profile_steps", "target_fingerprint", "STEPS",
            "LEAD_IN_STEPS"]
@@ -100,8 +101,12 @@ def profile_steps(fn: Callable[[], Any], ls: Lockstep, device: str, steps: int =
             sync()
             ls.all_gather(None, "starting the profiled steps")  # one start for all
             with record_function(WINDOW):
-                for _ in range(steps):
-                    fn()
+                for i in range(steps):
+                    # each step also a ProfilerStep#N range, as prof.step() writes: the
+                    # ranges `gobrrr analyze` (and HTA) take steps from, so the traces
+                    # kept by --rank-traces can be analysed
+                    with record_function(f"{STEP_PREFIX}{i}"):
+                        fn()
                 sync()
     with tempfile.TemporaryDirectory() as tmp:
         path = trace_path or Path(tmp) / "trace.json"
@@ -149,8 +154,8 @@ def diagnose_distributed(world: World, target: str | None, device: str,
     from gobrrr.dist import experiments as dx
     from gobrrr.dist.ceilings import load_cached
     from gobrrr.dist.context import CALIBRATE_HINT, model_bytes, projection_for
-    from gobrrr.dist.topology import topology
     from gobrrr.dist.merge import merge, with_distributed
+    from gobrrr.dist.topology import topology
     from gobrrr.hardware import calibrate
     from gobrrr.report import Report
     from gobrrr.state import preserved_globals, preserved_state
