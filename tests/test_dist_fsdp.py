@@ -202,8 +202,13 @@ def test_distributed_optimize_fsdp_comm_remedies_verified(dist_env):
     # 8 Linear units x (512^2 + 512) fp32 parameters, unsharded
     assert d["distributed"]["facts"]["grad_bytes"] == 8 * (512 * 512 + 512) * 4
     rows = {r["name"]: r for r in d["remedies"]}
-    assert set(rows) == {"reshard_after_forward_false", "explicit_prefetch",
-                         "larger_batch_fsdp"}
+    singles = {"reshard_after_forward_false", "explicit_prefetch", "larger_batch_fsdp"}
+    # the stack of the winners is tried too, when both verified faster (a CI simulation
+    # saw it; on a loaded 2-core machine either may win or not)
+    both_won = all(rows[n]["status"] == "verified"
+                   for n in ("reshard_after_forward_false", "explicit_prefetch"))
+    assert set(rows) == singles | (
+        {"reshard_after_forward_false+explicit_prefetch"} if both_won else set()), rows
     assert rows["larger_batch_fsdp"]["status"] == "advice"
     assert rows["reshard_after_forward_false"]["prediction_basis"]
     assert rows["reshard_after_forward_false"]["checks"]["notes"] == [
