@@ -50,6 +50,7 @@ _DTYPES: dict[str, torch.dtype] = {
     "c10::complex<float>": torch.complex64, "c10::complex<double>": torch.complex128,
     "c10::Float8_e4m3fn": torch.float8_e4m3fn, "c10::Float8_e5m2": torch.float8_e5m2,
 }
+_ITEMSIZE = {dtype_name(d): d.itemsize for d in _DTYPES.values()}  # by gobrrr's names
 # ScalarType codes, as "Concrete Inputs" writes a dtype argument (c10/core/ScalarType.h).
 _SCALAR_TYPES: dict[int, torch.dtype] = {
     0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
@@ -268,8 +269,7 @@ def output_of(c: OpCount) -> tuple[tuple[int, ...], str, int] | None:
     """(shape, dtype name, bytes) of the op's result where it was rebuilt, else None."""
     if c.out_shape is None:
         return None
-    size = next((d.itemsize for d in _DTYPES.values() if dtype_name(d) == c.dtype), 4)
-    return c.out_shape, c.dtype, math.prod(c.out_shape) * size
+    return c.out_shape, c.dtype, math.prod(c.out_shape) * _ITEMSIZE.get(c.dtype, 4)
 
 
 def tensor_inputs(args: RecordedArgs | None) -> list[tuple[tuple[int, ...], str]]:
@@ -310,11 +310,9 @@ def count_recorded(name: str, args: RecordedArgs | None) -> OpCount:
     """The op's FLOPs and minimum bytes from its recorded arguments (module docstring)."""
     if args is None:
         return OpCount("other", "none", 0, 0, False, None, "none", _regime_hint(name))
-    if _unsized_list(args):
-        # Rebuilt, its lists would be empty: no work at all. What it is says more.
-        return OpCount("other", _shape_bytes(args)[1], 0, 0, False, None, "shapes",
-                       _regime_hint(name))
-    ov = _overload(name, args)
+    # Rebuilt, its lists would be empty: no work at all. It is counted as not rebuilt.
+    unsized = _unsized_list(args)
+    ov = None if unsized else _overload(name, args)
     records: list[Any] | None = None
     run_ok = False
     if ov is not None:
@@ -326,7 +324,6 @@ def count_recorded(name: str, args: RecordedArgs | None) -> OpCount:
                     run_ok = True
                 except Exception:  # no meta kernel, or it needs data (item, nonzero)
                     records = count_op(ov, tuple(positional), kwargs, run=False)
-                    run_ok = False
         except Exception:  # arguments that cannot be rebuilt, or no formula applies
             records = None
         if records == []:
@@ -341,7 +338,8 @@ def count_recorded(name: str, args: RecordedArgs | None) -> OpCount:
                            all(r.has_formula for r in records), main.tensor_core_unit, "meta",
                            out_shape=records[-1].out_shape if run_ok else None)
     nbytes, dtype = _shape_bytes(args)
-    # Nothing of its size recorded (a tensor list's shapes are not, as in AdamW's
-    # _foreach_div_): the regime from what it is, as for a trace without shapes.
-    hint = _regime_hint(name) if nbytes == 0 else None
-    return OpCount("other", dtype, 0, nbytes, False, None, "shapes", hint)
+    if unsized or nbytes == 0:
+        # Nothing of its size recorded (AdamW's foreach ops: their lists' shapes are not):
+        # the regime from what it is, as for a trace without shapes.
+        return OpCount("other", dtype, 0, 0, False, None, "shapes", _regime_hint(name))
+    return OpCount("other", dtype, 0, nbytes, False, None, "shapes")
