@@ -35,6 +35,23 @@ def _isolated_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def gobrrr_frames():
+    """A function: the traceback lines of `text` that are frames of gobrrr's own code.
+    By the package's directory, not by a "gobrrr/" substring: a clone in a folder named
+    gobrrr (what `git clone .../gobrrr` makes) has that substring in every path."""
+    from pathlib import Path
+
+    import gobrrr
+
+    pkg = str(Path(gobrrr.__file__).resolve().parent)
+
+    def frames(text: str) -> list[str]:
+        return [line for line in text.splitlines()
+                if line.lstrip().startswith("File ") and f'"{pkg}' in line]
+    return frames
+
+
+@pytest.fixture
 def h200_calibration(_isolated_cache):
     """The H200's calibration of 2026-11-30 (benchmarks/results/h200/calibrate.json,
     schema 3: element-wise math rates included) cached as this machine's, so `analyze`
