@@ -25,8 +25,8 @@ from gobrrr.analyze import analyze
 from gobrrr.cli import cli
 from gobrrr.errors import UserError
 from gobrrr.schema import validate
-from gobrrr.tracecount import count_recorded, decomposes
-from gobrrr.tracestream import RecordedArgs, stream_trace
+from gobrrr.tracefile.columns import RecordedArgs, stream_trace
+from gobrrr.tracefile.opcount import count_recorded, decomposes
 
 DATA = Path(__file__).parent / "data" / "traces"
 US = 1e-6
@@ -303,14 +303,20 @@ def test_recorded_shapes_count_like_a_live_run():
     assert not decomposes("aten::addmm", None)
 
 
-def test_streamed_columns_match_the_whole_file_reader():
-    from gobrrr.tracefile import read_trace
+def test_streamed_columns_match_the_whole_file():
+    # the events as the raw JSON has them, loaded whole and filtered by category
+    import gzip
 
-    whole = read_trace(DATA / "mlp_train_step.json.gz")
+    raw = json.loads(gzip.open(DATA / "mlp_train_step.json.gz", "rt").read())["traceEvents"]
+    x = [e for e in raw if isinstance(e, dict) and e.get("ph") == "X"]
+    kernels = [e for e in x if e.get("cat") == "kernel"]
+    ops = [e for e in x if e.get("cat") == "cpu_op"]
+    steps = [e for e in x if e.get("cat") == "user_annotation"
+             and str(e.get("name", "")).startswith("ProfilerStep#")]
     cols = stream_trace(DATA / "mlp_train_step.json.gz")
-    assert len(cols.device["ts_us"]) == len(whole.kernels) == 84
-    assert len(cols.steps) == len(whole.steps) == 2
-    assert len(cols.cpu["ts_us"]) == len(whole.ops) + 4  # + Optimizer ranges
+    assert len(cols.device["ts_us"]) == len(kernels) == 84
+    assert len(cols.steps) == len(steps) == 2
+    assert len(cols.cpu["ts_us"]) == len(ops) + 4  # + Optimizer ranges
     assert cols.device["dur_us"].sum() == pytest.approx(367.876, abs=1e-6)
 
 
@@ -380,13 +386,13 @@ def test_unknown_gpu_without_ceilings_is_one_line(tmp_path):
 def test_pure_python_parser_is_used_with_a_note_when_the_c_backend_is_missing(monkeypatch):
     import ijson
 
-    from gobrrr import tracefile
+    from gobrrr.tracefile import read as tracefile
 
     def python_backend():
         return ijson.get_backend("python"), "pure-Python backend (test)"
 
     monkeypatch.setattr(tracefile, "ijson_backend", python_backend)
-    monkeypatch.setattr("gobrrr.tracestream.ijson_backend", python_backend)
+    monkeypatch.setattr("gobrrr.tracefile.columns.ijson_backend", python_backend)
     r = analyze([DATA / "mlp_b1_forward.json.gz"])
     assert "pure-Python backend (test)" in r.notes
     assert r.budget.busy_s == pytest.approx((17.632 + 17.536) / 2 * US, abs=1e-12)

@@ -22,10 +22,10 @@ from gobrrr.dist.analyze import FROM_TRACES_NOTE, rank_comm, without_communicati
 from gobrrr.dist.comm import WINDOW
 from gobrrr.dist.commread import read_trace
 from gobrrr.hardware import Ceilings
+from gobrrr.phases import is_collective
 from gobrrr.schema import validate
-from gobrrr.trace import is_collective
-from gobrrr.tracesteps import analyse_steps
-from gobrrr.tracestream import stream_trace
+from gobrrr.tracefile.columns import stream_trace
+from gobrrr.tracefile.steps import analyse_steps
 
 DIST = Path(__file__).parent / "data" / "dist"
 
@@ -143,7 +143,7 @@ def test_each_rank_trace_is_streamed_once(gloo_ranks, monkeypatch):
     # The communication pass reads the columns the per-op pass streamed: one pass over
     # each file, and no json.load of a whole trace (ranks' traces can be gigabytes).
     import gobrrr.dist.analyze as da
-    import gobrrr.tracestream as ts
+    import gobrrr.tracefile.columns as ts
 
     streamed = []
     real = ts.stream_trace

@@ -11,7 +11,7 @@ import torch
 from gobrrr.budget import classify, compute_budget, likely_cause
 from gobrrr.counting import count
 from gobrrr.hardware import Ceilings
-from gobrrr.trace import Kernel, ProfiledRun
+from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.verdict import remedies_for, verdict_for
 
 US = 1e-6

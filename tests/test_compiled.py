@@ -132,7 +132,7 @@ def test_kernels_replayed_from_a_cuda_graph_get_the_eager_twins_work():
     # shapes; the GEMM one carries the eager twin's matmul work, the rest its other work.
     from gobrrr.compiled import _replayed_kernels
     from gobrrr.counting import CountResult, count
-    from gobrrr.trace import Kernel, ProfiledRun
+    from gobrrr.run import Kernel, ProfiledRun
 
     lin, x = nn.Linear(8, 4), torch.randn(2, 8)
     eager = count(lambda: torch.relu(lin(x)))  # addmm 2*2*8*4 = 128 FLOPs; relu 8

@@ -22,8 +22,8 @@ from gobrrr.experiments import (
     read_batch,
 )
 from gobrrr.hardware import Ceilings
+from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.timing import Timing
-from gobrrr.trace import Kernel, ProfiledRun
 from gobrrr.workload import from_callable, load_target
 
 
@@ -331,7 +331,7 @@ def test_a_graph_launch_finds_its_kernels_by_correlation_id():
     # kernels are device events carrying id 7; the range's own device event (id 1) is not.
     from types import SimpleNamespace as NS
 
-    from gobrrr.trace import _graph_kernels
+    from gobrrr.profile import _graph_kernels
 
     def dev(name, corr, start_us, dur_us):
         return NS(name=name, device_type=NS(name="CUDA"), id=corr,

@@ -14,8 +14,9 @@ from gobrrr.budget import compute_budget
 from gobrrr.cli import cli
 from gobrrr.counting import CountResult, OpRecord
 from gobrrr.hardware import Ceilings
+from gobrrr.profile import _device_starts, _with_starts
+from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.show.perfetto import TID_IDLE, TID_KERNELS, TID_OPS, trace_dict
-from gobrrr.trace import Kernel, ProfiledRun, _device_starts, _with_starts
 
 
 def check_format(trace):

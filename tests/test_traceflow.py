@@ -2,9 +2,9 @@
 recorded arguments tracecount must rebuild, or must not, to give them."""
 
 from gobrrr.remedies.attention import find_attention
-from gobrrr.tracecount import count_recorded, output_of, tensor_inputs
-from gobrrr.traceflow import ShapeFlow
-from gobrrr.tracestream import RecordedArgs
+from gobrrr.tracefile.columns import RecordedArgs
+from gobrrr.tracefile.flow import ShapeFlow
+from gobrrr.tracefile.opcount import count_recorded, output_of, tensor_inputs
 
 Q = ((8, 12, 4096, 64), "bf16")
 KT = ((8, 12, 64, 4096), "bf16")

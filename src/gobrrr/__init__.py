@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from gobrrr.version import __version__
+
 __all__ = ["__version__", "count", "calibrate", "diagnose", "optimize"]
 
 

@@ -25,12 +25,12 @@ from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
 from gobrrr.report import Report
 from gobrrr.timing import Timing
-from gobrrr.tracefile import TraceHeader, read_header
+from gobrrr.tracefile.read import TraceHeader, read_header
 
 if TYPE_CHECKING:
     from gobrrr.budget import Budget
-    from gobrrr.tracesteps import TraceRun
-    from gobrrr.tracestream import TraceColumns
+    from gobrrr.tracefile.columns import TraceColumns
+    from gobrrr.tracefile.steps import TraceRun
 
 __all__ = ["analyze", "check_traces", "analyse_trace", "report_of", "TraceAnalysis"]
 
@@ -86,9 +86,9 @@ def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
     """Stream one trace (unless `cols`, its columns, are given), pick its ceilings
     (unless given), average its profiled steps. `prepare` transforms the columns first
     (dist/analyze.py takes communication out)."""
-    from gobrrr.traceceilings import ceilings_for_trace
-    from gobrrr.tracesteps import analyse_steps
-    from gobrrr.tracestream import stream_trace
+    from gobrrr.tracefile.ceilings import ceilings_for_trace
+    from gobrrr.tracefile.columns import stream_trace
+    from gobrrr.tracefile.steps import analyse_steps
 
     if cols is None:
         say(f"reading {header.path.name}")

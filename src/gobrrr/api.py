@@ -73,8 +73,8 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
         read_graph,
     )
     from gobrrr.hardware import calibrate
+    from gobrrr.profile import profile_counted
     from gobrrr.timing import measure
-    from gobrrr.trace import profile_counted
     from gobrrr.verdict import remedies_for, verdict_for
 
     say = progress or (lambda _msg: None)

@@ -39,7 +39,8 @@ from typing import Any
 
 from gobrrr.counting import MATMUL_CLASSES, OpRecord, math_elements
 from gobrrr.hardware import Ceilings
-from gobrrr.trace import ProfiledRun, is_math_kernel, split_kernel_time
+from gobrrr.profile import is_math_kernel, split_kernel_time
+from gobrrr.run import ProfiledRun
 from gobrrr.units import fmt_num, fmt_pct, fmt_s
 
 __all__ = ["RowBudget", "CallRow", "KernelRow", "Budget", "compute_budget", "peak_for",

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gobrrr.counting import CountResult, OpRecord
-    from gobrrr.trace import ProfiledRun
+    from gobrrr.run import ProfiledRun
     from gobrrr.workload import Workload
 
 __all__ = ["CompileInfo", "DynamoCounts", "is_compiled", "dynamo_counts", "warm_up",
@@ -150,7 +150,9 @@ def read_compile(first_s: float, steady_s: float, before: DynamoCounts,
 
 def _tensor_args(e: Any, dtypes: list[str]) -> list[tuple[list[int], str]]:
     """(shape, dtype) of the tensor arguments an op or a kernel launch recorded."""
-    from gobrrr.tracecount import _DTYPES  # the profiler's dtype names, one table
+    from gobrrr.tracefile.opcount import (
+        PROFILER_DTYPES as _DTYPES,  # the profiler's dtype names, one table
+    )
 
     shapes = list(getattr(e, "input_shapes", None) or [])
     return [(s, d) for s, d in zip(shapes, dtypes, strict=False)
@@ -180,7 +182,7 @@ def _dtype_lookup(prof: Any) -> Any:
 
 
 def _bytes_of(args: list[tuple[list[int], str]]) -> int:
-    from gobrrr.tracecount import _DTYPES
+    from gobrrr.tracefile.opcount import PROFILER_DTYPES as _DTYPES
 
     return sum(math.prod(s) * _DTYPES[d].itemsize for s, d in args)
 
@@ -244,7 +246,7 @@ def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> 
     op_class = _op_class(name)
     flops = _conv_flops(e, args) if op_class == "conv" else _matmul_flops(name, args)
     from gobrrr.counting import dtype_name
-    from gobrrr.tracecount import _DTYPES
+    from gobrrr.tracefile.opcount import PROFILER_DTYPES as _DTYPES
 
     dtype = dtype_name(_DTYPES[args[0][1]]) if args else "none"
     unit = None
@@ -299,15 +301,16 @@ def profile_compiled(w: Workload, wall_s: float, eager: CountResult) -> Profiled
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from gobrrr.counting import CountResult
-    from gobrrr.trace import (
+    from gobrrr.profile import (
         WINDOW,
-        Kernel,
-        ProfiledRun,
         _device_starts,
-        _walk,
         _with_starts,
         lead_in_calls,
     )
+    from gobrrr.profile import (
+        walk_events as _walk,
+    )
+    from gobrrr.run import Kernel, ProfiledRun
 
     cuda = w.device == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -362,7 +365,7 @@ def _add_cpp_kernels(run: ProfiledRun, window: Any, eager: CountResult) -> None:
     after a perfect fusion (budget.fusable_bytes_saved)."""
     from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
     from gobrrr.counting import MATMUL_CLASSES, OpRecord
-    from gobrrr.trace import _walk
+    from gobrrr.profile import walk_events as _walk
 
     calls = [e for e in _walk(window) if str(e.name).startswith("## Call CompiledFxGraph")]
     if not calls:
@@ -389,7 +392,8 @@ def _replayed_kernels(run: ProfiledRun, kernels: list[Any], eager: CountResult) 
     perfect fusion (what Inductor's fused kernels move at best)."""
     from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
     from gobrrr.counting import MATMUL_CLASSES, OpRecord
-    from gobrrr.trace import Kernel, is_math_kernel
+    from gobrrr.profile import is_math_kernel
+    from gobrrr.run import Kernel
 
     if not kernels:
         return []

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gobrrr import __version__
 from gobrrr.budget import Budget
 from gobrrr.compiled import CompileInfo
 from gobrrr.counting import CountResult
@@ -20,6 +19,7 @@ from gobrrr.hardware import Ceilings
 from gobrrr.state import StateCheck
 from gobrrr.timing import Timing
 from gobrrr.verdict import Remedy, Verdict
+from gobrrr.version import __version__
 
 __all__ = ["Report", "SCHEMA_VERSION"]
 

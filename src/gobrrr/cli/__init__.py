@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from gobrrr import __version__
+from gobrrr.version import __version__
 
 __all__ = ["main", "cli"]
 

@@ -35,8 +35,8 @@ from gobrrr.dist.commread import group_name, read_columns
 from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
 from gobrrr.report import Report
-from gobrrr.tracefile import TraceHeader
-from gobrrr.tracestream import CPU_OP, STEP_PREFIX, TraceColumns, stream_trace
+from gobrrr.tracefile.read import TraceHeader
+from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, stream_trace
 
 __all__ = ["analyze_ranks", "without_communication", "rank_comm", "FROM_TRACES_NOTE"]
 
@@ -56,8 +56,8 @@ FROM_TRACES_NOTE = (
 def without_communication(cols: TraceColumns) -> TraceColumns:
     """The columns without communication work (module docstring, step 1); one UserError
     line for a trace with no ProfilerStep# ranges, before anything is counted."""
-    from gobrrr.trace import is_collective
-    from gobrrr.tracesteps import _merge
+    from gobrrr.phases import is_collective
+    from gobrrr.tracefile.steps import _merge
 
     if not cols.steps:
         raise UserError(f"{cols.path.name} has no {STEP_RANGES} ranges: the communication "

@@ -43,7 +43,7 @@ from gobrrr.dist.comm import WINDOW, RankTrace
 from gobrrr.dist.commread import read_trace
 from gobrrr.dist.lockstep import Lockstep, World, measure_lockstep, setup
 from gobrrr.errors import WARNING
-from gobrrr.tracestream import STEP_PREFIX
+from gobrrr.tracefile.columns import STEP_PREFIX
 
 __all__ = ["diagnose_distributed", "profile_steps", "target_fingerprint", "STEPS",
            "LEAD_IN_STEPS"]
@@ -120,7 +120,7 @@ def profile_steps(fn: Callable[[], Any], ls: Lockstep, device: str, steps: int =
 def _drop_collective_kernels(run: Any) -> Any:
     """A CUDA ProfiledRun without the kernels its collective ops launched (their time is
     communication, from the profiled steps), re-tallied."""
-    from gobrrr.trace import is_collective
+    from gobrrr.phases import is_collective
 
     coll = {r.index for r in run.counts.records if is_collective(r.op)}
     run.kernels = [k for k in run.kernels if k.record_index not in coll]
@@ -159,7 +159,7 @@ def diagnose_distributed(world: World, target: str | None, device: str,
     from gobrrr.hardware import calibrate
     from gobrrr.report import Report
     from gobrrr.state import preserved_globals, preserved_state
-    from gobrrr.trace import profile_counted
+    from gobrrr.profile import profile_counted
     from gobrrr.verdict import remedies_for, verdict_for
 
     say = progress or (lambda _m: None)

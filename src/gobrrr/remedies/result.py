@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gobrrr import __version__
 from gobrrr.errors import WARNING
 from gobrrr.remedies.base import Candidate, RemedyResult, RemedySpec
+from gobrrr.version import __version__
 
 __all__ = ["OptimizeResult", "SCHEMA_VERSION", "NONFINITE_REFERENCE", "snippet_for"]
 

@@ -40,32 +40,17 @@ from typing import Any
 import numpy as np
 
 from gobrrr.errors import UserError
-from gobrrr.tracefile import ijson_backend, open_trace, reading
+from gobrrr.phases import launches_collective
+from gobrrr.tracefile.read import ijson_backend, open_trace, reading
 
 __all__ = ["RecordedArgs", "TraceColumns", "stream_trace", "columns_of", "CPU_OP",
-           "ANNOTATION", "DEVICE_KINDS", "COLLECTIVE_NAMESPACES", "is_collective",
-           "launches_collective", "STEP_PREFIX"]
+           "ANNOTATION", "DEVICE_KINDS", "STEP_PREFIX"]
 
 CPU_OP, ANNOTATION = 0, 1  # kinds of CPU events
 DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 _DEVICE_KIND = {c: i for i, c in enumerate(DEVICE_KINDS)}
 _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 STEP_PREFIX = "ProfilerStep#"
-
-# Namespaces of the ops that launch collectives (torch.distributed's dispatcher ops, as
-# counting.py labels them): their work is communication, never compute or memory.
-COLLECTIVE_NAMESPACES = ("c10d::", "_c10d_functional::", "c10d_functional::")
-
-
-def is_collective(op: str) -> bool:
-    return op.startswith(COLLECTIVE_NAMESPACES)
-
-
-def launches_collective(name: str) -> bool:
-    """CPU ops that launch or wait for a collective (not compute): the collective ops and
-    NCCL's `record_param_comms` (which carries the collective's metadata)."""
-    return name == "record_param_comms" or is_collective(name)
-
 
 # The recorded args dist/comm.py reads from those events: the collective's metadata (NCCL)
 # and the tensors' dims and dtypes (gloo's ranges, c10d ops). Only these are kept: a rank

@@ -1,16 +1,11 @@
-"""Read a `torch.profiler` trace written elsewhere (Chrome trace-event JSON, `.json` or
-`.json.gz`, from `prof.export_chrome_trace` or `tensorboard_trace_handler`) into plain
-data: kernels, CPU ops and profiler steps.
+"""A `torch.profiler` trace file written elsewhere (Chrome trace-event JSON, `.json` or
+`.json.gz`, from `prof.export_chrome_trace` or `tensorboard_trace_handler`): opening it,
+its header, and one error style for every reader.
 
-The links are the ones Kineto writes: a kernel's `args["External id"]` is the External id
-of the CPU op that launched it (`cpu_op` events), and its `args["correlation"]` that of the
-runtime call (`cuda_runtime`). Steps are the `ProfilerStep#N` user annotations on the CPU
-timeline. Times are microseconds on the trace's clock, as written.
-
-`read_trace` loads a whole (small) trace; `read_header` reads only the top-level keys
-written before `traceEvents` (device properties, distributedInfo, record_shapes), and
-`open_trace` + `reading` give every reader the same file handling and one-line errors
-(tracestream.py streams the events of traces of any size).
+`read_header` reads only the top-level keys written before `traceEvents` (device
+properties, distributedInfo, record_shapes); `open_trace` + `reading` give every reader
+the same file handling and one-line errors (columns.py streams the events of traces of
+any size; dist/commread.py reads the doctor's own small rank traces whole).
 """
 
 from __future__ import annotations
@@ -20,107 +15,13 @@ import json
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
 from gobrrr.errors import UserError
 
-__all__ = ["TraceKernel", "TraceOp", "TraceStep", "RawTrace", "read_trace", "parse_trace",
-           "TraceHeader", "read_header", "open_trace", "reading", "ijson_backend"]
-
-
-@dataclass(frozen=True)
-class TraceKernel:
-    name: str
-    ts_us: float
-    dur_us: float
-    stream: int | None
-    correlation: int | None
-    external_id: int | None
-    op: str | None  # the launching CPU op's name (by External id), None when unlinked
-
-
-@dataclass(frozen=True)
-class TraceOp:
-    name: str
-    ts_us: float
-    dur_us: float
-    external_id: int | None
-    input_dims: list[Any] = field(default_factory=list)
-    input_types: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class TraceStep:
-    name: str  # "ProfilerStep#N"
-    ts_us: float
-    dur_us: float
-
-
-@dataclass
-class RawTrace:
-    kernels: list[TraceKernel]
-    ops: list[TraceOp]
-    steps: list[TraceStep]
-    device_properties: list[dict[str, Any]]
-    record_shapes: bool
-
-    def kernels_in(self, step: TraceStep) -> list[TraceKernel]:
-        """Kernels launched during a step: those whose CPU op starts inside the step's
-        CPU span (a kernel itself may run after the step's CPU side has ended)."""
-        op_ts = {o.external_id: o.ts_us for o in self.ops if o.external_id is not None}
-        end = step.ts_us + step.dur_us
-        return [k for k in self.kernels
-                if k.external_id in op_ts and step.ts_us <= op_ts[k.external_id] <= end]
-
-
-def _int(x: Any) -> int | None:
-    return x if isinstance(x, int) else None
-
-
-def parse_trace(data: Any, source: str = "trace") -> RawTrace:
-    """A loaded trace (the JSON object) as a RawTrace; a UserError if it is not one."""
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise UserError(f"{source} is not a torch.profiler trace (no traceEvents list)")
-    ops: list[TraceOp] = []
-    steps: list[TraceStep] = []
-    raw_kernels: list[dict[str, Any]] = []
-    for e in data["traceEvents"]:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            continue
-        cat, name = e.get("cat"), str(e.get("name", ""))
-        if cat == "kernel":
-            raw_kernels.append(e)
-        elif cat == "cpu_op":
-            a = e.get("args", {})
-            ops.append(TraceOp(name, float(e["ts"]), float(e.get("dur", 0.0)),
-                               _int(a.get("External id")), a.get("Input Dims", []),
-                               a.get("Input type", [])))
-        elif cat == "user_annotation" and name.startswith("ProfilerStep#"):
-            steps.append(TraceStep(name, float(e["ts"]), float(e.get("dur", 0.0))))
-    by_ext = {o.external_id: o.name for o in ops if o.external_id is not None}
-    kernels = []
-    for e in raw_kernels:
-        a = e.get("args", {})
-        ext = _int(a.get("External id"))
-        kernels.append(TraceKernel(str(e["name"]), float(e["ts"]), float(e.get("dur", 0.0)),
-                                   _int(a.get("stream")), _int(a.get("correlation")), ext,
-                                   None if ext is None else by_ext.get(ext)))
-    kernels.sort(key=lambda k: k.ts_us)
-    ops.sort(key=lambda o: o.ts_us)
-    steps.sort(key=lambda s: s.ts_us)
-    return RawTrace(kernels, ops, steps, list(data.get("deviceProperties", [])),
-                    bool(data.get("record_shapes", False)))
-
-
-def read_trace(path: str | Path) -> RawTrace:
-    """Read a trace file; bad input (missing, truncated .gz, not JSON, not a profiler
-    trace) is one UserError line, never a traceback."""
-    p = Path(path)
-    with reading(p), open_trace(p) as f:
-        data = json.loads(f.read())
-    return parse_trace(data, str(p))
+__all__ = ["TraceHeader", "read_header", "open_trace", "reading", "ijson_backend"]
 
 
 # ---------------------------------------------------------------- files, errors, header

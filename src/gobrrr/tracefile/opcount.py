@@ -36,13 +36,13 @@ from typing import Any
 import torch
 
 from gobrrr.counting import count_op, dtype_name
-from gobrrr.tracestream import RecordedArgs
+from gobrrr.tracefile.columns import RecordedArgs
 
 __all__ = ["OpCount", "count_recorded", "decomposes", "is_op_name", "output_of",
-           "tensor_inputs"]
+           "tensor_inputs", "PROFILER_DTYPES"]
 
 # C++ type names the profiler writes in "Input type" (c10's scalar type names).
-_DTYPES: dict[str, torch.dtype] = {
+PROFILER_DTYPES: dict[str, torch.dtype] = {
     "float": torch.float32, "double": torch.float64, "c10::Half": torch.float16,
     "c10::BFloat16": torch.bfloat16, "long int": torch.int64, "long": torch.int64,
     "int": torch.int32, "short int": torch.int16, "short": torch.int16,
@@ -50,7 +50,7 @@ _DTYPES: dict[str, torch.dtype] = {
     "c10::complex<float>": torch.complex64, "c10::complex<double>": torch.complex128,
     "c10::Float8_e4m3fn": torch.float8_e4m3fn, "c10::Float8_e5m2": torch.float8_e5m2,
 }
-_ITEMSIZE = {dtype_name(d): d.itemsize for d in _DTYPES.values()}  # by gobrrr's names
+_ITEMSIZE = {dtype_name(d): d.itemsize for d in PROFILER_DTYPES.values()}  # by gobrrr's names
 # ScalarType codes, as "Concrete Inputs" writes a dtype argument (c10/core/ScalarType.h).
 _SCALAR_TYPES: dict[int, torch.dtype] = {
     0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
@@ -116,14 +116,14 @@ def _compatible(schema_type: str, recorded: str) -> int:
         # Tensor? (attn_bias of _scaled_dot_product_efficient_attention_backward).
         return -1 if tensor_list and not optional else 0
     if base == "Tensor":
-        return 2 if recorded in _DTYPES else -1
+        return 2 if recorded in PROFILER_DTYPES else -1
     if tensor_list:
         return 2 if recorded in ("TensorList", "GenericList") else -1
     if base.startswith("List["):
         return 2 if recorded in ("ScalarList", "GenericList") else -1
     if base in _SCALAR_SCHEMA_TYPES:
         return 2 if recorded == "Scalar" else -1
-    return 0 if recorded not in _DTYPES and recorded != "TensorList" else -1
+    return 0 if recorded not in PROFILER_DTYPES and recorded != "TensorList" else -1
 
 
 def _overload(name: str, args: RecordedArgs) -> Any:
@@ -188,7 +188,7 @@ def _value(arg: Any, recorded: str, dims: Any, strides: Any, concrete: str,
            list_dtype: torch.dtype) -> Any:
     optional, base = _base(str(arg.real_type))
     if base == "Tensor":
-        return None if recorded == "" else _meta_tensor(dims, strides, _DTYPES[recorded])
+        return None if recorded == "" else _meta_tensor(dims, strides, PROFILER_DTYPES[recorded])
     if base.startswith("List[") and "Tensor" in base:
         if recorded == "" or not isinstance(dims, list):
             return None
@@ -232,7 +232,8 @@ def _arguments(ov: Any, args: RecordedArgs) -> tuple[list[Any], dict[str, Any]]:
     concrete = args.concrete if isinstance(args.concrete, list) and len(args.concrete) == n \
         else [""] * n
     # A tensor list's dtype is not recorded: that of the op's other tensors, else fp32.
-    list_dtype = next((_DTYPES[t] for t in args.types if t in _DTYPES), torch.float32)
+    list_dtype = next((PROFILER_DTYPES[t] for t in args.types if t in PROFILER_DTYPES),
+                      torch.float32)
     positional: list[Any] = []
     kwargs: dict[str, Any] = {}
     for arg, t, d, s, c in zip(ov._schema.arguments, args.types, dims, strides, concrete,
@@ -249,14 +250,14 @@ def _shape_bytes(args: RecordedArgs) -> tuple[int, str]:
     """Bytes of the recorded tensor inputs (each distinct element once), and their dtype."""
     total = 0
     dtype = "none"
-    list_dtype = next((t for t in args.types if t in _DTYPES), "float")
+    list_dtype = next((t for t in args.types if t in PROFILER_DTYPES), "float")
     for i, t in enumerate(args.types):
         dims = args.dims[i] if i < len(args.dims) else []
-        if t in _DTYPES:
-            tensors = [(dims, _DTYPES[t])]
-            dtype = dtype if dtype != "none" else dtype_name(_DTYPES[t])
+        if t in PROFILER_DTYPES:
+            tensors = [(dims, PROFILER_DTYPES[t])]
+            dtype = dtype if dtype != "none" else dtype_name(PROFILER_DTYPES[t])
         elif t == "TensorList" and isinstance(dims, list):
-            tensors = [(d, _DTYPES[list_dtype]) for d in dims]
+            tensors = [(d, PROFILER_DTYPES[list_dtype]) for d in dims]
         else:
             continue
         for shape, dt in tensors:
@@ -280,8 +281,9 @@ def tensor_inputs(args: RecordedArgs | None) -> list[tuple[tuple[int, ...], str]
     out = []
     for i, t in enumerate(args.types):
         dims = args.dims[i] if i < len(args.dims) else None
-        if t in _DTYPES and isinstance(dims, list) and all(isinstance(x, int) for x in dims):
-            out.append((tuple(dims), dtype_name(_DTYPES[t])))
+        if t in PROFILER_DTYPES and isinstance(dims, list) and all(isinstance(x, int)
+                                                                   for x in dims):
+            out.append((tuple(dims), dtype_name(PROFILER_DTYPES[t])))
     return out
 
 

@@ -1,4 +1,4 @@
-"""The profiled run: one call of the workload under the counting dispatch mode *and* the
+"""The live profiled run: one call of the workload under the counting dispatch mode *and* the
 torch profiler, each op wrapped in a range `gobrrr#<index>`, so every CUDA kernel maps
 exactly to the counted op (and module) that launched it.
 
@@ -16,7 +16,6 @@ import functools
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from gobrrr.counting import (
@@ -27,10 +26,12 @@ from gobrrr.counting import (
     count_with_calls,
 )
 from gobrrr.errors import first_line
-from gobrrr.tracestream import is_collective
+from gobrrr.phases import is_collective
+from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.workload import Workload
 
-__all__ = ["Kernel", "ProfiledRun", "profile_counted", "is_math_kernel", "is_collective"]
+__all__ = ["profile_counted", "is_math_kernel", "split_kernel_time", "walk_events",
+           "lead_in_calls", "WINDOW"]
 
 # Kernel names of matrix engines (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, cuDNN
 # convolutions, flash/memory-efficient attention, Triton matmuls). Any other kernel
@@ -53,48 +54,6 @@ def is_math_kernel(name: str) -> bool:
     return bool(_MATH_KERNEL.search(name)) and not _REDUCTION_KERNEL.search(name)
 
 
-@dataclass
-class Kernel:
-    name: str
-    duration_s: float
-    record_index: int | None  # the counted op that launched it (None: outside any)
-    start_us: float | None = None  # device start, profiler clock (None: not linked)
-
-
-@dataclass
-class ProfiledRun:
-    counts: CountResult
-    device: str
-    op_time_s: dict[int, float]  # record index -> device time (CUDA) or exec time (CPU)
-    kernels: list[Kernel] = field(default_factory=list)
-    busy_s: float = 0.0  # total kernel time (CUDA) or summed op exec time (CPU)
-    empty_range_cost_s: float = 0.0  # CPU only: dispatch cost subtracted from each op
-    unattributed_s: float = 0.0  # kernel time outside any counted op
-    unreplayable: list[str] = field(default_factory=list)  # CPU ops that failed to replay
-    replay_errors: dict[str, str] = field(default_factory=dict)  # op -> first error line
-    _by_index: dict[int, list[Kernel]] | None = None
-
-    def tally_kernels(self) -> None:
-        """Each op's device time, the time of kernels outside any op, and the total,
-        from `kernels` (CUDA): the one place these sums are made."""
-        self.op_time_s, self.unattributed_s, self._by_index = {}, 0.0, None
-        for k in self.kernels:
-            if k.record_index is None:
-                self.unattributed_s += k.duration_s
-            else:
-                self.op_time_s[k.record_index] = (self.op_time_s.get(k.record_index, 0.0)
-                                                  + k.duration_s)
-        self.busy_s = sum(k.duration_s for k in self.kernels)
-
-    def kernels_of(self, index: int) -> list[Kernel]:
-        if self._by_index is None:
-            self._by_index = {}
-            for k in self.kernels:
-                if k.record_index is not None:
-                    self._by_index.setdefault(k.record_index, []).append(k)
-        return self._by_index.get(index, [])
-
-
 def _range_index(name: str) -> int | None:
     if name.startswith(RANGE_PREFIX):
         try:
@@ -104,10 +63,11 @@ def _range_index(name: str) -> int | None:
     return None
 
 
-def _walk(event: Any) -> Iterable[Any]:
+def walk_events(event: Any) -> Iterable[Any]:
+    """A profiler event and every event under it (its CPU children, depth first)."""
     yield event
     for child in event.cpu_children:
-        yield from _walk(child)
+        yield from walk_events(child)
 
 
 WINDOW = "gobrrr:counted-call"
@@ -157,7 +117,7 @@ def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
         idx = _range_index(e.name)
         if idx is None:
             continue
-        for sub in _walk(e):
+        for sub in walk_events(e):
             for k, start in _with_starts(sub, starts):
                 run.kernels.append(Kernel(k.name, k.duration * 1e-6, idx, start))
                 attributed.add(id(k))
@@ -217,7 +177,7 @@ def _with_starts(event: Any, starts: dict[int, list[tuple[str, float]]]
     """The kernels an event lists, each with its device start time where a launch inside
     the event (the event itself or a runtime call below it, `cu*`) links to a kernel of
     the same name; earliest first. None where nothing links: never a guess."""
-    launches = [x for x in _walk(event) if str(x.name).startswith("cu")]
+    launches = [x for x in walk_events(event) if str(x.name).startswith("cu")]
     found = sorted((p for x in launches for p in starts.get(getattr(x, "id", -1), [])),
                    key=lambda p: p[1])
     out: list[tuple[Any, float | None]] = []

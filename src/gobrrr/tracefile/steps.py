@@ -36,8 +36,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gobrrr.counting import CountResult, OpRecord
-from gobrrr.trace import Kernel, ProfiledRun, is_math_kernel
-from gobrrr.tracecount import (
+from gobrrr.profile import is_math_kernel
+from gobrrr.run import Kernel, ProfiledRun
+from gobrrr.tracefile.columns import ANNOTATION, RecordedArgs, TraceColumns
+from gobrrr.tracefile.flow import ShapeFlow
+from gobrrr.tracefile.opcount import (
     OpCount,
     count_recorded,
     decomposes,
@@ -45,8 +48,6 @@ from gobrrr.tracecount import (
     output_of,
     tensor_inputs,
 )
-from gobrrr.traceflow import ShapeFlow
-from gobrrr.tracestream import ANNOTATION, RecordedArgs, TraceColumns
 
 __all__ = ["TraceRun", "analyse_steps"]
 
