@@ -28,6 +28,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gobrrr.phases import COMPILED
+
 if TYPE_CHECKING:
     from gobrrr.counting import CountResult, OpRecord
     from gobrrr.run import ProfiledRun
@@ -256,7 +258,7 @@ def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> 
             from gobrrr.settings import tf32_enabled
 
             unit = "tf32" if tf32_enabled("conv" if op_class == "conv" else "matmul") else "fp32"
-    return OpRecord(index=index, op=name, module=module, phase="compiled", op_class=op_class,
+    return OpRecord(index=index, op=name, module=module, phase=COMPILED, op_class=op_class,
                     dtype=dtype, flops=flops or 0, bytes=_bytes_of(args),
                     tensor_core_unit=unit, has_formula=flops is not None)
 
@@ -375,7 +377,7 @@ def _add_cpp_kernels(run: ProfiledRun, window: Any, eager: CountResult) -> None:
     saved, fusable = fusable_bytes_saved(eager.records)
     other = [r for r in eager.records if r.op_class not in MATMUL_CLASSES]
     rec = OpRecord(index=len(run.counts.records), op="inductor::cpp_kernels",
-                   module="compiled graph", phase="compiled", op_class="pointwise",
+                   module="compiled graph", phase=COMPILED, op_class="pointwise",
                    dtype="fp32", flops=sum(r.flops for r in other),
                    bytes=max(0, fusable - saved) + sum(
                        r.bytes for r in other if r.op_class not in FUSABLE_CLASSES
@@ -416,7 +418,7 @@ def _replayed_kernels(run: ProfiledRun, kernels: list[Any], eager: CountResult) 
         if not ks:
             continue
         rec = OpRecord(index=len(run.counts.records), op=name, module="CUDA graph",
-                       phase="compiled", op_class=op_class, dtype=unit or "fp32",
+                       phase=COMPILED, op_class=op_class, dtype=unit or "fp32",
                        flops=flops, bytes=nbytes, tensor_core_unit=unit, has_formula=False)
         run.counts.records.append(rec)
         out += [Kernel(k.name, k.duration_s, rec.index, k.start_us) for k in ks]

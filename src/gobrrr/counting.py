@@ -30,6 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from gobrrr.phases import BACKWARD, FORWARD, OPTIMIZER
+
 __all__ = [
     "OpRecord",
     "OpTotals",
@@ -74,7 +76,7 @@ class OpRecord:
     index: int  # call order within the counted run
     op: str  # e.g. "aten::mm"
     module: str  # innermost nn.Module path ("Global" outside any), or "optimizer.Adam"
-    phase: str  # "forward" | "backward" | "optimizer"
+    phase: str  # phases.py: forward, backward, optimizer, compiled, ... or a range name
     op_class: str  # matmul conv attention norm softmax pointwise reduction copy view other
     dtype: str
     flops: int
@@ -490,10 +492,10 @@ class _CountingMode(TorchDispatchMode):
         tensors = _tensors(out) or _tensors(args)
         device_type = tensors[0].device.type if tensors else "cpu"
         if self.scope.optimizer is not None:
-            module, phase = self.scope.optimizer, "optimizer"
+            module, phase = self.scope.optimizer, OPTIMIZER
         else:
             module = self._module()
-            phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+            phase = BACKWARD if torch._C._current_graph_task_id() != -1 else FORWARD
         first_out = _tensors(out)
         if self.calls is not None:
             self.calls.append((func, args, kwargs))
@@ -512,7 +514,7 @@ class _CountingMode(TorchDispatchMode):
                 out_shape=tuple(first_out[0].shape) if first_out else (),
                 reads=io[0] if io else (),
                 writes=io[1] if io else (),
-                autograd=phase == "forward" and torch.is_grad_enabled() and any(
+                autograd=phase == FORWARD and torch.is_grad_enabled() and any(
                     t.requires_grad for t in _tensors((args, kwargs))),
             )
         )
@@ -592,7 +594,7 @@ def count_op(func: Any, args: tuple, kwargs: dict, *, run: bool = True) -> list[
     dtype = _out_dtype(args, None)
     tensors = _tensors(args)
     device_type = tensors[0].device.type if tensors else "cpu"
-    return [OpRecord(index=0, op=f"aten::{name}", module="Global", phase="forward",
+    return [OpRecord(index=0, op=f"aten::{name}", module="Global", phase=FORWARD,
                      op_class=op_class, dtype=dtype,
                      flops=flops if math.isfinite(flops) else 0, bytes=nbytes,
                      tensor_core_unit=_tensor_core_unit(op_class, dtype, device_type),

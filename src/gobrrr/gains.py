@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gobrrr.phases import dispatched_ops
+
 if TYPE_CHECKING:
     from gobrrr.budget import Budget
     from gobrrr.hardware import Ceilings
@@ -101,6 +103,6 @@ def host_time(b: Budget, records: Sequence[Any], ceil: Ceilings) -> HostTime:
     the ops that ran: n_ops x the measured cost of one tiny op is a fair upper estimate
     of it. Overhead beyond that (on CUDA, GPU-idle time beyond it) is host time that is
     not PyTorch dispatch, such as a sleep or data loading: no remedy here removes it."""
-    n_ops = len(records)
+    n_ops = dispatched_ops(records)
     dispatch_s = min(b.overhead_s, n_ops * ceil.op_overhead_s)
     return HostTime(n_ops, dispatch_s, b.overhead_s - dispatch_s)

@@ -14,6 +14,7 @@ from gobrrr.counting import CountResult
 from gobrrr.experiments import BatchScaling, GraphReplay
 from gobrrr.gains import HostTime, host_time
 from gobrrr.hardware import Ceilings
+from gobrrr.phases import working_ops
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_pct, fmt_s
 
 __all__ = ["Remedy", "Verdict", "HostTime", "host_time", "remedies_for", "verdict_for",
@@ -58,7 +59,7 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     fr = b.fractions
     regime = b.regime
     ev: list[str] = []
-    n_ops = len([r for r in counts.records if r.op_class != "view"])
+    n_ops = working_ops(counts.records)
     # Under torchrun, exposed communication is neither idle nor Python: said apart.
     comm_s = b.communication_s or 0.0
     comm = (f"; exposed communication {fmt_s(comm_s)} "

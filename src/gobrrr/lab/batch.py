@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from gobrrr.lab.common import EssayRef, LabContext, LabResult, geometric
+from gobrrr.phases import working_ops
 
 __all__ = ["BatchPoint", "BatchResult", "plateau_end", "conclude", "run", "plot", "build_mlp"]
 
@@ -127,7 +128,7 @@ def run(ctx: LabContext) -> BatchResult:
             ctx.progress(f"batch: {b}")
             x = ctx.randn(b, HIDDEN, seed=b)
             counted = count(mlp, x)
-            n_ops = sum(1 for rec in counted.records if rec.op_class != "view")
+            n_ops = working_ops(counted.records)
             t = ctx.time(partial(mlp, x)).median_s
             r.points.append(BatchPoint(
                 batch=b, time_s=t, flops=counted.total_flops, bytes=counted.total_bytes,

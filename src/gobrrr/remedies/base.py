@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gobrrr.gains import Gain
+from gobrrr.phases import is_inference
 from gobrrr.state import Copied
 
 __all__ = ["Context", "Candidate", "RemedySpec", "RemedyResult", "STATUSES",
@@ -84,8 +85,7 @@ class Context:
     def inference(self) -> bool:
         """The counted call runs no backward and no optimizer step: outputs are all it
         makes, so inference-only remedies (no autograd, a model cast) may apply."""
-        # only "forward": a compiled workload's records ("compiled") cannot tell
-        return bool(self.records) and all(r.phase == "forward" for r in self.records)
+        return is_inference(self.records)
 
 
 def workload_facts(modules: list[Any], optimizers: list[Any]) -> dict[str, Any]:

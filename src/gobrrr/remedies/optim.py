@@ -17,6 +17,7 @@ import functools
 from typing import Any
 
 from gobrrr.gains import Gain, gain_from_saved
+from gobrrr.phases import OPTIMIZER
 from gobrrr.remedies.base import (
     STAGE_MUTATE,
     Candidate,
@@ -53,7 +54,7 @@ def set_group_flag(optimizers: list[Any], flag: str, value: bool) -> int:
 
 
 def _opt_records(ctx: Context) -> list[Any]:
-    return [r for r in ctx.records if r.phase == "optimizer"]
+    return [r for r in ctx.records if r.phase == OPTIMIZER]
 
 
 def _applies_fused(ctx: Context) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from gobrrr.errors import WARNING
 from gobrrr.gains import Gain, combine
+from gobrrr.phases import working_ops
 from gobrrr.remedies import catalog
 from gobrrr.remedies.base import (
     PREP_COMPILE,
@@ -239,7 +240,7 @@ def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
     breaks: dict[str, Any] | None = None
     by_name = {s.name: s for s in specs}
     entries, gains = _entries(specs, ctx, results)
-    n_ops = sum(1 for r in ctx.records if r.op_class != "view")
+    n_ops = working_ops(ctx.records)
     state = SearchState(entries, ctx.device, n_ops, ref.call_s, ab_budget_s, ctx.budget)
     ran = 0
     while True:

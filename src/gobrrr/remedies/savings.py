@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
 from gobrrr.gains import Gain, gain_from_saved, host_time
+from gobrrr.phases import FORWARD
 from gobrrr.remedies.base import Context
 from gobrrr.units import fmt_num, fmt_s
 
@@ -142,7 +143,7 @@ def constant_folding(ctx: Context) -> Saving:
     saved: dict[str, float] = {}
     n = 0
     for r in ctx.records:
-        if r.phase != "forward" or not r.reads or not all(p in const for p in r.reads):
+        if r.phase != FORWARD or not r.reads or not all(p in const for p in r.reads):
             continue
         const.update(ptr for ptr, _ in r.writes)
         row = times.get(r.index)

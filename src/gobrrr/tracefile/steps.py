@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gobrrr.counting import CountResult, OpRecord
+from gobrrr.phases import AUTOGRAD_RANGE, FORWARD, range_label
 from gobrrr.profile import is_math_kernel
 from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.tracefile.columns import ANNOTATION, RecordedArgs, TraceColumns
@@ -51,8 +52,6 @@ from gobrrr.tracefile.opcount import (
 
 __all__ = ["TraceRun", "analyse_steps"]
 
-_AUTOGRAD = "autograd::engine::evaluate_function"
-_OPTIMIZER = "Optimizer."
 
 
 @dataclass
@@ -86,16 +85,6 @@ class _Key:
     # (j-th kernel of the call, name id) -> [summed us, start us in its step's span, step]
 
 
-def _label(name: str, module: str, phase: str) -> tuple[str, str]:
-    """The (module, phase) inside a range named `name`, given those outside it."""
-    if name.startswith(_AUTOGRAD):
-        return "backward", "backward"
-    if name.startswith(_OPTIMIZER):  # Optimizer.step#Adam.step, Optimizer.zero_grad#...
-        cls = name.split("#", 1)[1].split(".")[0] if "#" in name else "optimizer"
-        return f"optimizer.{cls}", "optimizer"
-    return name, phase
-
-
 def _counted_ops(cols: TraceColumns) -> tuple[np.ndarray, list[tuple[int, str, str]]]:
     """(for every CPU event, the counted op it belongs to or -1; the counted ops as
     (event index, module, phase) in start order)."""
@@ -118,7 +107,7 @@ def _counted_ops(cols: TraceColumns) -> tuple[np.ndarray, list[tuple[int, str, s
             last_thread = thread[i]
         while stack and t >= stack[-1][0]:
             stack.pop()
-        root, module, phase = stack[-1][1:] if stack else (-1, "Global", "forward")
+        root, module, phase = stack[-1][1:] if stack else (-1, "Global", FORWARD)
         n, s = name[i], sig[i]
         if root < 0 and kind[i] != ANNOTATION:
             key = (n, s)
@@ -132,10 +121,10 @@ def _counted_ops(cols: TraceColumns) -> tuple[np.ndarray, list[tuple[int, str, s
                 counted.append((root, module, phase))
         if root >= 0:
             owner[order[i]] = root
-        elif kind[i] == ANNOTATION or names[n].startswith(_AUTOGRAD):
+        elif kind[i] == ANNOTATION or names[n].startswith(AUTOGRAD_RANGE):
             # record_function ranges name what runs inside them; autograd's engine marks
             # the backward pass (the node events inside it are looked through).
-            module, phase = _label(names[n], module, phase)
+            module, phase = range_label(names[n], module, phase)
         stack.append((t + dur[i], root, module, phase))
     counted.sort(key=lambda c: float(cpu["ts_us"][c[0]]))
     return owner, counted
