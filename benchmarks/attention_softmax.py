@@ -30,7 +30,7 @@ import torch
 from gobrrr import examples
 from gobrrr.api import diagnose_workload
 from gobrrr.hardware import MATH_KINDS, calibrate
-from gobrrr.workload import load_target
+from gobrrr.targets import load_target
 
 OUT = Path(os.environ.get("OUT", "out"))
 BATCH = 8

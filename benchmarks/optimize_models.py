@@ -114,7 +114,7 @@ def _space(case: Case, max_autotune: bool) -> list[Config]:
 
 
 def _load(case: Case, device: str = DEV) -> Any:
-    from gobrrr.workload import load_target
+    from gobrrr.targets import load_target
 
     batch, opts = _options(case)
     return load_target(case.target, device, batch, opts)

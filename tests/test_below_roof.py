@@ -319,7 +319,7 @@ def test_attention_example_on_this_cpu():
     # ran faster than the calibrated large one, so it is not asserted instruction-bound.
     from gobrrr.api import diagnose_workload
     from gobrrr.budget import INSTRUCTION_EXPLAINS_FRACTION, LOW_ROOF_FRACTION
-    from gobrrr.workload import load_target
+    from gobrrr.targets import load_target
 
     r = diagnose_workload(load_target("examples:attention", "cpu"), experiments=False,
                           time_budget_s=0.3)
@@ -342,7 +342,7 @@ def test_attention_example_on_cuda_is_softmax_instruction_bound_with_sdpa_first(
     # The case (bf16, 8 x 12 heads x 4096 x 64): benchmarks/attention_softmax.py
     # prints the figures.
     from gobrrr.api import diagnose_workload
-    from gobrrr.workload import load_target
+    from gobrrr.targets import load_target
 
     r = diagnose_workload(load_target("examples:attention", "cuda"), experiments=False)
     top = r.budget.per_op[0]

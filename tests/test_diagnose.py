@@ -23,8 +23,9 @@ from gobrrr.experiments import (
 )
 from gobrrr.hardware import Ceilings
 from gobrrr.run import Kernel, ProfiledRun
+from gobrrr.targets import load_target
 from gobrrr.timing import Timing
-from gobrrr.workload import from_callable, load_target
+from gobrrr.workload import from_callable
 
 
 def ceilings(**kw):

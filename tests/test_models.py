@@ -15,7 +15,7 @@ from gobrrr.cli import cli
 from gobrrr.model_configs import HF_CONFIGS, HFConfig
 from gobrrr.models import ModelOptions
 from gobrrr.schema import validate
-from gobrrr.workload import load_target
+from gobrrr.targets import load_target
 
 TARGETS = Path(__file__).parent / "data" / "targets.py"
 SHIPPED = list(HF_CONFIGS)  # before the fixture adds the test-only entry

@@ -21,7 +21,8 @@ from gobrrr.remedies.evaluate import evaluate, make_reference
 from gobrrr.remedies.precision import cast_candidate
 from gobrrr.remedies.verify import OutOfTime, ab_time, compare
 from gobrrr.state import copy_workload
-from gobrrr.workload import from_callable, load_target
+from gobrrr.targets import load_target
+from gobrrr.workload import from_callable
 
 
 def mlp(scale=1.0):

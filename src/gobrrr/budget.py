@@ -27,6 +27,9 @@
   LOW_ROOF_FRACTION of its time) is compute-bound, limit "instruction": non-tensor-core
   math bound by instruction throughput, with the arithmetic as its reason. Its roofline
   fraction stays the roofline's (floor / time), so it can also be flagged.
+- Rows: per op, module, op class and phase (phases.py), each rolled up from the calls
+  the same way, so a training step's forward, backward and optimizer (a generation's
+  prefill and decode) read apart; a single-call workload is one phase.
 - Flags: under BELOW_ROOF_FRACTION of the roofline "<25%", from there to
   LOW_ROOF_FRACTION "25-50%"; each flagged op or row carries the likely cause the data
   supports (`likely_cause`), else "unknown". One rule (`classify`) for doctor and analyze.
@@ -212,6 +215,7 @@ class KernelRow:
     start_us: float | None
     duration_s: float
     regime: str
+    phase: str | None = None  # the phase of the op that launched it (None: outside any)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -219,7 +223,7 @@ class KernelRow:
 
 @dataclass
 class RowBudget:
-    """One op name or one module, rolled up over its calls."""
+    """One op name, module, op class or phase, rolled up over its calls."""
 
     name: str
     calls: int = 0
@@ -302,6 +306,9 @@ class Budget:
     per_op: list[RowBudget] = field(default_factory=list)
     per_module: list[RowBudget] = field(default_factory=list)
     per_class: list[RowBudget] = field(default_factory=list)
+    # by phase (phases.py: forward, backward, optimizer, ..., or a record_function name):
+    # a step of several regimes read apart
+    per_phase: list[RowBudget] = field(default_factory=list)
     # compute-bound time by the unit that did it (bf16 fp16 tf32 fp32, "vector" for
     # non-matmul math by its FLOPs, "instruction" for element-wise math bound by
     # instruction throughput): what a tensor-core remedy can speed up
@@ -326,6 +333,16 @@ class Budget:
                 + (self.communication_s or 0.0))
 
     @property
+    def parts_s(self) -> dict[str, float]:
+        """Seconds per part, in REGIMES order (communication last, distributed only): the
+        numbers every renderer shows; they sum to total_s."""
+        out = {"overhead": self.overhead_s, "memory": self.memory_s,
+               "compute": self.compute_s}
+        if self.communication_s is not None:
+            out[COMMUNICATION] = self.communication_s
+        return out
+
+    @property
     def fractions(self) -> dict[str, float]:
         total = self.total_s
         if total <= 0:
@@ -348,10 +365,12 @@ class Budget:
             "floor_s": self.floor_s, "below_roof_s": self.below_roof_s,
             "below_roof_threshold": BELOW_ROOF_FRACTION,
             "low_roof_s": self.low_roof_s, "low_roof_threshold": LOW_ROOF_FRACTION,
+            "total_s": self.total_s, "parts_s": self.parts_s,
             "fractions": self.fractions, "regime": self.regime,
             "per_op": [r.to_dict() for r in self.per_op],
             "per_module": [r.to_dict() for r in self.per_module],
             "per_class": [r.to_dict() for r in self.per_class],
+            "per_phase": [r.to_dict() for r in self.per_phase],
             "compute_s_by_unit": self.compute_s_by_unit,
             "unmeasured_ops": self.unmeasured_ops,
             "per_call": [r.to_dict() for r in self.per_call],
@@ -433,7 +452,8 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
     per_op: dict[str, RowBudget] = {}
     per_module: dict[str, RowBudget] = {}
     per_class: dict[str, RowBudget] = {}
-    extra: tuple[dict[str, _Extra], ...] = ({}, {}, {})
+    per_phase: dict[str, RowBudget] = {}
+    extra: tuple[dict[str, _Extra], ...] = ({}, {}, {}, {})
     compute_s = memory_s = view_s = floor_total = below_s = low_s = 0.0
     by_unit: dict[str, float] = {}
     calls: list[CallRow] = []
@@ -479,7 +499,8 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
         elif call.roof_band == "25-50%":
             low_s += t_s
         for rows, x, key in ((per_op, extra[0], rec.op), (per_module, extra[1], rec.module),
-                             (per_class, extra[2], rec.op_class)):
+                             (per_class, extra[2], rec.op_class),
+                             (per_phase, extra[3], rec.phase)):
             _rollup(rows, x, key, call, c, m, o, aux_s, n_kernels)
     if unchecked:
         what = ", ".join(f"{k} ({fmt_s(v)})" for k, v in sorted(unchecked.items()))
@@ -508,6 +529,7 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
         per_op=_finish_rows(per_op, extra[0], ceil),
         per_module=_finish_rows(per_module, extra[1], ceil),
         per_class=_finish_rows(per_class, extra[2], ceil),
+        per_phase=_finish_rows(per_phase, extra[3], ceil),
         compute_s_by_unit=by_unit,
         per_call=calls,
         kernels=_kernel_rows(run, {c.index: c for c in calls}),
@@ -558,7 +580,7 @@ def _kernel_rows(run: ProfiledRun, calls: dict[int, CallRow]) -> list[KernelRow]
                 regime = "memory"
         rows.append(KernelRow(k.name, k.record_index,
                               None if k.start_us is None else k.start_us - t0,
-                              k.duration_s, regime))
+                              k.duration_s, regime, None if call is None else call.phase))
     rows.sort(key=lambda r: (r.start_us is None, r.start_us or 0.0))
     return rows
 

@@ -228,13 +228,8 @@ EXAMPLES: dict[str, Example] = {
 
 
 def get(name: str) -> Example:
-    """A built-in example; the distributed ones (ddp_*, gobrrr.dist.examples) are kept
-    apart from EXAMPLES: they need torchrun."""
-    from gobrrr.dist.examples import EXAMPLES as DIST_EXAMPLES
-
-    if name in DIST_EXAMPLES:
-        return DIST_EXAMPLES[name]
+    """A built-in single-process example (targets.example also knows the distributed
+    ones)."""
     if name not in EXAMPLES:
-        raise UserError(f"unknown example {name!r}; choose from "
-                        f"{', '.join([*EXAMPLES, *DIST_EXAMPLES])}")
+        raise UserError(f"unknown example {name!r}; choose from {', '.join(EXAMPLES)}")
     return EXAMPLES[name]

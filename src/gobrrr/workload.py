@@ -1,33 +1,19 @@
-"""Workloads: "a callable and its arguments", loaded from a target string and scaled in
-batch. The user's state while gobrrr runs it is state.py's job.
-
-Targets:
-  None or "examples:NAME"   a built-in workload (examples.py)
-  "path/to/file.py:NAME"    NAME() -> (callable, args_tuple), or a factory
-                            NAME(batch_size[, device]) -> (callable, args_tuple)
-  "hf:NAME", "timm:NAME", "torchvision:NAME"
-                            a library's model with random weights (models.py)
+"""Workloads: "a callable and its arguments", built from a callable or a factory and
+scaled in batch. Target strings become workloads in targets.py; the user's state while
+gobrrr runs one is state/'s job.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gobrrr.errors import UserError, WorkloadError
 
-if TYPE_CHECKING:
-    from gobrrr.models import ModelOptions
+__all__ = ["Workload", "from_callable", "call_factory", "check_pair", "Factory"]
 
-__all__ = ["Workload", "load_target", "from_callable", "DEFAULT_EXAMPLE"]
-
-DEFAULT_EXAMPLE = "mlp"
 Factory = Callable[..., Any]
 
 
@@ -69,7 +55,7 @@ class Workload:
         repeated along dim 0 (an assumption that dim 0 is the batch; the reason is raised
         as a UserError when no tensor argument can be scaled)."""
         if self.factory is not None and self.batch_size is not None:
-            big = _call_factory(self.name, self.factory, self.batch_size * factor,
+            big = call_factory(self.name, self.factory, self.batch_size * factor,
                                 self.device, self.description)
             big.details = self.details
             return big
@@ -137,7 +123,7 @@ def from_callable(fn: Callable[..., Any], args: tuple[Any, ...] = (),
                     kwargs, _infer_device(fn, tuple(args), kwargs), _infer_batch(tuple(args)))
 
 
-def _check_pair(name: str, got: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+def check_pair(name: str, got: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     if (not isinstance(got, tuple) or len(got) != 2 or not callable(got[0])
             or not isinstance(got[1], (tuple, list))):
         raise UserError(f"{name} must return (callable, args_tuple), got "
@@ -145,7 +131,7 @@ def _check_pair(name: str, got: Any) -> tuple[Callable[..., Any], tuple[Any, ...
     return got[0], tuple(got[1])
 
 
-def _call_factory(name: str, factory: Factory, batch_size: int | None, device: str,
+def call_factory(name: str, factory: Factory, batch_size: int | None, device: str,
                   description: str = "") -> Workload:
     params = inspect.signature(factory).parameters
     kwargs: dict[str, Any] = {}
@@ -155,69 +141,9 @@ def _call_factory(name: str, factory: Factory, batch_size: int | None, device: s
         got = factory(batch_size, **kwargs) if batch_size is not None else factory(**kwargs)
     except Exception as exc:
         raise WorkloadError(f"building {name}", exc) from exc
-    fn, args = _check_pair(name, got)
+    fn, args = check_pair(name, got)
     w = from_callable(fn, args, name=name)
     w.factory, w.batch_size, w.description = factory, batch_size, description
     if "device" in params:
         w.device = device
     return w
-
-
-def _default_batch(factory: Factory) -> int | None:
-    params = list(inspect.signature(factory).parameters.values())
-    positional = [p for p in params if p.name != "device"]
-    if not positional:
-        return None
-    first = positional[0]
-    return first.default if isinstance(first.default, int) else 1
-
-
-def _load_module(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"_gobrrr_target_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise UserError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise WorkloadError(f"importing {path}", exc) from exc
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(str(path.parent))
-    return module
-
-
-def load_target(target: str | None, device: str, batch_size: int | None = None,
-                model_options: ModelOptions | None = None) -> Workload:
-    """Resolve a target string to a Workload on `device` (see module docstring).
-    `model_options` (--seq-len, --image-size, --dtype, --train) are for model targets
-    only; given with another target, they are a UserError."""
-    from gobrrr import examples, models
-
-    if target is not None and models.is_model_target(target):
-        return models.load(target, device, batch_size, model_options or models.ModelOptions())
-    models.refuse_options(target, model_options)
-    if target is None or target.startswith("examples:"):
-        name = DEFAULT_EXAMPLE if target is None else target.split(":", 1)[1]
-        ex = examples.get(name)  # raises UserError for unknown names
-        return _call_factory(f"examples:{name}", ex.factory,
-                             batch_size or ex.default_batch(device), device, ex.description)
-    if ":" not in target:
-        raise UserError(f"target {target!r} must be FILE.py:NAME or examples:NAME")
-    file_part, _, attr = target.rpartition(":")
-    path = Path(file_part)
-    if not path.is_file():
-        raise UserError(f"no such file: {file_part}")
-    module = _load_module(path)
-    if not hasattr(module, attr):
-        raise UserError(f"{file_part} has no attribute {attr!r}")
-    factory = getattr(module, attr)
-    if not callable(factory):
-        raise UserError(f"{target} is not callable")
-    params = [p for p in inspect.signature(factory).parameters.values() if p.name != "device"]
-    if params:
-        return _call_factory(target, factory, batch_size or _default_batch(factory), device)
-    if batch_size is not None:
-        raise UserError(f"--batch-size given but {target} takes no batch_size argument")
-    return _call_factory(target, factory, None, device)

@@ -227,7 +227,7 @@ def deliver(writes: Sequence[tuple[Path, Callable[[Path], Any]]],
 def load_announced(target: str | None, device: str, batch_size: int | None, options: Any,
                    say: Callable[[str], None]) -> Any:
     """The target's Workload, announced on the progress line (a model: what was built)."""
-    from gobrrr.workload import load_target
+    from gobrrr.targets import load_target
 
     w = load_target(target, device, batch_size, options)
     say(f"workload {w.name} (batch {w.batch_size}) on {w.device}"

@@ -124,7 +124,7 @@ def _distributed(world: Any, target: str | None, dev: str, batch_size: int | Non
     rank 0, None on the others."""
     from gobrrr.dist.diagnose import DistOptions, diagnose_distributed
     from gobrrr.dist.lockstep import timeout_from_env
-    from gobrrr.workload import load_target
+    from gobrrr.targets import load_target
 
     timeout_s = dist_timeout_s if dist_timeout_s is not None else timeout_from_env()
     return diagnose_distributed(

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gobrrr.errors import WARNING
-from gobrrr.remedies.base import Candidate, RemedyResult, RemedySpec
+from gobrrr.remedies.base import RemedyResult
 from gobrrr.version import __version__
 
 __all__ = ["OptimizeResult", "SCHEMA_VERSION", "NONFINITE_REFERENCE", "snippet_for"]
@@ -67,14 +67,14 @@ class OptimizeResult:
 
     @classmethod
     def build(cls, w: Any, report: Any, results: list[RemedyResult],
-              best: RemedyResult | None, cand: Candidate | None, specs: list[RemedySpec],
+              best: RemedyResult | None, best_fn: Callable[..., Any],
               ref: Any, notes: list[str], elapsed_s: float) -> OptimizeResult:
-        from gobrrr.remedies.runner import best_callable
-
+        """The result of the single-process search (runner.py); `best_fn` runs the best
+        configuration (runner.best_callable)."""
         return cls(
             workload=w.to_dict(),
             device=w.device, remedies=results, best=best, snippet=snippet_for(best),
-            best_fn=best_callable(cand, ref),
+            best_fn=best_fn,
             regime=None if report is None else report.regime,
             reference={"output_dtype": ref.out_dtype,
                        "eager_nondeterminism": ref.nondeterminism,

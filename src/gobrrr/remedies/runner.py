@@ -146,8 +146,8 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
                          "compile each variant from a clean state: functions you had "
                          "compiled before compile again on their next call")
     notes = [f"{WARNING}{line}" for line in state.warnings] + notes
-    return OptimizeResult.build(w, report, results, best_res, best_cand, specs, ref,
-                                notes, time.perf_counter() - t_start)
+    return OptimizeResult.build(w, report, results, best_res, best_callable(best_cand, ref),
+                                ref, notes, time.perf_counter() - t_start)
 
 
 def _context(w: Workload, report: Any, base: Copied, independent: bool,
