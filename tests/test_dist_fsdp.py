@@ -177,6 +177,10 @@ _SHARDS = textwrap.dedent("""
     with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
         json.dump([[rec.op, list(rec.out_shape), rec.bytes] for rec in r.records
                    if rec.phase == "optimizer"], f)
+    # both ranks done before either tears gloo down: a rank that destroyed its group
+    # while its peer still ran died of SIGABRT ("terminate called without an active
+    # exception"), once in a full run on a clone beside other work
+    dist.barrier()
     dist.destroy_process_group()
 """)
 
