@@ -9,6 +9,9 @@ host clock (a `cuda.synchronize` costs about as much as the call), so each sampl
 `calls_per_sample` back-to-back calls between two synchronizations and divides. That is
 also what a training loop sees: calls back to back, the CPU free to run ahead of the GPU.
 
+Under torchrun the same loop runs on every rank with a coordinator (coordinator.py):
+rank 0 decides every count of calls, every rank's samples are shared.
+
 Nothing here ever runs under the profiler: profiling inflates the CPU time that
 *is* the overhead gobrrr measures (see trace.py for the separate profiled run).
 """
@@ -22,7 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Timing", "measure", "summarize", "device_sync"]
+from gobrrr.coordinator import SOLO, Coordinator
+
+__all__ = ["Timing", "measure", "measure_ranks", "summarize", "device_sync",
+           "SPENT_MIN_SAMPLES", "from_samples"]
 
 Clock = Callable[[], float]
 
@@ -75,7 +81,13 @@ def device_sync(device: str) -> Callable[[], None]:
 SPENT_MIN_SAMPLES = 2
 
 
-def measure(
+def measure(fn: Callable[[], Any], **kw: Any) -> Timing:
+    """Time `fn()` per call: `measure_ranks`' Timing of this rank (the keyword arguments
+    are its own)."""
+    return measure_ranks(fn, **kw)[0]
+
+
+def measure_ranks(
     fn: Callable[[], Any],
     *,
     device: str = "cpu",
@@ -89,8 +101,12 @@ def measure(
     max_calls_per_sample: int = 10_000,
     clock: Clock = time.perf_counter,
     sync: Callable[[], None] | None = None,
-) -> Timing:
-    """Time `fn()` per call.
+    coordinator: Coordinator = SOLO,
+) -> tuple[Timing, list[Timing]]:
+    """(this rank's Timing, every rank's Timing) of `fn()` per call. One process: the
+    same Timing twice over (SOLO). Under torchrun every decision is rank 0's and every
+    sample is shared (coordinator.py), so every rank makes exactly the same calls, and a
+    rank's spread stops the measurement only when every rank's is small.
 
     The budget counts every call after the first (warm-up included; the first call
     carries one-time costs such as compiling, which no budget should pay for). Once it is
@@ -106,6 +122,7 @@ def measure(
     """
     if sync is None:
         sync = device_sync(device)
+    coord = coordinator
 
     def timed(n_calls: int) -> float:
         """Seconds per call of `n_calls` back-to-back calls between two syncs."""
@@ -125,11 +142,14 @@ def measure(
     while True:
         elapsed = clock() - start
         spent = clock() - budget_from >= budget_s
-        if spent or (len(warm_s) >= warmup_calls
-                     and (elapsed >= warmup_s or elapsed >= budget_s)):
+        stop = spent or (len(warm_s) >= warmup_calls
+                         and (elapsed >= warmup_s or elapsed >= budget_s))
+        spent, stop = coord.decide((spent, stop), "ending the warm-up")
+        if stop:
             break
         warm_s.append(timed(1))
-    est_s = min(warm_s[1:]) if len(warm_s) > 1 else warm_s[0]
+    est_s = coord.decide(min(warm_s[1:]) if len(warm_s) > 1 else warm_s[0],
+                         "agreeing on calls per sample")
 
     want = min_sample_s / est_s if est_s > 0 else max_calls_per_sample
     calls_per_sample = int(min(max(1, math.ceil(want)), max_calls_per_sample))
@@ -137,30 +157,42 @@ def measure(
     # A warm call that alone spent the budget is a sample already: calling again only to
     # discard it would time a slow call a fourth time.
     reuse = spent and len(warm_s) > 1 and calls_per_sample == 1
-    samples: list[float] = [warm_s[-1]] if reuse else []
+    everyone: list[list[float]] = [[] for _ in range(coord.size)]
+    if reuse:
+        for r, t in enumerate(coord.share(warm_s[-1], "sharing a timing sample")):
+            everyone[r].append(float(t))
     rel = math.inf
     while True:
-        samples.append(timed(calls_per_sample))
-        med, iqr, _, _ = summarize(samples)
-        rel = iqr / med if med > 0 else 0.0
-        spent = clock() - budget_from >= budget_s
-        if len(samples) >= max_samples:
+        sample = timed(calls_per_sample)
+        mine_spent = clock() - budget_from >= budget_s
+        got = coord.share((sample, mine_spent), "sharing a timing sample")
+        for r, (t, _spent) in enumerate(got):
+            everyone[r].append(float(t))
+        spent = bool(got[0][1])  # rank 0's clock
+        n = len(everyone[0])
+        rel = max(_rel_iqr(samples) for samples in everyone)
+        if n >= max_samples:
             break
-        if len(samples) >= min_samples and (rel <= max_rel_iqr or spent):
+        if n >= min_samples and (rel <= max_rel_iqr or spent):
             break
-        if spent and len(samples) >= SPENT_MIN_SAMPLES:
+        if spent and n >= SPENT_MIN_SAMPLES:
             break
+    timings = [from_samples(samples, calls_per_sample, len(warm_s), max_rel_iqr)
+               for samples in everyone]
+    return timings[coord.rank], timings
 
+
+def _rel_iqr(samples: Sequence[float]) -> float:
+    med, iqr, _, _ = summarize(samples)
+    return iqr / med if med > 0 else 0.0
+
+
+def from_samples(samples: Sequence[float], calls_per_sample: int = 1, warmup_calls: int = 0,
+                 max_rel_iqr: float = 0.05) -> Timing:
+    """The statistics of per-call samples (a trace's step spans: one call per sample,
+    no warm-up), noisy when their spread exceeds `max_rel_iqr`."""
     med, iqr, lo, hi = summarize(samples)
-    return Timing(
-        median_s=med,
-        iqr_s=iqr,
-        min_s=lo,
-        max_s=hi,
-        n_samples=len(samples),
-        calls_per_sample=calls_per_sample,
-        warmup_calls=len(warm_s),
-        noisy=rel > max_rel_iqr,
-        rel_iqr=rel,
-        samples_s=tuple(samples),
-    )
+    rel = iqr / med if med > 0 else 0.0
+    return Timing(median_s=med, iqr_s=iqr, min_s=lo, max_s=hi, n_samples=len(samples),
+                  calls_per_sample=calls_per_sample, warmup_calls=warmup_calls,
+                  noisy=rel > max_rel_iqr, rel_iqr=rel, samples_s=tuple(samples))

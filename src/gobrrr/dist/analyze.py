@@ -35,8 +35,8 @@ from gobrrr.dist.commread import group_name, read_columns
 from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
 from gobrrr.report import Report
-from gobrrr.tracefile.read import TraceHeader
 from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, stream_trace
+from gobrrr.tracefile.read import TraceHeader
 
 __all__ = ["analyze_ranks", "without_communication", "rank_comm", "FROM_TRACES_NOTE"]
 

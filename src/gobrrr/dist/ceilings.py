@@ -411,9 +411,8 @@ def cache_path(key: Mapping[str, Any]) -> Path:
 
 
 def _read(path: Path, notes: list[str]) -> CommCeilings | None:
-    from gobrrr.schema import SchemaError, validate
-
     from gobrrr.hardware import read_cache
+    from gobrrr.schema import SchemaError, validate
 
     data = read_cache(path, SCHEMA_VERSION, notes)
     if data is None:

@@ -31,8 +31,8 @@ from gobrrr.dist.comm import (
     subtract,
     union,
 )
-from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, columns_of
 from gobrrr.phases import launches_collective
+from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, columns_of
 
 __all__ = ["read_trace", "read_columns", "group_name"]
 
@@ -41,8 +41,8 @@ def read_trace(trace: dict[str, Any] | str | Path, rank: int, steps: int,
                device: str, window: str = WINDOW) -> RankTrace:
     """One rank's exported Chrome trace (a dict, or the JSON file, streamed) -> its
     RankTrace, inside the `window` range (read_columns)."""
-    from gobrrr.tracefile.read import read_header
     from gobrrr.tracefile.columns import stream_trace
+    from gobrrr.tracefile.read import read_header
 
     if isinstance(trace, dict):
         return read_columns(columns_of(trace), rank, steps, device, window,

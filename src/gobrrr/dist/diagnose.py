@@ -5,7 +5,8 @@ Per rank, in this order (each a Lockstep.stage: a rank that raises stops every r
 1. the target: every rank's target string and file hash must agree;
 2. the workload, from the factory on every rank (it wraps its model in DDP or FSDP2);
 3. calibration: rank 0 first, then the others (one machine's cache, written once);
-4. T_wall: measure_lockstep (every rank the same number of calls);
+4. T_wall: timing.measure_ranks with the Lockstep as coordinator (every rank the same
+   number of calls);
 5. the no_sync experiment (experiments.py), when the workload reaches a DDP module (or,
    for FSDP2, the step with its parameters kept unsharded);
 6. the profiled steps: lead-in calls, then STEPS calls inside the WINDOW range, under
@@ -41,8 +42,9 @@ from typing import Any
 from gobrrr.dist.accounting import PROFILED_WAITING_NOTE
 from gobrrr.dist.comm import WINDOW, RankTrace
 from gobrrr.dist.commread import read_trace
-from gobrrr.dist.lockstep import Lockstep, World, measure_lockstep, setup
+from gobrrr.dist.lockstep import Lockstep, World, setup
 from gobrrr.errors import WARNING
+from gobrrr.timing import measure_ranks
 from gobrrr.tracefile.columns import STEP_PREFIX
 
 __all__ = ["diagnose_distributed", "profile_steps", "target_fingerprint", "STEPS",
@@ -157,9 +159,9 @@ def diagnose_distributed(world: World, target: str | None, device: str,
     from gobrrr.dist.merge import merge, with_distributed
     from gobrrr.dist.topology import topology
     from gobrrr.hardware import calibrate
+    from gobrrr.profile import profile_counted
     from gobrrr.report import Report
     from gobrrr.state import preserved_globals, preserved_state
-    from gobrrr.profile import profile_counted
     from gobrrr.verdict import remedies_for, verdict_for
 
     say = progress or (lambda _m: None)
@@ -192,8 +194,9 @@ def diagnose_distributed(world: World, target: str | None, device: str,
     notes += ceil.notes
     with preserved_state(w) as state:
         say("timing the step in lockstep on every rank")
-        wall, walls = ls.stage("timing", lambda: measure_lockstep(
-            lambda: w.run("timing"), ls, device=w.device, budget_s=opts.time_budget_s))
+        wall, walls = ls.stage("timing", lambda: measure_ranks(
+            lambda: w.run("timing"), device=w.device, budget_s=opts.time_budget_s,
+            coordinator=ls))
         nosync = None
         if opts.experiments:
             say("experiment: the step without communication (DDP's no_sync(), or FSDP2's "

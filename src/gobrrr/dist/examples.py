@@ -71,9 +71,8 @@ def _fsdp_step(width: int, depth: int, batch: int, device: str
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu"
     # the same full weights on every rank: each keeps its shard
     model = seeded_mlp(width, depth, dev, nn.ReLU)
-    from torch.distributed.device_mesh import init_device_mesh
-
     import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(dev.type if isinstance(dev, torch.device) else dev,
                             (dist.get_world_size(),))

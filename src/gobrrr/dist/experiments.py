@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gobrrr.dist.lockstep import Lockstep, measure_lockstep
+from gobrrr.dist.lockstep import Lockstep
+from gobrrr.timing import measure
 
 __all__ = ["NoSync", "find_ddp", "find_fsdp_units", "fsdp_settings", "no_sync_times",
            "ROUNDS", "DDP_METHOD", "FSDP_METHOD"]
@@ -160,9 +161,8 @@ def no_sync_times(w: Any, ls: Lockstep, budget_s: float) -> NoSync:
     share = budget_s / (2 * ROUNDS)
 
     def timed() -> float:
-        t, _all = measure_lockstep(lambda: w.run("the no_sync experiment"), ls,
-                                   device=w.device, budget_s=share)
-        return t.median_s
+        return measure(lambda: w.run("the no_sync experiment"), device=w.device,
+                       budget_s=share, coordinator=ls).median_s
 
     for _ in range(ROUNDS):
         sync.append(timed())

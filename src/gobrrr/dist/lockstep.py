@@ -12,28 +12,25 @@
   arrives (dead, or stuck in a collective its peer never joined) makes the others time
   out on the control group (`timeout_s`) and raise DistError. Never a hang longer than
   the timeout per collective.
-- `measure_lockstep`: the honest timer's rules (timing.py) with every decision (warm-up
-  calls, calls per sample, when to stop) made on rank 0 and broadcast, so every rank
-  makes exactly the same number of calls: a rank that made one call more would wait
-  forever in a collective its peers never issue.
+- A Lockstep is the coordinator (coordinator.py) of the timer and the A/B harness:
+  `decide` is rank 0's value broadcast, `share` every rank's value, so every rank makes
+  exactly the same number of calls: a rank that made one call more would wait forever
+  in a collective its peers never issue.
 """
 
 from __future__ import annotations
 
 import atexit
 import datetime as _dt
-import math
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gobrrr.errors import UserError, first_line
-from gobrrr.timing import Timing, device_sync, summarize
 
 __all__ = ["World", "DistError", "Lockstep", "setup", "timeout_from_env",
-           "DEFAULT_TIMEOUT_S", "measure_lockstep"]
+           "DEFAULT_TIMEOUT_S"]
 
 T = TypeVar("T")
 
@@ -159,6 +156,18 @@ class Lockstep:
     def rank(self) -> int:
         return self.world.rank
 
+    @property
+    def size(self) -> int:
+        return self.world.size
+
+    def share(self, obj: Any, what: str) -> list[Any]:
+        """The coordinator's share (coordinator.py): all_gather."""
+        return self.all_gather(obj, what)
+
+    def decide(self, obj: Any, what: str) -> Any:
+        """The coordinator's decide (coordinator.py): rank 0's value, broadcast."""
+        return self.broadcast(obj, what)
+
     def _collective(self, what: str, fn: Callable[[], T]) -> T:
         try:
             return fn()
@@ -207,59 +216,3 @@ class Lockstep:
             raise AssertionError("unreachable: _exchange raises on a failure") from exc
         self.all_gather(None, what)
         return result
-
-
-def measure_lockstep(fn: Callable[[], Any], ls: Lockstep, *, device: str = "cpu",
-                     budget_s: float = 1.0, warmup_calls: int = 2, min_samples: int = 5,
-                     max_samples: int = 50, max_rel_iqr: float = 0.05,
-                     min_sample_s: float = 1e-3, clock: Callable[[], float] = time.perf_counter
-                     ) -> tuple[Timing, list[Timing]]:
-    """(this rank's Timing, every rank's Timing): timing.measure's shape, in lockstep.
-    Warm-up: the first call (outside the budget) and `warmup_calls` more. Calls per
-    sample: from rank 0's fastest warm call, broadcast. After each sample every rank's
-    time goes to all ranks; rank 0 stops when every rank's spread is under
-    `max_rel_iqr` (after min_samples) or the budget is spent (after 2 samples), and
-    broadcasts the decision."""
-    sync = device_sync(device)
-
-    def timed(n: int) -> float:
-        sync()
-        t0 = clock()
-        for _ in range(n):
-            fn()
-        sync()
-        return (clock() - t0) / n
-
-    timed(1)  # the first call: one-time costs, outside the budget
-    start = clock()
-    warm = [timed(1) for _ in range(warmup_calls)]
-    est = ls.broadcast(min(warm), "agreeing on calls per sample")
-    calls = max(1, min(10_000, math.ceil(min_sample_s / est) if est > 0 else 1))
-    mine: list[float] = []
-    everyone: list[list[float]] = [[] for _ in range(ls.world.size)]
-    while True:
-        mine.append(timed(calls))
-        # (sample, rank 0's "budget spent"): the stop rule below then reads the same
-        # data on every rank, so the decision is rank 0's on every rank
-        got = ls.all_gather((mine[-1], clock() - start >= budget_s),
-                            "sharing a timing sample")
-        for r, (sample, _spent) in enumerate(got):
-            everyone[r].append(float(sample))
-        spent = bool(got[0][1])
-        n = len(mine)
-        rels = []
-        for samples in everyone:
-            med, iqr, _, _ = summarize(samples)
-            rels.append(iqr / med if med > 0 else 0.0)
-        if (n >= max_samples or (n >= min_samples and max(rels) <= max_rel_iqr)
-                or (spent and n >= 2)):
-            break
-    return (_timing(mine, calls, warmup_calls + 1, max_rel_iqr),
-            [_timing(s, calls, warmup_calls + 1, max_rel_iqr) for s in everyone])
-
-
-def _timing(samples: list[float], calls: int, warm: int, max_rel_iqr: float) -> Timing:
-    med, iqr, lo, hi = summarize(samples)
-    rel = iqr / med if med > 0 else 0.0
-    return Timing(med, iqr, lo, hi, len(samples), calls, warm, rel > max_rel_iqr, rel,
-                  tuple(samples))

@@ -23,7 +23,6 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
-from gobrrr.dist.experiments import FSDP_METHOD
 from gobrrr.dist.accounting import (
     PROFILED_WAITING_NOTE,
     CommAccount,
@@ -31,6 +30,7 @@ from gobrrr.dist.accounting import (
     no_sync_comparison,
 )
 from gobrrr.dist.comm import RankTrace, match_collectives
+from gobrrr.dist.experiments import FSDP_METHOD
 from gobrrr.units import fmt_pct, fmt_s
 
 __all__ = ["merge", "with_distributed", "STRAGGLER_FRACTION"]

@@ -55,14 +55,14 @@ from gobrrr.errors import WARNING, UserError, first_line
 from gobrrr.gains import Gain
 from gobrrr.remedies.base import RemedyResult
 
-__all__ = ["DistOptimizeOptions", "optimize_distributed", "ab_lockstep", "facts_from",
-           "RunOut", "judge", "WARM_CALLS", "AB_MIN_ROUNDS"]
+from gobrrr.remedies.evaluate import WARM_CALLS
+from gobrrr.remedies.verify import ab_time
+
+__all__ = ["DistOptimizeOptions", "optimize_distributed", "facts_from",
+           "RunOut", "judge"]
 
 Progress = Callable[[str], None]
 
-WARM_CALLS = 3  # as evaluate.py: DDP rebuilds its buckets after the first step
-AB_MIN_ROUNDS = 8  # as verify.ab_time
-_BLOCK_S = {"cpu": 10e-3, "cuda": 2e-3}
 
 
 @dataclass
@@ -93,55 +93,6 @@ def _attempt(ls: Lockstep, what: str, fn: Callable[[], Any]) -> tuple[Any, str |
         r, line = failed[0]
         return None, f"rank {r}: {line}"
     return value, None
-
-
-# ------------------------------------------------------------------ A/B in lockstep
-
-
-def ab_lockstep(a: Callable[[], Any], b: Callable[[], Any], ls: Lockstep, *, device: str,
-                budget_s: float = 1.0, min_rounds: int = AB_MIN_ROUNDS,
-                max_rounds: int = 60, block_s: float | None = None,
-                deadline: float = math.inf,
-                clock: Callable[[], float] = time.perf_counter) -> Any:
-    """verify.ab_time's interleaved ABBA timing, in lockstep: calls per block from the
-    slowest rank's first call of each side, every round's times shared, a round's time
-    per side the slowest rank's (a step ends when its last rank does), and the stop
-    (budget spent after `min_rounds`, or rank 0's deadline) rank 0's. Every rank makes
-    the same calls. Returns a verify.ABResult."""
-    from gobrrr.remedies.verify import ABResult, bootstrap_median
-    from gobrrr.timing import device_sync
-
-    sync = device_sync(device)
-    block_s = block_s if block_s is not None else _BLOCK_S.get(device, 10e-3)
-
-    def one(f: Callable[[], Any], n: int) -> float:
-        sync()
-        t0 = clock()
-        for _ in range(n):
-            f()
-        sync()
-        return (clock() - t0) / n
-
-    first = ls.all_gather((one(a, 1), one(b, 1)), "sizing the A/B blocks")
-    n = [max(1, min(10_000, math.ceil(block_s / max(max(f[i] for f in first), 1e-7))))
-         for i in (0, 1)]
-    ta: list[float] = []
-    tb: list[float] = []
-    start = clock()
-    while len(ta) < max_rounds:
-        sides = (0, 1) if len(ta) % 2 == 0 else (1, 0)  # ABBA: drift hits both alike
-        mine = [0.0, 0.0]
-        for s in sides:
-            mine[s] = one(a if s == 0 else b, n[s])
-        stop = clock() - start >= budget_s or clock() >= deadline
-        got = ls.all_gather((mine[0], mine[1], stop), "sharing an A/B round")
-        ta.append(max(g[0] for g in got))
-        tb.append(max(g[1] for g in got))
-        if len(ta) >= min_rounds and got[0][2]:
-            break
-    ratios = [x / y for x, y in zip(ta, tb, strict=True) if y > 0]
-    return ABResult(statistics.median(ratios), bootstrap_median(ratios),
-                    statistics.median(ta), statistics.median(tb), len(ratios), n[0], ratios)
 
 
 # ------------------------------------------------------------------ calls and checks
@@ -462,8 +413,9 @@ def _evaluate(st: _State, specs: list[DistRemedy], ab_budget_s: float,
     def ref_call() -> Any:
         return ref_work.fn(*ref_work.args, **ref_work.kwargs)
 
-    ab, why = _attempt(ls, f"timing {name}", lambda: ab_lockstep(
-        ref_call, call, ls, device=st.device, budget_s=ab_budget_s, deadline=deadline))
+    ab, why = _attempt(ls, f"timing {name}", lambda: ab_time(
+        ref_call, call, device=st.device, budget_s=ab_budget_s, deadline=deadline,
+        coordinator=ls))
     if why:
         res.reason = f"timing: {why}"
         return res

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from gobrrr.gains import Gain, combine
 from gobrrr.remedies.base import PREP_CAPTURE, PREP_COMPILE, PREP_FLAG
+from gobrrr.remedies.verify import AB_BLOCK_S, AB_MIN_ROUNDS
 
 if TYPE_CHECKING:
     from gobrrr.budget import Budget
@@ -77,8 +78,6 @@ EXEC_GROUPS = ("execution", "freezing")
 # A/B blocks, then at least 8 ABBA rounds of two blocks, each block at least block_s and
 # at least one call, until the A/B budget is spent.
 _CANDIDATE_CALLS = 6
-_MIN_AB_ROUNDS = 8
-_BLOCK_S = {"cpu": 10e-3, "cuda": 2e-3}
 _CAPTURE_CALLS = 4  # 3 warm-up calls on a side stream, then the captured one
 
 
@@ -161,8 +160,8 @@ def plan(options: Sequence[Option], time_left_s: float) -> Plan:
 
 def measure_s(call_s: float, ab_budget_s: float, device: str) -> float:
     """Seconds to verify and A/B-time one candidate whose calls take about `call_s`."""
-    block_s = max(_BLOCK_S.get(device, 10e-3), call_s)
-    ab_s = max(ab_budget_s + 2 * block_s, 2 * _MIN_AB_ROUNDS * block_s)
+    block_s = max(AB_BLOCK_S.get(device, AB_BLOCK_S["cpu"]), call_s)
+    ab_s = max(ab_budget_s + 2 * block_s, 2 * AB_MIN_ROUNDS * block_s)
     return _CANDIDATE_CALLS * call_s + ab_s
 
 

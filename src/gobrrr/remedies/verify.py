@@ -34,13 +34,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gobrrr.coordinator import SOLO, Coordinator
 from gobrrr.timing import device_sync
 
 __all__ = ["Comparison", "ABResult", "Tolerance", "compare", "tolerance_for",
            "tolerance_given_noise", "ab_time", "DynamoSnapshot", "dynamo_snapshot",
            "compile_problems", "bootstrap_median", "SAME_PRECISION_RTOL",
            "LOWER_PRECISION_RTOL", "NOISE_CEILING", "MIN_CHANGE", "MIN_COSINE",
-           "OutOfTime"]
+           "OutOfTime", "AB_MIN_ROUNDS", "AB_BLOCK_S"]
 
 SAME_PRECISION_RTOL = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2,
                        "bfloat16": 2e-2}  # bf16: 1 ulp = 2^-7 relative, twice that
@@ -63,6 +64,11 @@ NOISE_CEILING = {
     "bfloat16": LOWER_PRECISION_RTOL["bf16"],
 }
 MIN_CHANGE = 0.02  # below 2% a "win" is within timer drift, whatever the interval says
+# A/B rounds: at least this many ABBA rounds, each block at least AB_BLOCK_S long: long
+# enough that a sync and the clock are noise; CPU blocks longer, so one OS/OpenMP stall
+# (~8 ms on a busy 2-core machine) is diluted in one round only.
+AB_MIN_ROUNDS = 8
+AB_BLOCK_S = {"cpu": 10e-3, "cuda": 2e-3}
 
 
 @dataclass
@@ -239,23 +245,27 @@ def bootstrap_median(xs: list[float], n_boot: int = 2000,
 
 
 def ab_time(a: Callable[[], Any], b: Callable[[], Any], *, device: str,
-            budget_s: float = 2.0, min_rounds: int = 8, max_rounds: int = 200,
+            budget_s: float = 2.0, min_rounds: int = AB_MIN_ROUNDS, max_rounds: int = 200,
             block_s: float | None = None,
             b_context: Callable[[], Any] | None = None,
             deadline: float = math.inf,
-            clock: Callable[[], float] = time.perf_counter) -> ABResult:
+            clock: Callable[[], float] = time.perf_counter,
+            coordinator: Coordinator = SOLO) -> ABResult:
     """Interleaved A/B timing of two warmed-up callables. `b_context()` is entered
     around every B block (the candidate's global switches), never around A.
     `deadline` (a `clock()` value): checked between blocks (a block is one call when a
     call is longer than `block_s`); reached before `min_rounds` it raises OutOfTime,
-    after them it ends the timing like a spent budget."""
+    after them it ends the timing like a spent budget.
+    Under torchrun (`coordinator`, coordinator.py) every rank makes the same calls:
+    blocks are sized from the slowest rank's calls, a round's time per side is its
+    slowest rank's (a step ends when its last rank does), and every stop (the deadline,
+    the budget) is rank 0's."""
     import contextlib
 
     sync = device_sync(device)
     ctx = b_context or contextlib.nullcontext
-    # a block long enough that a sync and the clock are noise; CPU blocks longer, so one
-    # OS/OpenMP stall (~8 ms on a busy 2-core machine) is diluted in one round only
-    block_s = block_s if block_s is not None else (2e-3 if device == "cuda" else 10e-3)
+    coord = coordinator
+    block_s = block_s if block_s is not None else AB_BLOCK_S.get(device, AB_BLOCK_S["cpu"])
 
     def one(f: Callable[[], Any], n: int, use_ctx: bool) -> float:
         with ctx() if use_ctx else contextlib.nullcontext():
@@ -267,8 +277,9 @@ def ab_time(a: Callable[[], Any], b: Callable[[], Any], *, device: str,
             return (clock() - t0) / n
 
     def in_time(done: int) -> bool:
-        """False once the deadline has come; before min_rounds that is OutOfTime."""
-        if clock() < deadline:
+        """False once the deadline has come (rank 0's clock); before min_rounds that is
+        OutOfTime."""
+        if coord.decide(clock() < deadline, "checking the deadline"):
             return True
         if done < min_rounds:
             raise OutOfTime(f"the --budget-s deadline came after {done} of the "
@@ -278,14 +289,17 @@ def ab_time(a: Callable[[], Any], b: Callable[[], Any], *, device: str,
     def calls_for(per_call_s: float) -> int:
         return max(1, min(10_000, math.ceil(block_s / max(per_call_s, 1e-7))))
 
+    def slowest(t: float) -> float:
+        return max(coord.share(t, "sharing an A/B time"))
+
     # Calls per block, per side: each side's blocks last about block_s, so a candidate
     # far slower than eager (or slower than its first call said) cannot make one block
     # run for seconds past the deadline; per-call times are compared, so the two sides
     # need not make the same number of calls.
     in_time(0)
-    n = {"a": calls_for(one(a, 1, False))}
+    n = {"a": calls_for(slowest(one(a, 1, False)))}
     in_time(0)
-    n["b"] = calls_for(one(b, 1, True))
+    n["b"] = calls_for(slowest(one(b, 1, True)))
     ta: list[float] = []
     tb: list[float] = []
     start = clock()
@@ -295,13 +309,16 @@ def ab_time(a: Callable[[], Any], b: Callable[[], Any], *, device: str,
             if not in_time(len(ta)):
                 break
             got[side] = one(a if side == "a" else b, n[side], side == "b")
-            if got[side] * n[side] > 2 * block_s:  # calls slower than sized for
-                n[side] = calls_for(got[side])
         if len(got) < 2:  # the deadline, after min_rounds: the half round is dropped
             break
+        got = {side: slowest(t) for side, t in sorted(got.items())}
+        for side, t in got.items():
+            if t * n[side] > 2 * block_s:  # calls slower than sized for
+                n[side] = calls_for(t)
         ta.append(got["a"])
         tb.append(got["b"])
-        if len(ta) >= min_rounds and clock() - start >= budget_s:
+        if len(ta) >= min_rounds and coord.decide(clock() - start >= budget_s,
+                                                  "ending the A/B rounds"):
             break
     ratios = [x / y for x, y in zip(ta, tb, strict=True) if y > 0]
     return ABResult(statistics.median(ratios), bootstrap_median(ratios),
