@@ -1,27 +1,26 @@
-"""The facade and the orchestration: diagnose() and optimize() hand off to the
-pipeline's modules.
+"""The facade: diagnose() and optimize() hand off to the pipeline's modules.
 
-diagnose: workload -> (time, count + profile) -> budget -> experiments -> verdict ->
-remedies. optimize: diagnose (a share of --budget-s), then the search of
-gobrrr.remedies.runner until the deadline.
+diagnose: the live source (live.py: time, count + profile, experiments) -> the one end
+(diagnosis.py: budget, verdict, remedies, Report). optimize: diagnose (a share of
+--budget-s), then the search of gobrrr.remedies.runner until the deadline.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
+from gobrrr.diagnosis import report_for
 from gobrrr.errors import WARNING
+from gobrrr.live import measure_live
 from gobrrr.report import Report
-from gobrrr.state import preserved_globals, preserved_state
 from gobrrr.workload import Workload, from_callable
 
 __all__ = ["diagnose", "diagnose_workload", "optimize", "optimize_workload",
            "diagnose_budget", "DIAGNOSE_SHARE"]
 
 Progress = Callable[[str], None]
-T = TypeVar("T")
 
 
 def diagnose(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
@@ -57,165 +56,11 @@ def _warn_loudly(lines: list[str]) -> None:
 
 def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: float = 2.0,
                       progress: Progress | None = None) -> Report:
-    from gobrrr import compiled as comp
-    from gobrrr.budget import compute_budget
-    from gobrrr.counting import count
-    from gobrrr.experiments import (
-        BatchScaling,
-        BatchTimes,
-        GraphReplay,
-        GraphTiming,
-        batch_counts,
-        batch_rounds,
-        batch_times,
-        graph_replay,
-        read_batch,
-        read_graph,
-    )
-    from gobrrr.hardware import calibrate
-    from gobrrr.profile import profile_counted
-    from gobrrr.timing import measure
-    from gobrrr.verdict import remedies_for, verdict_for
-
-    say = progress or (lambda _msg: None)
-    t0 = time.perf_counter()
-    with preserved_globals():  # calibration must not consume the user's RNG either
-        ceil = calibrate(w.device, progress=say)
-    notes = list(ceil.notes)
-
-    def warn(msg: str) -> None:
-        """A failure the diagnosis survives: a note in the report and a progress line
-        now, never a silent default."""
-        notes.append(f"{WARNING}{msg}")
-        say(f"{WARNING}{msg}")
-
-    def timer(work: Workload) -> Any:
-        return measure(lambda: work.run("timing"), device=work.device,
-                       budget_s=time_budget_s)
-
-    graph_t: GraphTiming | None = None
-    batch_t: BatchTimes | None = None
-    graph: GraphReplay | None = None
-    batch: BatchScaling | None = None
-    compile_info: comp.CompileInfo | None = None
-    is_compiled = comp.is_compiled(w)
-    with preserved_state(w) as state:
-        if is_compiled:
-            # Compile (and capture) happen here, timed apart: never inside T_wall.
-            say("compiled workload: first calls (compile and capture, timed apart)")
-            first_s, steady_s, c_before, c_warm = comp.warm_up(w)
-        # Every timing first, then the profiled run: a profiler can leave hooks behind
-        # that slow later launches, and T_wall must never carry profiler cost.
-        say(f"timing {w.name} on {w.device} (warm-up, then repeats)")
-        first_output = _FirstOutputCheck(w)
-        wall = measure(first_output, device=w.device, budget_s=time_budget_s)
-        if first_output.warning:
-            warn(first_output.warning)
-        if is_compiled:
-            compile_info = comp.read_compile(
-                first_s, steady_s, c_before, c_warm, comp.dynamo_counts(),
-                wall.warmup_calls + wall.n_samples * wall.calls_per_sample)
-            notes.append(f"compiled workload: first call {first_s:.3g} s, then "
-                         f"{steady_s:.3g} s: compile and capture ~{compile_info.compile_s:.3g}"
-                         " s, excluded from T_wall")
-        if wall.noisy:
-            notes.append(f"wall time is noisy (IQR {100 * wall.rel_iqr:.0f}% of median)")
-        if experiments:
-            if w.device == "cuda":
-                say("experiment: CUDA-graph replay")
-            graph_t = _attempt("the CUDA-graph replay experiment", warn, lambda: graph_replay(
-                w, wall, lambda f: measure(f, device=w.device, budget_s=time_budget_s)))
-            if is_compiled and w.factory is None:
-                batch_t = BatchTimes((), "the workload is compiled and has no factory: a "
-                                     "2x batch would compile your code again (and can "
-                                     "switch it to dynamic shapes)")
-            else:
-                rounds = batch_rounds(wall.median_s, time_budget_s)
-                batch_t = _attempt("the batch-scaling experiment", warn,
-                                   lambda: batch_times(w, wall, timer, say, rounds))
-            if batch_t is not None and batch_t.skipped:
-                notes.append(f"batch scaling skipped: {batch_t.skipped}")
-        say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
-                                                 else ", timing each op alone"))
-        if is_compiled:
-            eager = count(w.run, "counting the eager twin")
-            run = comp.profile_compiled(w, wall.median_s, eager)
-        else:
-            run = profile_counted(w, wall.median_s)
-            if not run.counts.records and run.unattributed_s > 0:
-                notes.append(comp.graph_replay_note(run, w, count))
-        budget = compute_budget(run, wall.median_s, ceil)
-        if graph_t is not None:
-            graph = read_graph(graph_t, budget)
-        if batch_t is not None:
-            counts = {1: (run.counts.total_flops, run.counts.total_bytes)}
-            if not batch_t.skipped:
-                more, batch_t = batch_counts(w, batch_t)
-                counts |= more
-            for p in batch_t.points:
-                if p.error:
-                    warn(f"batch scaling at {p.factor}x failed: {p.error}")
-            batch = read_batch(batch_t, counts, budget)
-    for line in state.warnings:  # what could not be restored of the user's state
-        warn(line)
-    findings = compile_info.findings() if compile_info else []
-    verdict = verdict_for(budget, run.counts, ceil, w.device, batch, graph, findings)
-    remedies = remedies_for(budget, run.counts, ceil, w.device, batch, graph,
-                            **_facts(w))
-    return Report(
-        workload=w.to_dict(),
-        ceilings=ceil, timing=wall, counts=run.counts, budget=budget, verdict=verdict,
-        remedies=remedies, batch=batch, graph=graph,
-        diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
-        state=state, compiled=compile_info,
-    )
-
-
-def _facts(w: Workload) -> dict[str, Any]:
-    """What the workload reaches (read only): which remedies can apply to it."""
-    from gobrrr.remedies.base import workload_facts
-    from gobrrr.state import walk
-
-    reach = walk(w.fn, w.args, w.kwargs)
-    return workload_facts(reach.modules, reach.optimizers)
-
-
-class _FirstOutputCheck:
-    """The timed call, which also checks the first call's output for NaN/inf: once,
-    so the check costs one pass over one output, in a warm-up call the timer discards."""
-
-    def __init__(self, w: Workload) -> None:
-        self.w = w
-        self.checked = False
-        self.warning: str | None = None
-
-    def __call__(self) -> Any:
-        out = self.w.run("timing")
-        if not self.checked:
-            from gobrrr.errors import first_line
-            from gobrrr.finite import nonfinite_summary
-
-            self.checked = True
-            try:
-                problem = nonfinite_summary(out)
-            except Exception as exc:  # an output torch cannot check (sparse, meta...)
-                self.warning = f"could not check the output for NaN/inf: {first_line(exc)}"
-            else:
-                if problem:
-                    self.warning = f"the workload's output contains NaN/inf: {problem}"
-        return out
-
-
-def _attempt(what: str, warn: Callable[[str], None], run: Callable[[], T]) -> T | None:
-    """An experiment: optional, so an exception it does not record itself becomes a
-    warning with its first line, and the diagnosis goes on without it."""
-    from gobrrr.errors import first_line
-
-    try:
-        return run()
-    except Exception as exc:
-        warn(f"{what} failed: {first_line(exc)}")
-        return None
+    """The live source (live.py), then the one end (diagnosis.py)."""
+    m = measure_live(w, experiments=experiments, time_budget_s=time_budget_s,
+                     progress=progress)
+    return report_for(m.run, m.ceilings, experiments=m.experiments, compiled=m.compiled,
+                      state=m.state, facts=m.facts, started_s=m.started_s)
 
 
 # optimize's diagnosis gets this share of --budget-s: its budget predicts every remedy,

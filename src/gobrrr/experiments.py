@@ -25,7 +25,7 @@ from gobrrr.errors import UserError, first_line
 from gobrrr.timing import Timing
 from gobrrr.workload import Workload
 
-__all__ = ["BatchTime", "BatchTimes", "BatchPoint", "BatchScaling", "GraphTiming",
+__all__ = ["BatchTime", "BatchTimes", "BatchPoint", "BatchScaling", "GraphTiming", "Measured",
            "GraphReplay", "batch_times", "batch_counts", "read_batch", "graph_replay",
            "read_graph", "capture_cuda_graph", "batch_rounds", "AGREE_TOLERANCE",
            "BATCH_ROUNDS"]
@@ -90,6 +90,23 @@ class GraphTiming:
     reason: str | None = None
     eager_s: float | None = None
     replay_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a live source measured to check the budget (the end, diagnosis.py, reads it
+    against the budget): the batch experiment's times and (FLOPs, bytes) by factor, the
+    base batch's included; the CUDA-graph replay's times. None: not run."""
+
+    batch: BatchTimes | None = None
+    batch_counts: dict[int, tuple[int, int]] = field(default_factory=dict)
+    graph: GraphTiming | None = None
+
+    def read(self, budget: Budget) -> tuple[BatchScaling | None, GraphReplay | None]:
+        batch = (read_batch(self.batch, self.batch_counts, budget)
+                 if self.batch is not None else None)
+        graph = read_graph(self.graph, budget) if self.graph is not None else None
+        return batch, graph
 
 
 @dataclass(frozen=True)

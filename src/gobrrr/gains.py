@@ -4,7 +4,8 @@ One arithmetic for every prediction, in `gobrrr doctor` and `gobrrr optimize` al
 remedy of gobrrr.remedies.catalog predicts through it):
 
 - A gain is seconds saved per call, by the part of the budget they come out of
-  (overhead, memory, compute), and the speedup T / (T - saved) (Amdahl).
+  (overhead, memory, compute; communication in a distributed budget), and the speedup
+  T / (T - saved) (Amdahl).
 - Gains of several remedies combine part by part: savings from different parts add; two
   savings from one part each remove their share of what the other leaves (a remedy that
   removes 50% of the overhead, with another that removes 20% of it, removes 60%, not 70%).
@@ -26,10 +27,8 @@ if TYPE_CHECKING:
     from gobrrr.budget import Budget
     from gobrrr.hardware import Ceilings
 
-__all__ = ["Gain", "PARTS", "speedup_from_saved", "gain_from_saved", "combine", "HostTime",
+__all__ = ["Gain", "speedup_from_saved", "gain_from_saved", "combine", "HostTime",
            "host_time", "part_seconds"]
-
-PARTS = ("overhead", "memory", "compute")
 
 
 def speedup_from_saved(total_s: float, saved_s: float) -> float | None:
@@ -57,14 +56,15 @@ class Gain:
 
 
 def part_seconds(b: Budget) -> dict[str, float]:
-    return {"overhead": b.overhead_s, "memory": b.memory_s, "compute": b.compute_s}
+    """The budget's parts (communication too, in a distributed budget)."""
+    return dict(b.parts_s)
 
 
 def gain_from_saved(b: Budget, saved_by_part: dict[str, float], basis: str) -> Gain:
     """A gain of `saved_by_part` seconds per call (each capped by its part of the budget:
     a remedy cannot remove more of the overhead than there is)."""
     parts = part_seconds(b)
-    saved = {p: min(s, parts[p]) for p, s in saved_by_part.items() if s > 0}
+    saved = {p: min(s, parts.get(p, 0.0)) for p, s in saved_by_part.items() if s > 0}
     return Gain(speedup_from_saved(b.total_s, sum(saved.values())), basis, saved)
 
 
@@ -72,12 +72,12 @@ def combine(b: Budget, gains: Sequence[Gain], names: Iterable[str] = ()) -> Gain
     """The gain of several remedies applied together (module docstring: part by part,
     each removing its share of what the others leave)."""
     parts = part_seconds(b)
-    remaining = dict.fromkeys(PARTS, 1.0)
+    remaining = dict.fromkeys(parts, 1.0)
     for g in gains:
         for p, s in g.saved_s.items():
-            if parts[p] > 0:
+            if parts.get(p, 0.0) > 0:
                 remaining[p] *= max(0.0, 1.0 - s / parts[p])
-    saved = {p: parts[p] * (1.0 - remaining[p]) for p in PARTS}
+    saved = {p: parts[p] * (1.0 - remaining[p]) for p in parts}
     labels = list(names) or [f"part {i + 1}" for i in range(len(gains))]
     shown = [f"{n} {g.speedup:.2f}x" for n, g in zip(labels, gains, strict=False)
              if g.speedup]

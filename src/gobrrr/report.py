@@ -33,7 +33,9 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #      math rates (ceilings schema 3); compute_s_by_unit "instruction"
 # 1.6: distributed: waiting estimated from the no_sync paces (and the profiled figure),
 #      DDP's bucket copies, the no_sync comparison, topology, ceilings, the projection.
-SCHEMA_VERSION = "1.6"
+# 1.7: steps (the measured run's steps); budget.per_phase, total_s, parts_s; each
+#      budget.kernels row's phase
+SCHEMA_VERSION = "1.7"
 
 
 @dataclass
@@ -56,6 +58,8 @@ class Report:
     compiled: CompileInfo | None = None  # the workload runs under torch.compile
     # torchrun: rank 0's merge of every rank (gobrrr.dist.merge); None: one process
     distributed: dict[str, Any] | None = None
+    # the steps the source measured (run.MeasuredRun.steps_dict): how many, which
+    steps: dict[str, Any] | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
                          .isoformat(timespec="seconds"))
 
@@ -102,7 +106,8 @@ class Report:
             "notes": self.notes,
             "state": self.state.to_dict() if self.state is not None else None,
             "compiled": self.compiled.to_dict() if self.compiled is not None else None,
-        } | ({} if self.distributed is None else {"distributed": self.distributed})
+        } | ({} if self.steps is None else {"steps": self.steps}) | (
+            {} if self.distributed is None else {"distributed": self.distributed})
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)

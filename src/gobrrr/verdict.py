@@ -129,18 +129,21 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
 def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                  batch: BatchScaling | None, graph: GraphReplay | None, *,
                  module_types: set[str] | None = None, optimizers: list[Any] | None = None,
-                 param_storages: frozenset[int] = frozenset()) -> list[Remedy]:
+                 param_storages: frozenset[int] = frozenset(),
+                 comm: Any | None = None) -> list[Remedy]:
     """The catalog's remedies that apply to this workload and for which the budget
     predicts a gain, sorted by predicted gain. Each prediction is its remedy's own
     (`RemedySpec.predict`), the very number `gobrrr optimize` starts from.
     module_types, optimizers: what the workload reaches (read only), for the remedies
-    that apply only to some (a cast needs a module, a fused optimizer an optimizer)."""
+    that apply only to some (a cast needs a module, a fused optimizer an optimizer);
+    comm: a torchrun job's communication facts (remedies/comm.py), for the DDP and FSDP2
+    remedies."""
     from gobrrr.remedies.base import Context
     from gobrrr.remedies.catalog import predictions
 
     ctx = Context(device, b, ceil, counts.records, batch, graph,
                   module_types=module_types or set(), optimizers=optimizers or [],
-                  param_storages=param_storages)
+                  param_storages=param_storages, comm=comm)
     return [Remedy(spec.title or spec.name, spec.regime, gain.speedup, gain.basis,
                    spec.how or spec.snippet, spec.name)
             for spec, gain in predictions(ctx)]

@@ -26,7 +26,8 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["model_bytes", "ceilings_note", "projection_for", "CALIBRATE_HINT"]
+__all__ = ["model_bytes", "ceilings_note", "projection_for", "comm_facts", "grad_bytes_of",
+           "CALIBRATE_HINT"]
 
 CALIBRATE_HINT = ("no communication ceilings cached for this topology: each collective's "
                   "% of ceiling is empty; run `torchrun --nproc-per-node N -m gobrrr "
@@ -129,3 +130,60 @@ def _default_inter() -> dict[str, Any]:
     from gobrrr import datasheet
 
     return {"inter_node_bytes_per_s": datasheet.INTER_NODE_DEFAULT.bytes_per_s_per_direction}
+
+
+def grad_bytes_of(modules: list[Any]) -> tuple[int, ...]:
+    """Per parameter requiring grad, in registration order, each once, unsharded (a
+    DTensor's numel is the global one)."""
+    seen: dict[int, Any] = {}
+    for m in modules:
+        for p in m.parameters():
+            if p.requires_grad:
+                seen.setdefault(id(p), p)
+    return tuple(p.numel() * p.element_size() for p in seen.values())
+
+
+def comm_facts(modules: list[Any], section: Any, world_size: int,
+               comm_ceil: Any | None) -> Any:
+    """The communication facts the DDP and FSDP2 remedies predict from (remedies/
+    comm.CommFacts), on rank 0: the wrapper the modules hold, their gradient bytes, the
+    all-reduce bandwidth (calibrate --distributed's size-dependent curve when cached,
+    else this step's achieved busbw), the no_sync bound (the largest over ranks) and
+    DDP's own bucket cap. None when the modules hold neither wrapper."""
+    from gobrrr.remedies.comm import CommFacts
+    from gobrrr.remedies.ddp import DEFAULT_BUCKET_CAP_MB, find_ddps
+    from gobrrr.remedies.fsdp import find_fsdp
+
+    ddps = find_ddps(modules)
+    kind = "ddp" if ddps else "fsdp" if find_fsdp(modules) else None
+    if kind is None:
+        return None
+    d = section.to_dict() if section is not None else {}
+    bounds = [r["no_sync"]["bound_s"] for r in d.get("ranks", [])
+              if r.get("no_sync") and r["no_sync"].get("bound_s") is not None]
+    busbw: Any = None
+    source = ""
+    if comm_ceil is not None:
+        curve = comm_ceil
+
+        def busbw_fn(size: float) -> float:
+            return float(curve.busbw_at("all_reduce", size))
+
+        busbw, source = busbw_fn, "busbw from calibrate --distributed's curve"
+    else:
+        achieved = [c["busbw_gbps"] for c in d.get("collectives", [])
+                    if c.get("collective") == "all_reduce" and c.get("busbw_gbps")]
+        if achieved:
+            bw = statistics.median(achieved) * 1e9
+            busbw = (lambda _s, bw=bw: bw)  # noqa: E731
+            source = (f"this step's achieved all-reduce busbw {bw / 1e9:.3g} GB/s, no "
+                      "per-call latency (run gobrrr calibrate --distributed for the "
+                      "size-dependent curve)")
+    cap = None
+    if ddps:
+        cap_b = getattr(ddps[0], "bucket_bytes_cap", None)
+        if cap_b is not None and cap_b != int(DEFAULT_BUCKET_CAP_MB * 2**20):
+            cap = cap_b / 2**20
+    grads = grad_bytes_of(modules)
+    return CommFacts(kind, world_size, grads, busbw, source,
+                     max(bounds) if bounds else None, cap, sum(grads))

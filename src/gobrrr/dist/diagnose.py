@@ -23,8 +23,11 @@ Per rank, in this order (each a Lockstep.stage: a rank that raises stops every r
    seconds per step on CUDA; waiting estimated from the no_sync paces when DDP's
    experiment ran, the profiled waiting otherwise: accounting.py says why).
 
-Rank 0 then gathers every rank's summary (merge.py), adds the topology, the cached
-communication ceilings and the projection (context.py), and alone writes the report.
+Every rank's measured run (run.py, with its exposed communication) and summary
+(merge.RankSummary); rank 0 gathers the summaries, merges them with the topology, the
+cached communication ceilings and the projection (merge.py, context.py) and ends with the
+one end (diagnosis.py), the merged section and the communication facts of the DDP and
+FSDP2 remedies beside the run. Every other rank returns its own report.
 """
 
 from __future__ import annotations
@@ -39,12 +42,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gobrrr.dist.accounting import PROFILED_WAITING_NOTE
-from gobrrr.dist.comm import WINDOW, RankTrace
+from gobrrr.diagnosis import budget_for, report_for
+from gobrrr.dist import experiments as dx
+from gobrrr.dist.accounting import PROFILED_WAITING_NOTE, account
+from gobrrr.dist.ceilings import load_cached
+from gobrrr.dist.comm import WINDOW, RankTrace, match_collectives
 from gobrrr.dist.commread import read_trace
-from gobrrr.dist.lockstep import Lockstep, World, setup
+from gobrrr.dist.context import comm_facts, model_bytes
+from gobrrr.dist.lockstep import DistError, Lockstep, World, setup
+from gobrrr.dist.merge import ProjectionInputs, merge, summarize_rank
+from gobrrr.dist.topology import topology
 from gobrrr.errors import WARNING
-from gobrrr.timing import measure_ranks
+from gobrrr.hardware import calibrate
+from gobrrr.phases import is_collective
+from gobrrr.profile import profile_counted
+from gobrrr.remedies.base import reached_facts
+from gobrrr.report import Report
+from gobrrr.run import MeasuredRun, ProfiledRun, Step
+from gobrrr.state import preserved_globals, preserved_state, walk
+from gobrrr.timing import device_sync, measure_ranks
 from gobrrr.tracefile.columns import STEP_PREFIX
 
 __all__ = ["diagnose_distributed", "profile_steps", "target_fingerprint", "STEPS",
@@ -88,8 +104,6 @@ def profile_steps(fn: Callable[[], Any], ls: Lockstep, device: str, steps: int =
 
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from gobrrr.timing import device_sync
-
     sync = device_sync(device)
     activities = [ProfilerActivity.CPU]
     if device == "cuda":
@@ -119,23 +133,9 @@ def profile_steps(fn: Callable[[], Any], ls: Lockstep, device: str, steps: int =
         return read_trace(json.loads(path.read_text()), ls.rank, steps, device)
 
 
-def _drop_collective_kernels(run: Any) -> Any:
-    """A CUDA ProfiledRun without the kernels its collective ops launched (their time is
-    communication, from the profiled steps), re-tallied."""
-    from gobrrr.phases import is_collective
-
-    coll = {r.index for r in run.counts.records if is_collective(r.op)}
-    run.kernels = [k for k in run.kernels if k.record_index not in coll]
-    run.tally_kernels()
-    return run
-
-
 def _account(ls: Lockstep, trace: RankTrace, wall_s: float, nosync: Any) -> Any:
     """This rank's CommAccount: the collectives of every rank (to match them) and every
     rank's no_sync pace, exchanged on the control group."""
-    from gobrrr.dist.accounting import account
-    from gobrrr.dist.comm import match_collectives
-
     mine = (trace.to_dict() | {"compute": [], "blocked": [], "bucket_copy": []},
             nosync.no_sync_s if nosync is not None else None)
     got = ls.all_gather(mine, "sharing the collectives")
@@ -148,22 +148,10 @@ def _account(ls: Lockstep, trace: RankTrace, wall_s: float, nosync: Any) -> Any:
 
 def diagnose_distributed(world: World, target: str | None, device: str,
                          load: Callable[[], Any], opts: DistOptions,
-                         progress: Progress | None = None) -> Any:
-    """Every rank: the steps of the module docstring. Returns the merged Report on
-    rank 0 and None elsewhere; raises DistError (every rank) when a rank fails."""
-    from gobrrr.api import _facts
-    from gobrrr.budget import compute_budget, with_communication
-    from gobrrr.dist import experiments as dx
-    from gobrrr.dist.ceilings import load_cached
-    from gobrrr.dist.context import CALIBRATE_HINT, model_bytes, projection_for
-    from gobrrr.dist.merge import merge, with_distributed
-    from gobrrr.dist.topology import topology
-    from gobrrr.hardware import calibrate
-    from gobrrr.profile import profile_counted
-    from gobrrr.report import Report
-    from gobrrr.state import preserved_globals, preserved_state
-    from gobrrr.verdict import remedies_for, verdict_for
-
+                         progress: Progress | None = None) -> Report:
+    """Every rank: the steps of the module docstring. Returns the Report of this rank's
+    measured run; rank 0's carries the merged `distributed` section (the others' None).
+    Raises DistError (every rank) when a rank fails."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     ctrl, backend = setup(world, device, opts.timeout_s)
@@ -171,8 +159,6 @@ def diagnose_distributed(world: World, target: str | None, device: str,
     mine = target_fingerprint(target)
     targets = ls.all_gather(mine, "checking the target")
     if len(set(targets)) > 1:
-        from gobrrr.dist.lockstep import DistError
-
         odd = next(r for r, t in enumerate(targets) if t != targets[0])
         raise DistError(f"ranks disagree on the target: rank 0 runs {targets[0]!r}, "
                         f"rank {odd} runs {targets[odd]!r}")
@@ -211,48 +197,44 @@ def diagnose_distributed(world: World, target: str | None, device: str,
         say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
                                                  else ", timing each op alone"))
         if w.device == "cuda":
-            run = ls.stage("the profiled counted call", lambda: _drop_collective_kernels(
+            # the kernels of collective ops are communication, from the profiled steps
+            profiled = ls.stage("the profiled counted call", lambda: _without_collectives(
                 profile_counted(w, walls[0].median_s)))
         else:
-            run = ls.stage("counting", lambda: profile_counted(w))
+            profiled = ls.stage("counting", lambda: profile_counted(w))
     for line in state.warnings:
         notes.append(f"{WARNING}{line}")
     acc = _account(ls, trace, wall.median_s, nosync)
     if (trace.source == "cuda" and acc.waiting_source != "no_sync paces"
             and acc.waiting_profiled_s > 0):
         notes.append(PROFILED_WAITING_NOTE)
-    budget = with_communication(compute_budget(run, wall.median_s, ceil), acc.communication_s)
-    verdict = verdict_for(budget, run.counts, ceil, w.device, None, None)
-    remedies = remedies_for(budget, run.counts, ceil, w.device, None, None, **_facts(w))
-    mine_summary = {
-        "rank": world.rank, "local_rank": world.local_rank,
-        "host": os.uname().nodename, "timing": wall.to_dict(),
-        "budget": {k: v for k, v in budget.to_dict().items()
-                   if k in ("wall_s", "busy_s", "overhead_s", "memory_s", "compute_s",
-                            "communication_s", "fractions", "regime")},
-        "trace": trace.to_dict(), "no_sync": nosync.to_dict() if nosync else None,
-        "account": acc.to_dict(),
-        "trace_path": str(trace_path) if trace_path else None,
-    }
-    gathered = ls.gather(mine_summary, "gathering every rank's result")
-    if gathered is None:
-        return None
-    report = Report(workload=w.to_dict(), ceilings=ceil, timing=wall, counts=run.counts,
-                    budget=budget, verdict=verdict, remedies=remedies,
-                    diagnose_s=time.perf_counter() - t0, notes=notes + budget.notes,
-                    state=state)
+    run = MeasuredRun(source="ranks", workload=w.to_dict(), device=w.device, timing=wall,
+                      wall_s=wall.median_s, profile=profiled,
+                      steps=[Step(w.name, wall.median_s)], notes=notes,
+                      communication_s=acc.communication_s)
+    summary = summarize_rank(world.rank, budget_for(run, ceil), trace, acc,
+                             host=os.uname().nodename, no_sync=nosync,
+                             trace_path=str(trace_path) if trace_path else None,
+                             local_rank=world.local_rank)
+    gathered = ls.gather(summary, "gathering every rank's result")
+    facts = reached_facts(w)
+    if gathered is None:  # not rank 0: this rank's own report, no merged section
+        return report_for(run, ceil, state=state, facts=facts, started_s=t0)
     say("rank 0: topology, communication ceilings, projection")
     topo = opts.topology if opts.topology is not None else topology()
     comm_ceil = load_cached(topo)
-    dist_section = merge(gathered, world_size=world.size, backend=backend,
-                         device=w.device, timeout_s=opts.timeout_s,
-                         comm_ceilings=comm_ceil, topology=topo,
-                         experiments=opts.experiments)
-    if comm_ceil is None:
-        dist_section["notes"].append(CALIBRATE_HINT)
     grad_bytes, param_bytes = model_bytes(w)
-    proj = projection_for(dist_section, grad_bytes, param_bytes, comm_ceil,
-                          opts.inter_node_gbps)
-    dist_section["notes"] += proj.pop("notes")
-    dist_section |= proj
-    return with_distributed(report, dist_section)
+    section = merge(gathered, world_size=world.size, backend=backend, device=w.device,
+                    timeout_s=opts.timeout_s, comm_ceilings=comm_ceil, topology=topo,
+                    experiments=opts.experiments,
+                    projection=ProjectionInputs(grad_bytes, param_bytes,
+                                                opts.inter_node_gbps))
+    modules = walk(w.fn, w.args, w.kwargs).modules
+    return report_for(run, ceil, state=state, distributed=section, started_s=t0,
+                      facts=facts | {"comm": comm_facts(modules, section, world.size,
+                                                        comm_ceil)})
+
+
+def _without_collectives(run: ProfiledRun) -> ProfiledRun:
+    return run.without_records({r.index for r in run.counts.records
+                                if is_collective(r.op)})

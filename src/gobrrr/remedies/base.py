@@ -12,17 +12,18 @@ precision wrappers, then execution (compile or CUDA-graph capture of everything 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gobrrr.gains import Gain
 from gobrrr.phases import is_inference
-from gobrrr.state import Copied
+from gobrrr.state import Copied, walk
 
 __all__ = ["Context", "Candidate", "RemedySpec", "RemedyResult", "STATUSES",
            "STAGE_MUTATE", "STAGE_PRECISION", "STAGE_EXECUTION", "STAGE_AFTER_EXECUTION",
-           "PREP_FLAG", "PREP_CAPTURE", "PREP_COMPILE", "switches_on", "workload_facts"]
+           "PREP_FLAG", "PREP_CAPTURE", "PREP_COMPILE", "switches_on", "workload_facts",
+           "reached_facts"]
 
 # Ordering of application when remedies combine (see module docstring); options of an
 # execution remedy (Inductor freezing) come after it.
@@ -67,6 +68,9 @@ class Context:
     # "tf32" when eager itself already runs fp32 matmuls/convs in TF32 (cuDNN's default
     # allow_tf32=True for convolutions): any remedy is then judged at TF32's tolerance
     reference_precision: str | None = None
+    # a torchrun job's communication facts (remedies/comm.CommFacts), for the DDP and
+    # FSDP2 remedies; None in one process
+    comm: Any | None = None
 
     @classmethod
     def from_report(cls, device: str, report: Any | None, records: list[Any],
@@ -86,6 +90,13 @@ class Context:
         """The counted call runs no backward and no optimizer step: outputs are all it
         makes, so inference-only remedies (no autograd, a model cast) may apply."""
         return is_inference(self.records)
+
+
+def reached_facts(w: Any) -> dict[str, Any]:
+    """`workload_facts` of what the workload `w` reaches (read only, nothing runs): which
+    remedies can apply to it."""
+    reach = walk(w.fn, w.args, w.kwargs)
+    return workload_facts(reach.modules, reach.optimizers)
 
 
 def workload_facts(modules: list[Any], optimizers: list[Any]) -> dict[str, Any]:
@@ -149,6 +160,10 @@ class RemedySpec:
     # alone: its gain shows under torch.compile (no autograd: an inference graph).
     keep_when_neutral: bool = False
     excludes: tuple[str, ...] = ()  # remedies it cannot be combined with
+    # Distributed remedies (ddp.py, fsdp.py): the DDP constructor arguments or FSDP2
+    # setters it changes; the lockstep harness rebuilds a wrapper once with the union of
+    # a combination's settings (dist/optimize.py)
+    settings: Mapping[str, Any] | None = None
 
 
 @dataclass

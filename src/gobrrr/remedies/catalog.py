@@ -1,6 +1,12 @@
-"""The remedy catalog. The search (plan.py) orders the remedies by cost class and
-predicted gain; the catalog order breaks ties and orders a run without predictions
-(--no-diagnose): cheap switches first, the slow compiles last."""
+"""The remedy catalog: one list of RemedySpecs, the single-process remedies first, then
+those of a torchrun job (DDP: ddp.py, FSDP2: fsdp.py), which apply only where the
+diagnosis found that job's communication (Context.comm). The search (plan.py) orders the
+remedies by cost class and predicted gain; the catalog order breaks ties and orders a
+run without predictions (--no-diagnose): cheap switches first, the slow compiles last.
+
+`predictions` is the doctor report's list (every remedy that applies, single-process or
+distributed); `select` picks the remedies a search tries: one process tries the
+single-process ones, a torchrun job its wrapper's (dist/optimize.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from gobrrr.remedies import (
     batch,
     compiled,
     cudnn,
+    ddp,
+    fsdp,
     grad,
     graphs,
     layout,
@@ -19,9 +27,9 @@ from gobrrr.remedies import (
 )
 from gobrrr.remedies.base import Context, RemedySpec
 
-__all__ = ["ALL", "names", "select", "by_name", "predictions"]
+__all__ = ["ALL", "SINGLE", "DISTRIBUTED", "names", "select", "by_name", "predictions"]
 
-ALL: list[RemedySpec] = [
+SINGLE: list[RemedySpec] = [
     grad.SPEC,
     *precision.SPECS,
     cudnn.SPEC,
@@ -32,34 +40,40 @@ ALL: list[RemedySpec] = [
     attention.SPEC,
     batch.SPEC,
 ]
+DISTRIBUTED: list[RemedySpec] = [*ddp.SPECS, *fsdp.SPECS]
+ALL: list[RemedySpec] = [*SINGLE, *DISTRIBUTED]
 
 
-def names() -> list[str]:
-    return [s.name for s in ALL]
+def names(pool: list[RemedySpec] | None = None) -> list[str]:
+    return [s.name for s in (SINGLE if pool is None else pool)]
 
 
 def by_name() -> dict[str, RemedySpec]:
     return {s.name: s for s in ALL}
 
 
-def _families() -> list[str]:
-    return list(dict.fromkeys(s.family for s in ALL))
+def _families(pool: list[RemedySpec]) -> list[str]:
+    return list(dict.fromkeys(s.family for s in pool))
 
 
-def select(only: list[str] | None) -> list[RemedySpec]:
-    """The catalog, or the named remedies (a family name selects its members)."""
+def select(only: list[str] | None, pool: list[RemedySpec] | None = None,
+           what: str = "remedy") -> list[RemedySpec]:
+    """The remedies of `pool` (default: the single-process ones), or the named ones (a
+    name, a family, or for the distributed ones a group such as "bucket")."""
+    pool = SINGLE if pool is None else pool
     if not only:
-        return list(ALL)
+        return list(pool)
     wanted = [n.strip() for item in only for n in item.split(",") if n.strip()]
+    choices = (f"choose from {', '.join(names(pool))} (or a family: "
+               f"{' '.join(_families(pool))})")
     if not wanted:  # "--only ," or "--only ''": trying nothing is never what was meant
-        raise UserError(f"--only {','.join(only)!r} names no remedy; choose from "
-                        f"{', '.join(names())} (or a family: {' '.join(_families())})")
+        raise UserError(f"--only {','.join(only)!r} names no {what}; {choices}")
     out: list[RemedySpec] = []
     for n in wanted:
-        hits = [s for s in ALL if n in (s.name, s.family)]
+        hits = [s for s in pool if n in (s.name, s.family)
+                or (s.settings is not None and n == s.group)]
         if not hits:
-            raise UserError(f"unknown remedy {n!r}; choose from {', '.join(names())} "
-                            f"(or a family: {' '.join(_families())})")
+            raise UserError(f"unknown {what} {n!r}; {choices}")
         out += [h for h in hits if h not in out]
     return out
 

@@ -1,0 +1,64 @@
+"""The one end of every diagnosis: a measured run (run.py) and the ceilings it is judged
+by -> the Report.
+
+Every source ends here: a live callable (live.py), one trace (tracefile/analysis.py),
+the ranks of a torchrun job (dist/diagnose.py), the ranks' traces (dist/analyze.py).
+What a source measured beyond the run comes in beside it, each finished before the
+Report is made (nothing is patched in afterwards):
+- `experiments`: the batch and CUDA-graph experiments' times, read here against the
+  budget (experiments.Measured);
+- `compiled`: what compiling cost and what dynamo found (compiled.CompileInfo);
+- `state`: what was saved and put back of the user's state (state.StateCheck);
+- `facts`: what the workload reaches, for the remedies that apply only to some
+  (remedies.base.Context's fields);
+- `distributed`: rank 0's merge of every rank (dist/section.py), whose evidence lines
+  lead the verdict's.
+
+budget -> (experiments read against it) -> verdict -> remedies -> Report.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from gobrrr.budget import Budget, compute_budget, with_communication
+from gobrrr.compiled import CompileInfo
+from gobrrr.experiments import Measured
+from gobrrr.hardware import Ceilings
+from gobrrr.report import Report
+from gobrrr.run import MeasuredRun
+from gobrrr.state import StateCheck
+from gobrrr.verdict import remedies_for, verdict_for
+
+__all__ = ["budget_for", "report_for"]
+
+
+def budget_for(run: MeasuredRun, ceilings: Ceilings) -> Budget:
+    """The run's budget: three parts, four with the exposed communication of a
+    distributed source."""
+    b = compute_budget(run.profile, run.wall_s, ceilings)
+    return b if run.communication_s is None else with_communication(b, run.communication_s)
+
+
+def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | None = None,
+               compiled: CompileInfo | None = None, state: StateCheck | None = None,
+               facts: dict[str, Any] | None = None, distributed: Any = None,
+               started_s: float | None = None) -> Report:
+    """The Report of `run` (module docstring). `started_s`: the time.perf_counter() when
+    its source began (the report's diagnose_s)."""
+    budget = budget_for(run, ceilings)
+    batch, graph = (experiments or Measured()).read(budget)
+    findings = compiled.findings() if compiled is not None else []
+    verdict = verdict_for(budget, run.counts, ceilings, run.device, batch, graph, findings)
+    if distributed is not None:
+        verdict = replace(verdict, evidence=[*distributed.evidence(), *verdict.evidence])
+    remedies = remedies_for(budget, run.counts, ceilings, run.device, batch, graph,
+                            **(facts or {}))
+    return Report(
+        workload=run.workload, ceilings=ceilings, timing=run.timing, counts=run.counts,
+        budget=budget, verdict=verdict, remedies=remedies, batch=batch, graph=graph,
+        diagnose_s=0.0 if started_s is None else time.perf_counter() - started_s,
+        notes=run.notes + budget.notes, state=state, compiled=compiled,
+        distributed=distributed, steps=run.steps_dict())

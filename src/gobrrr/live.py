@@ -1,0 +1,180 @@
+"""The live source: a workload gobrrr runs itself -> the measured run (run.py) and what
+the end (diagnosis.py) reads beside it.
+
+In this order, all inside state.preserved_state (the user's parameters, gradients,
+optimizer state, inputs, RNG and flags are put back afterwards):
+1. a compiled workload's first calls, timed apart (compile and capture never enter
+   T_wall);
+2. T_wall, unprofiled (timing.py), with the first call's output checked for NaN/inf;
+3. the experiments, measured now and read against the budget by the end: the CUDA-graph
+   replay, then the batch at 2x (and 4x);
+4. the counted and profiled call (profile.py; compiled.py for compiled code): every
+   timing comes before it, since a profiler can leave hooks that slow later launches;
+5. FLOPs and bytes at the scaled batches, for the batch experiment's reading.
+Every failure the diagnosis survives is a note with WARNING and a progress line, never a
+silent default.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+# hardware, experiments and finite are called through their modules: tests replace
+# their functions there (a calibration, an experiment that raises, the NaN check)
+from gobrrr import compiled as comp
+from gobrrr import experiments as exps
+from gobrrr import finite, hardware
+from gobrrr.compiled import CompileInfo
+from gobrrr.counting import count
+from gobrrr.errors import WARNING, first_line
+from gobrrr.experiments import BatchTimes, GraphTiming, Measured
+from gobrrr.hardware import Ceilings
+from gobrrr.profile import profile_counted
+from gobrrr.remedies.base import reached_facts
+from gobrrr.run import MeasuredRun, Step
+from gobrrr.state import StateCheck, preserved_globals, preserved_state
+from gobrrr.timing import measure
+from gobrrr.workload import Workload
+
+__all__ = ["LiveMeasurement", "measure_live"]
+
+Progress = Callable[[str], None]
+T = TypeVar("T")
+
+
+@dataclass
+class LiveMeasurement:
+    """The live source's results: the run, the ceilings it is judged by, the experiments
+    to read against its budget, and what the report says of compiling and of the user's
+    state."""
+
+    run: MeasuredRun
+    ceilings: Ceilings
+    experiments: Measured
+    state: StateCheck
+    compiled: CompileInfo | None = None
+    facts: dict[str, Any] = field(default_factory=dict)  # what remedies.Context reads
+    started_s: float = 0.0  # time.perf_counter() when the source began
+
+
+def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float = 2.0,
+                 progress: Progress | None = None) -> LiveMeasurement:
+    """The steps of the module docstring, for `w`."""
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    with preserved_globals():  # calibration must not consume the user's RNG either
+        ceil = hardware.calibrate(w.device, progress=say)
+    notes = list(ceil.notes)
+
+    def warn(msg: str) -> None:
+        """A failure the diagnosis survives: a note in the report and a progress line
+        now, never a silent default."""
+        notes.append(f"{WARNING}{msg}")
+        say(f"{WARNING}{msg}")
+
+    def timer(work: Workload) -> Any:
+        return measure(lambda: work.run("timing"), device=work.device,
+                       budget_s=time_budget_s)
+
+    graph_t: GraphTiming | None = None
+    batch_t: BatchTimes | None = None
+    counts_by_factor: dict[int, tuple[int, int]] = {}
+    compile_info: CompileInfo | None = None
+    is_compiled = comp.is_compiled(w)
+    with preserved_state(w) as state:
+        if is_compiled:
+            # Compile (and capture) happen here, timed apart: never inside T_wall.
+            say("compiled workload: first calls (compile and capture, timed apart)")
+            first_s, steady_s, c_before, c_warm = comp.warm_up(w)
+        # Every timing first, then the profiled run: a profiler can leave hooks behind
+        # that slow later launches, and T_wall must never carry profiler cost.
+        say(f"timing {w.name} on {w.device} (warm-up, then repeats)")
+        first_output = _FirstOutputCheck(w)
+        wall = measure(first_output, device=w.device, budget_s=time_budget_s)
+        if first_output.warning:
+            warn(first_output.warning)
+        if is_compiled:
+            compile_info = comp.read_compile(
+                first_s, steady_s, c_before, c_warm, comp.dynamo_counts(),
+                wall.warmup_calls + wall.n_samples * wall.calls_per_sample)
+            notes.append(f"compiled workload: first call {first_s:.3g} s, then "
+                         f"{steady_s:.3g} s: compile and capture ~{compile_info.compile_s:.3g}"
+                         " s, excluded from T_wall")
+        if wall.noisy:
+            notes.append(f"wall time is noisy (IQR {100 * wall.rel_iqr:.0f}% of median)")
+        if experiments:
+            if w.device == "cuda":
+                say("experiment: CUDA-graph replay")
+            graph_t = _attempt("the CUDA-graph replay experiment", warn, lambda: exps.graph_replay(
+                w, wall, lambda f: measure(f, device=w.device, budget_s=time_budget_s)))
+            if is_compiled and w.factory is None:
+                batch_t = BatchTimes((), "the workload is compiled and has no factory: a "
+                                     "2x batch would compile your code again (and can "
+                                     "switch it to dynamic shapes)")
+            else:
+                rounds = exps.batch_rounds(wall.median_s, time_budget_s)
+                batch_t = _attempt("the batch-scaling experiment", warn,
+                                   lambda: exps.batch_times(w, wall, timer, say, rounds))
+            if batch_t is not None and batch_t.skipped:
+                notes.append(f"batch scaling skipped: {batch_t.skipped}")
+        say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
+                                                 else ", timing each op alone"))
+        if is_compiled:
+            eager = count(w.run, "counting the eager twin")
+            profiled = comp.profile_compiled(w, wall.median_s, eager)
+        else:
+            profiled = profile_counted(w, wall.median_s)
+            if not profiled.counts.records and profiled.unattributed_s > 0:
+                notes.append(comp.graph_replay_note(profiled, w, count))
+        if batch_t is not None:
+            counts_by_factor = {1: (profiled.counts.total_flops,
+                                    profiled.counts.total_bytes)}
+            if not batch_t.skipped:
+                more, batch_t = exps.batch_counts(w, batch_t)
+                counts_by_factor |= more
+            for p in batch_t.points:
+                if p.error:
+                    warn(f"batch scaling at {p.factor}x failed: {p.error}")
+    for line in state.warnings:  # what could not be restored of the user's state
+        warn(line)
+    run = MeasuredRun(source="callable", workload=w.to_dict(), device=w.device, timing=wall,
+                      wall_s=wall.median_s, profile=profiled,
+                      steps=[Step(w.name, wall.median_s)], notes=notes)
+    return LiveMeasurement(run, ceil, Measured(batch_t, counts_by_factor, graph_t), state,
+                           compile_info, reached_facts(w), t0)
+
+
+class _FirstOutputCheck:
+    """The timed call, which also checks the first call's output for NaN/inf: once,
+    so the check costs one pass over one output, in a warm-up call the timer discards."""
+
+    def __init__(self, w: Workload) -> None:
+        self.w = w
+        self.checked = False
+        self.warning: str | None = None
+
+    def __call__(self) -> Any:
+        out = self.w.run("timing")
+        if not self.checked:
+            self.checked = True
+            try:
+                problem = finite.nonfinite_summary(out)
+            except Exception as exc:  # an output torch cannot check (sparse, meta...)
+                self.warning = f"could not check the output for NaN/inf: {first_line(exc)}"
+            else:
+                if problem:
+                    self.warning = f"the workload's output contains NaN/inf: {problem}"
+        return out
+
+
+def _attempt(what: str, warn: Callable[[str], None], run: Callable[[], T]) -> T | None:
+    """An experiment: optional, so an exception it does not record itself becomes a
+    warning with its first line, and the diagnosis goes on without it."""
+    try:
+        return run()
+    except Exception as exc:
+        warn(f"{what} failed: {first_line(exc)}")
+        return None

@@ -1,0 +1,104 @@
+"""What the distributed remedies (ddp.py, fsdp.py) read beyond the budget: the facts of
+a torchrun job's communication, and the arithmetic they share.
+
+Predictions are deliberately simple and approximate (docs/multigpu.md: remedies); the
+measured A/B gain is what decides. With T the step time (the budget's total), E the
+exposed communication per step (the budget's fourth part, rank 0's), G the gradient
+bytes (fp32: 4 per parameter) and W the calibrated memory bandwidth (the ceilings'):
+- larger batch (advice, DDP and FSDP2): the gradients (FSDP2: also the parameters), so
+  the collectives, stay while the rest of the step doubles: T(2B) ~ 2(T - E) + E.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gobrrr.gains import Gain, gain_from_saved
+from gobrrr.remedies.base import Context
+
+__all__ = ["CommFacts", "step_s", "exposed_s", "comm_gain", "applies_to", "predict_batch",
+           "BATCH_ADVICE_MIN"]
+
+# A larger batch is advised from this gain in samples per second.
+BATCH_ADVICE_MIN = 1.1
+
+
+@dataclass(frozen=True)
+class CommFacts:
+    """The communication facts of a torchrun job (dist/context.py builds them on rank 0
+    from the merged section and the model): what Context.comm holds."""
+
+    kind: str  # "ddp" | "fsdp"
+    world_size: int
+    grad_bytes: tuple[int, ...]  # per parameter requiring grad, registration order
+    # all-reduce bus bandwidth by message size: from calibrate --distributed's curve when
+    # cached (size-dependent: it holds the per-call latency), else this step's achieved
+    busbw: Callable[[float], float] | None = None
+    busbw_source: str = ""
+    no_sync_bound_s: float | None = None  # U: T_sync - T_no_sync, max over ranks
+    bucket_cap_mb: float | None = None  # the workload's own (None: DDP's default)
+    param_bytes: int = 0  # FSDP2: unsharded parameter bytes (all-gathered per pass)
+
+    @property
+    def total_grad_bytes(self) -> int:
+        return sum(self.grad_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "world_size": self.world_size,
+                "grad_bytes": self.total_grad_bytes, "params": len(self.grad_bytes),
+                "busbw_source": self.busbw_source, "no_sync_bound_s": self.no_sync_bound_s,
+                "bucket_cap_mb": self.bucket_cap_mb, "param_bytes": self.param_bytes}
+
+
+def step_s(ctx: Context) -> float:
+    """T: the step's time, the budget's total."""
+    return ctx.budget.total_s if ctx.budget is not None else 0.0
+
+
+def exposed_s(ctx: Context) -> float:
+    """E: the exposed communication per step (0 without a distributed budget)."""
+    b = ctx.budget
+    return b.communication_s or 0.0 if b is not None else 0.0
+
+
+def comm_gain(ctx: Context, saved_s: float, part: str, basis: str) -> Gain:
+    """`saved_s` of the budget's `part` (at most what that part holds), or no gain."""
+    if saved_s <= 0 or ctx.budget is None:
+        return Gain.none(f"predicted no gain: {basis}")
+    return gain_from_saved(ctx.budget, {part: saved_s}, basis)
+
+
+def applies_to(kind: str) -> Callable[[Context], str | None]:
+    """`applies` for the remedies of a DDP ("ddp") or FSDP2 ("fsdp") job."""
+    what = {"ddp": "a DistributedDataParallel", "fsdp": "an FSDP2 (fully_shard)"}[kind]
+
+    def applies(ctx: Context) -> str | None:
+        comm = ctx.comm
+        if comm is None:
+            return f"needs {what} model under torchrun (gobrrr doctor --nproc-per-node N)"
+        if comm.kind != kind:
+            return f"the job wraps its model in {comm.kind.upper()}, not {kind.upper()}"
+        return None
+
+    return applies
+
+
+def predict_batch(ctx: Context) -> Gain:
+    """Throughput at 2x the per-GPU batch: T(2B) ~ 2(T - E) + E (module docstring)."""
+    t, e = step_s(ctx), exposed_s(ctx)
+    if t <= 0 or ctx.comm is None:
+        return Gain.none("no step time")
+    t2 = 2 * (t - e) + e
+    what = ("the parameters and gradients (and so the all-gathers and reduce-scatters)"
+            if ctx.comm.kind == "fsdp" else "the gradients (and so the all-reduce)")
+    from gobrrr.units import fmt_s
+
+    basis = (f"{what} stay while the rest of the step "
+             f"doubles: 2x batch in ~{fmt_s(t2)} vs 2 x {fmt_s(t)}, {2 * t / t2:.2f}x "
+             f"samples per second; communication {e / t:.0%} -> {e / t2:.0%} of the step "
+             "(throughput, not latency; approximate: assumes the rest scales linearly)")
+    if 2 * t / t2 < BATCH_ADVICE_MIN:
+        return Gain.none(basis + f", under the {BATCH_ADVICE_MIN}x worth advising")
+    return Gain(2 * t / t2, basis)

@@ -1,0 +1,128 @@
+"""One trace -> the measured run (run.py) and the ceilings it is judged by: the source
+`gobrrr analyze` reads, for one trace and for each rank's trace (dist/analyze.py).
+
+header (read.py: which GPU) -> events streamed into columns (columns.py) -> the averaged
+profiled step (steps.py: counted ops, kernels, T_wall and busy time per step; opcount.py:
+FLOPs and bytes from recorded shapes) -> ceilings (ceilings.py) -> MeasuredRun.
+
+Nothing is timed here: T_wall is the steps' span in the trace, so it carries the
+profiler's own cost (a note says so), and no experiment can check the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gobrrr.budget import fusable_bytes_saved
+from gobrrr.errors import UserError
+from gobrrr.hardware import Ceilings
+from gobrrr.remedies.attention import find_attention
+from gobrrr.run import MeasuredRun, Step
+from gobrrr.timing import from_samples
+from gobrrr.tracefile.ceilings import ceilings_for_trace
+from gobrrr.tracefile.columns import TraceColumns, stream_trace
+from gobrrr.tracefile.read import TraceHeader
+from gobrrr.tracefile.steps import TraceRun, analyse_steps
+
+__all__ = ["TraceAnalysis", "analyse_trace"]
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class TraceAnalysis:
+    """One trace analysed on its own: its averaged step (`tr`), its measured run and the
+    ceilings it is judged by."""
+
+    header: TraceHeader
+    tr: TraceRun
+    run: MeasuredRun
+    ceilings: Ceilings
+
+    @property
+    def device(self) -> str:
+        return self.run.device
+
+
+def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
+                  prepare: Callable[[TraceColumns], TraceColumns] | None = None,
+                  cols: TraceColumns | None = None,
+                  files: Sequence[str] | None = None) -> TraceAnalysis:
+    """Stream one trace (unless `cols`, its columns, are given), pick its ceilings
+    (unless given), average its profiled steps. `prepare` transforms the columns first
+    (dist/analyze.py takes communication out); `files`: every trace named, for the
+    report's workload entry (the ranks of one job)."""
+    if cols is None:
+        say(f"reading {header.path.name}")
+        cols = stream_trace(header.path)
+    device = "cuda" if cols.has_device_activity else "cpu"
+    if prepare is not None:
+        cols = prepare(cols)
+    say(f"counting {len(cols.cpu['ts_us'])} CPU events and {len(cols.device['ts_us'])} "
+        "device events, ops from their recorded shapes")
+    tr = analyse_steps(cols)
+    if not tr.run.counts.records:
+        raise UserError(f"{header.path} has no operator events (cpu_op) inside its "
+                        "profiled steps: nothing to analyse")
+    if ceilings is None:
+        ceil, ceil_notes = ceilings_for_trace(device, header.device_properties,
+                                              header.torch_version, say)
+    else:
+        ceil, ceil_notes = ceilings, ["ceilings: given by the caller"]
+    notes = list(cols.notes) + ceil_notes + tr.notes
+    if device == "cpu":
+        notes.insert(0, "the trace has no device activity: analysed on its CPU side; each "
+                        "op's busy time is its recorded duration (with what it calls "
+                        "inside), the rest of each step is overhead")
+    notes.append("times come from a profiled run: the profiler (more so with "
+                 "record_shapes) adds CPU time to every op, so this overhead is an upper "
+                 "bound of the unprofiled loop's (gobrrr doctor times it unprofiled)")
+    notes += _flow_notes(tr.run.counts.records)
+    run = MeasuredRun(
+        source="trace", workload=_workload(header, tr.steps, device, tr.kernels_per_step,
+                                           files),
+        device=device, timing=from_samples(tr.samples_s), wall_s=tr.wall_s, profile=tr.run,
+        steps=[Step(name, wall_s) for name, wall_s in zip(tr.step_names, tr.samples_s,
+                                                          strict=True)],
+        notes=notes)
+    return TraceAnalysis(header, tr, run, ceil)
+
+
+def _flow_notes(records: Sequence[Any]) -> list[str]:
+    """Where a remedy followed data between ops, how (flow.py): a trace names no
+    tensors, so which op read which op's output is a guess from shapes."""
+    uses = []
+    if fusable_bytes_saved(list(records))[0] > 0:
+        uses.append("the fusion estimate of the compile remedies")
+    if attention := find_attention(list(records)):
+        uses.append(f"the {len(attention)} hand-written attention chain(s) (QK^T, softmax, "
+                    "PV) behind the SDPA remedy")
+    if not uses:
+        return []
+    return [f"{' and '.join(uses)} link{'' if len(uses) > 1 else 's'} ops by tensor "
+            "shapes and call order: a trace records no tensor identities, so each op is "
+            "taken to read the latest tensor of its input's shape and dtype (a guess)"]
+
+
+def _workload(header: TraceHeader, steps: int, device: str, kernels_per_step: float,
+              files: Sequence[str] | None = None) -> dict[str, Any]:
+    gpu = header.device_name
+    where = f" on {gpu}" if gpu and device == "cuda" else " (CPU side)"
+    return {
+        "name": header.path.name,
+        "description": f"torch.profiler trace, {steps} step(s){where}",
+        "device": device,
+        "batch_size": None,
+        "source": "trace",
+        "trace": {
+            "files": list(files) if files else [header.path.name],
+            "steps": steps,
+            "torch": header.torch_version,
+            "device_name": gpu,
+            "record_shapes": header.record_shapes,
+            "kernels_per_step": kernels_per_step,
+            "distributed": header.distributed,
+        },
+    }
