@@ -11,22 +11,24 @@ Conventions:
   passes the Chrome trace's microseconds, and seconds would work the same. Two things are
   tied to microseconds and say so in their names: `busy_us` (its float tolerance is
   1e-3 us) and the list conveniences `total_us` and `exposed_us` (their callers hold
-  dist/comm.py's (start_us, end_us) pairs).
-- Empty intervals (end <= start) cover nothing: `union` drops them, except with
-  `keep_empty=True`, which keeps every interval as given. tracefile/steps.py keeps them
-  for its step spans (a zero-length window adds a 0 to the wall time, unchanged) and
-  dist/analyze.py for its collective-op windows (a zero-length op still claims the events
-  at its timestamp: its membership test is closed at the end).
+  (start_us, end_us) pairs: dist/comm.py's RankTrace, lab/trace.py's kernel intervals).
+- Empty intervals (end <= start) cover nothing: `union` drops them (dist/comm.py and
+  dist/commread.py rely on that), except with `keep_empty=True`, which keeps every
+  interval as given: dist/analyze.py's collective-op windows need it (a zero-length op
+  still claims the events at its timestamp: its membership test is closed at the end),
+  and tracefile/steps.py's step spans keep theirs as they always did.
 - The bulk path is numpy: a (starts, ends) pair of float arrays of one length, in any
-  order, overlapping or not; results are new arrays, sorted and disjoint. A rank trace
-  of a long job has millions of kernels: nothing here loops in Python per interval.
-  The list-of-tuples conveniences (`Interval`) convert and call the array functions.
+  order, overlapping or not. `union` and `subtract` return new arrays, sorted and
+  disjoint; `clip` keeps its input's order. A rank trace of a long job has millions of
+  kernels: the array functions never loop in Python per interval. The list-of-tuples
+  conveniences (`Interval`) convert and call them.
 - Results of `union`, `subtract` and `clip` are input values (min and max, never a sum or
-  a difference), so they carry no new float error; lengths are differences.
+  a difference), so they carry no new float error. Lengths are differences; `total_us`
+  and `exposed_us` add them in order, left to right.
 
 The one implementation, as HTA has one (`hta/common/utils.py` merge_kernel_intervals):
-dist/comm.py, dist/commread.py, dist/analyze.py, tracefile/steps.py and lab/trace.py
-each had their own before.
+tracefile/steps.py, dist/comm.py, dist/commread.py and lab/trace.py each had their own
+before (and dist/analyze.py borrowed steps' private one).
 """
 
 from __future__ import annotations
