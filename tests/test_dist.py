@@ -1,6 +1,7 @@
-"""Distributed diagnosis: the interval arithmetic, the transfer/waiting split and the bus
-bandwidth (exact, hand-computed), the trace readers on small traces, and real torchrun
-runs with 2 gloo ranks on this CPU (OMP_NUM_THREADS=1 each: the CI machine has 2 cores)."""
+"""Distributed diagnosis: the transfer/waiting split and the bus bandwidth (exact,
+hand-computed; the interval arithmetic is test_intervals.py's), the trace readers on small
+traces, and real torchrun runs with 2 gloo ranks on this CPU (OMP_NUM_THREADS=1 each: the
+CI machine has 2 cores)."""
 
 import json
 import os
@@ -9,7 +10,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from gobrrr.budget import Budget, with_communication
@@ -18,55 +18,15 @@ from gobrrr.dist.comm import (
     Collective,
     RankTrace,
     bandwidth_gbps,
-    clip,
     exposed_split_us,
-    exposed_us,
     match_collectives,
-    subtract,
-    union,
 )
-from gobrrr.dist.commread import _union_clipped, read_trace
+from gobrrr.dist.commread import read_trace
 from gobrrr.dist.diagnose import STEPS
 from gobrrr.dist.launch import strip_option
 from gobrrr.schema import validate
 
 # --- exact arithmetic ------------------------------------------------------------------
-
-
-def test_union_and_subtract_exact():
-    assert union([(5, 7), (0, 2), (1, 3), (7, 8), (9, 9)]) == [(0, 3), (5, 8)]
-    # comm [0,10) and [20,30); compute [2,4), [8,22), [25,26)
-    # left: [0,2) [4,8) [22,25) [26,30) = 2 + 4 + 3 + 4 = 13
-    comm, compute = [(0, 10), (20, 30)], [(2, 4), (8, 22), (25, 26)]
-    assert subtract(comm, compute) == [(0, 2), (4, 8), (22, 25), (26, 30)]
-    assert exposed_us(comm, compute) == 13
-    assert exposed_us(comm, []) == 20  # nothing hides it
-    assert exposed_us(comm, [(-5, 50)]) == 0  # all hidden
-
-
-def test_subtract_agrees_with_its_definition_on_random_intervals():
-    # The sweep against the definition, point by point on an integer grid: t is left
-    # when some interval of `a` covers [t, t+1) and none of `b` does.
-    import random
-
-    rng = random.Random(0)
-
-    def rand_ivs(n):
-        return [(s, s + rng.randint(0, 12)) for s in (rng.randint(0, 200) for _ in range(n))]
-
-    for _ in range(300):
-        a, b = rand_ivs(rng.randint(0, 15)), rand_ivs(rng.randint(0, 15))
-        got = {t for s, e in subtract(a, b) for t in range(s, e)}
-        want = {t for t in range(220) if any(s <= t < e for s, e in a)
-                and not any(s <= t < e for s, e in b)}
-        assert got == want, (a, b)
-        assert subtract(a, b) == union(subtract(a, b))  # sorted, disjoint, not touching
-        # commread's numpy union of clipped intervals is union(clip(...)) exactly
-        lo, hi = sorted(rng.sample(range(-10, 230), 2))
-        s_arr, e_arr = np.array([s for s, _ in a], float), np.array([e for _, e in a], float)
-        rows = np.array([rng.random() < 0.7 for _ in a], dtype=bool)
-        want_u = union(clip([iv for iv, r in zip(a, rows, strict=True) if r], lo, hi))
-        assert _union_clipped(s_arr, e_arr, rows, lo, hi) == want_u, (a, rows, lo, hi)
 
 
 def test_busbw_nccl_tests_definitions():

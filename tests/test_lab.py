@@ -23,7 +23,7 @@ from gobrrr.lab import (
     repeat,
 )
 from gobrrr.lab.common import LabContext
-from gobrrr.lab.trace import busy_s, idle_fraction
+from gobrrr.lab.trace import idle_fraction
 
 
 @pytest.fixture
@@ -182,7 +182,6 @@ def test_idle_fraction_of_a_trace():
     # The essay's picture: ~2 us kernels launched every ~14 us.
     ivs = [(0.0, 2.0), (14.0, 16.0), (28.0, 30.0)]
     assert idle_fraction(ivs) == pytest.approx(1 - 6 / 30)
-    assert busy_s([(0, 4), (2, 6), (10, 11)]) == 7  # overlaps count once
     assert idle_fraction([(0, 5), (5, 10)]) == 0.0
 
 

@@ -34,6 +34,7 @@ from gobrrr.dist.comm import RankTrace
 from gobrrr.dist.commread import group_name, read_columns
 from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
+from gobrrr.intervals import union
 from gobrrr.report import Report
 from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, stream_trace
 from gobrrr.tracefile.read import TraceHeader
@@ -57,7 +58,6 @@ def without_communication(cols: TraceColumns) -> TraceColumns:
     """The columns without communication work (module docstring, step 1); one UserError
     line for a trace with no ProfilerStep# ranges, before anything is counted."""
     from gobrrr.phases import is_collective
-    from gobrrr.tracefile.steps import _merge
 
     if not cols.steps:
         raise UserError(f"{cols.path.name} has no {STEP_RANGES} ranges: the communication "
@@ -72,7 +72,10 @@ def without_communication(cols: TraceColumns) -> TraceColumns:
     drop = np.zeros(len(cpu["ts_us"]), dtype=bool)
     for thread in np.unique(cpu["thread"][is_coll]).tolist():
         mine = is_coll & (cpu["thread"] == thread)
-        ws, we = _merge(cpu["ts_us"][mine], cpu["ts_us"][mine] + cpu["dur_us"][mine])
+        # a zero-length collective op keeps its window: the events at its timestamp are
+        # inside it (the test below is closed at the end)
+        ws, we = union(cpu["ts_us"][mine], cpu["ts_us"][mine] + cpu["dur_us"][mine],
+                       keep_empty=True)
         on = np.flatnonzero(cpu["thread"] == thread)
         ts = cpu["ts_us"][on]
         k = np.searchsorted(ws, ts, side="right") - 1

@@ -37,16 +37,15 @@ buffer; all-gather: the gathered output; reduce-scatter: the full input.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Interval", "union", "total_us", "subtract", "exposed_us", "Collective",
-           "RankTrace", "busbw_factor", "bandwidth_gbps", "Matched",
+from gobrrr.intervals import Interval, exposed_us, subtract_list, total_us
+
+__all__ = ["Collective", "RankTrace", "busbw_factor", "bandwidth_gbps", "Matched",
            "match_collectives", "exposed_split_us", "normalise_collective", "WINDOW",
            "BUCKET_COPY_RANGES", "element_bytes"]
-
-Interval = tuple[float, float]  # (start_us, end_us)
 
 # The profiler range around the profiled steps on every rank (dist/diagnose.py).
 WINDOW = "gobrrr:dist-window"
@@ -61,55 +60,6 @@ WINDOW = "gobrrr:dist-window"
 BUCKET_COPY_RANGES = frozenset({
     "torch::distributed::reducer::mul_out", "torch::distributed::reducer::copy_",
     "torch.distributed.ddp.reducer::copy_bucket_to_grad"})
-
-
-def union(intervals: Iterable[Interval]) -> list[Interval]:
-    """The intervals merged: sorted, disjoint, touching ones joined; empty ones dropped."""
-    out: list[list[float]] = []
-    for s, e in sorted(i for i in intervals if i[1] > i[0]):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def total_us(intervals: Iterable[Interval]) -> float:
-    return sum(e - s for s, e in union(intervals))
-
-
-def subtract(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
-    """union(a) minus union(b): the parts of `a` that no interval of `b` covers. One
-    sweep over both (sorted, disjoint after union): a scan of all of `b` for each
-    interval of `a` took hours on the thousands of steps of a 1 GB rank trace."""
-    cut = union(b)
-    out: list[Interval] = []
-    j = 0  # the first cut interval that may reach into the current one of `a`
-    for s, e in union(a):
-        while j < len(cut) and cut[j][1] <= s:
-            j += 1
-        cur = s
-        k = j
-        while k < len(cut) and cut[k][0] < e:
-            bs, be = cut[k]
-            if bs > cur:
-                out.append((cur, bs))
-            cur = max(cur, be)
-            if cur >= e:
-                break
-            k += 1
-        if cur < e:
-            out.append((cur, e))
-    return out
-
-
-def exposed_us(comm: Iterable[Interval], compute: Iterable[Interval]) -> float:
-    """Time a communication interval runs while no compute interval does."""
-    return total_us(subtract(comm, compute))
-
-
-def clip(intervals: Iterable[Interval], lo: float, hi: float) -> list[Interval]:
-    return [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
 
 
 # Collective names as the profiler writes them (NCCL's record_param_comms, gloo's ranges,
@@ -307,6 +257,6 @@ def exposed_split_us(trace: RankTrace, matched: Sequence[Matched]) -> tuple[floa
         xfer_iv.append((c.start_us + w, c.end_us))
     # where a waiting part of one collective overlaps a transfer part of another, the
     # time is transfer (data moved then): waiting excludes it
-    waiting_only = total_us(subtract(subtract(wait_iv, xfer_iv), trace.compute))
-    transfer = total_us(subtract(xfer_iv, trace.compute))
+    waiting_only = exposed_us(subtract_list(wait_iv, xfer_iv), trace.compute)
+    transfer = exposed_us(xfer_iv, trace.compute)
     return transfer, waiting_only

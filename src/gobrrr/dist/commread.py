@@ -23,14 +23,11 @@ from gobrrr.dist.comm import (
     BUCKET_COPY_RANGES,
     WINDOW,
     Collective,
-    Interval,
     RankTrace,
-    clip,
     element_bytes,
     normalise_collective,
-    subtract,
-    union,
 )
+from gobrrr.intervals import Interval, as_list, clip, subtract, union
 from gobrrr.phases import launches_collective
 from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, columns_of
 
@@ -76,11 +73,6 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 def _names_where(cols: TraceColumns, pred: Callable[[str], bool]) -> np.ndarray:
     """A boolean per name id: index it with a name column."""
     return np.array([pred(n) for n in cols.names] or [False], dtype=bool)
-
-
-def _spans(part: dict[str, np.ndarray], rows: np.ndarray) -> list[Interval]:
-    ts = part["ts_us"][rows]
-    return list(zip(ts.tolist(), (ts + part["dur_us"][rows]).tolist(), strict=True))
 
 
 def _window(cols: TraceColumns, window: str, rank: int) -> tuple[float, float, int]:
@@ -129,10 +121,10 @@ def _read_cpu(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
     name = cpu["name"]
     on_main_op = (cpu["thread"] == main_thread) & (cpu["kind"] == CPU_OP)
     is_launch = on_main_op & _names_where(cols, launches_collective)[name]
-    aten = _spans(cpu, on_main_op & _names_where(cols, lambda n: n.startswith("aten::"))[name])
-    launches = _spans(cpu, is_launch)
-    compute = union(clip(subtract(aten, launches), lo, hi))
+    is_aten = on_main_op & _names_where(cols, lambda n: n.startswith("aten::"))[name]
     ts, end = cpu["ts_us"], cpu["ts_us"] + cpu["dur_us"]
+    compute = as_list(*union(*clip(*subtract(ts[is_aten], end[is_aten], ts[is_launch],
+                                             end[is_launch]), lo, hi)))
     gloo_rows = np.flatnonzero(_names_where(cols, lambda n: n.startswith("gloo:"))[name]
                                & (cpu["thread"] != main_thread) & (end > lo) & (ts < hi))
     gloo_rows = gloo_rows[np.argsort(ts[gloo_rows], kind="stable")]
@@ -163,8 +155,8 @@ def _read_cpu(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
                               nel * size if size and dims else None, s, t - s))
     is_copy = _names_where(cols, lambda n: n in BUCKET_COPY_RANGES)[name]
     return RankTrace(rank, steps, hi - lo, out, compute, "cpu",
-                     blocked=_union_clipped(ts, end, is_launch, lo, hi),
-                     bucket_copy=_union_clipped(ts, end, is_copy, lo, hi))
+                     blocked=_window_union(ts, end, is_launch, lo, hi),
+                     bucket_copy=_window_union(ts, end, is_copy, lo, hi))
 
 
 def _largest_bytes(args: dict[str, Any]) -> int | None:
@@ -226,28 +218,14 @@ def _read_cuda(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
         size = element_bytes(meta.get("dtype"))
         out.append(Collective(g, seq if seq is not None else n_order, name,
                               nel * size if nel is not None and size else None, s, t - s))
-    return RankTrace(rank, steps, hi - lo, out, _union_clipped(ts, end, ~is_comm, lo, hi),
-                     "cuda", notes, bucket_copy=_union_clipped(ts, end, is_copy, lo, hi))
+    return RankTrace(rank, steps, hi - lo, out, _window_union(ts, end, ~is_comm, lo, hi),
+                     "cuda", notes, bucket_copy=_window_union(ts, end, is_copy, lo, hi))
 
 
-def _union_clipped(start: np.ndarray, end: np.ndarray, rows: np.ndarray, lo: float,
-                   hi: float) -> list[Interval]:
-    """comm.union(comm.clip(the rows' intervals, lo, hi)) in numpy (tests check the two
-    agree): a rank trace of a long job has millions of kernels, too many for a list of
-    tuples per step of it."""
-    s = np.maximum(start[rows], lo)
-    e = np.minimum(end[rows], hi)
-    keep = e > s  # clip drops what lies outside; union drops what is empty
-    s, e = s[keep], e[keep]
-    if not len(s):
-        return []
-    order = np.lexsort((e, s))
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    # a new merged interval starts where an interval starts after all before it ended
-    first = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
-    last = np.r_[first[1:] - 1, len(s) - 1]
-    return list(zip(s[first].tolist(), reach[last].tolist(), strict=True))
+def _window_union(start: np.ndarray, end: np.ndarray, rows: np.ndarray, lo: float,
+                  hi: float) -> list[Interval]:
+    """The union of the rows' intervals clipped to [lo, hi), as RankTrace holds it."""
+    return as_list(*union(*clip(start[rows], end[rows], lo, hi)))
 
 
 def _launched_inside(cols: TraceColumns, is_range: Callable[[str], bool]

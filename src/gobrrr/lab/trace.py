@@ -11,26 +11,11 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["busy_s", "idle_fraction", "kernel_intervals_us", "profile_op_times_us"]
+from gobrrr.intervals import total_us
+
+__all__ = ["idle_fraction", "kernel_intervals_us", "profile_op_times_us"]
 
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
-
-
-def busy_s(intervals: Sequence[tuple[float, float]]) -> float:
-    """Length of the union of (start, end) intervals."""
-    total = 0.0
-    cur_start: float | None = None
-    cur_end = 0.0
-    for start, end in sorted(intervals):
-        if cur_start is None or start > cur_end:
-            if cur_start is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    if cur_start is not None:
-        total += cur_end - cur_start
-    return total
 
 
 def idle_fraction(intervals: Sequence[tuple[float, float]]) -> float:
@@ -39,7 +24,7 @@ def idle_fraction(intervals: Sequence[tuple[float, float]]) -> float:
     if not intervals:
         raise ValueError("no kernel intervals")
     span = max(e for _, e in intervals) - min(s for s, _ in intervals)
-    return 0.0 if span <= 0 else 1.0 - busy_s(intervals) / span
+    return 0.0 if span <= 0 else 1.0 - total_us(intervals) / span
 
 
 def kernel_intervals_us(fn: Callable[[], Any], repeats: int = 1) -> list[tuple[float, float]]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gobrrr.counting import CountResult, OpRecord
+from gobrrr.intervals import busy_us, union
 from gobrrr.phases import AUTOGRAD_RANGE, FORWARD, range_label
 from gobrrr.profile import is_math_kernel
 from gobrrr.run import Kernel, ProfiledRun
@@ -183,65 +184,6 @@ def _op_around(cols: TraceColumns, owner: np.ndarray) -> Callable[[int, float], 
     return around
 
 
-def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted intervals covering the union of [start, end)."""
-    if not len(starts):
-        return starts, ends
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], np.maximum.accumulate(ends[o])
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > e[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], e[last]
-
-
-def _covered(starts: np.ndarray, ends: np.ndarray, ws: np.ndarray, we: np.ndarray
-             ) -> np.ndarray:
-    """Per interval [starts, ends), its length inside the disjoint sorted windows."""
-    out = np.zeros(len(starts))
-    if not len(ws):
-        return out
-    cum = np.concatenate(([0.0], np.cumsum(we - ws)))
-
-    def inside_before(t: np.ndarray) -> np.ndarray:  # window time before t
-        k = np.searchsorted(ws, t, side="right") - 1
-        kk = np.maximum(k, 0)
-        part = np.clip(t - ws[kk], 0.0, we[kk] - ws[kk])
-        return np.where(k >= 0, cum[kk] + part, 0.0)
-
-    return np.maximum(0.0, inside_before(ends) - inside_before(starts))
-
-
-def _busy(starts: np.ndarray, durs: np.ndarray, ws: np.ndarray, we: np.ndarray
-          ) -> tuple[float, np.ndarray]:
-    """(time inside the windows covered by at least one interval, each interval's time
-    inside the windows). Timestamps ~5e12 us carry ~1e-3 us of float error, durations
-    are exact as written: an interval wholly inside a window counts its duration, and an
-    interval that overlaps no other counts alone, so busy time equals the summed kernel
-    times to the last digit unless kernels really overlap."""
-    ends = starts + durs
-    inside = _covered(starts, ends, ws, we)
-    inside = np.where(inside >= durs - 1e-3, durs, inside)
-    if not len(starts):
-        return 0.0, inside
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] >= reach[:-1]  # touching is not overlapping
-    group = np.cumsum(new) - 1
-    size = np.bincount(group)
-    first = np.flatnonzero(new)
-    alone = size[group] == 1
-    busy = float(inside[o][alone].sum())
-    multi = np.flatnonzero(size > 1)
-    if len(multi):
-        g_end = np.maximum.reduceat(e, first)[multi]
-        busy += float(_covered(s[first][multi], g_end, ws, we).sum())
-    return busy, inside
-
-
 def analyse_steps(cols: TraceColumns,
                   count: Callable[[str, RecordedArgs | None], OpCount] = count_recorded
                   ) -> TraceRun:
@@ -295,7 +237,8 @@ def analyse_steps(cols: TraceColumns,
     if gpu:
         ok = d_step >= 0
         np.maximum.at(span_hi, d_step[ok], d_end[ok])
-    ws, we = _merge(span_lo, span_hi)
+    # a zero-length span (a step of no duration) stays, as it always has: it covers nothing
+    ws, we = union(span_lo, span_hi, keep_empty=True)
     wall_us = float((we - ws).sum())
     samples_s = ((span_hi - span_lo) * 1e-6).tolist()
     edges_us = float(((step_end - step_ts) - (np.minimum(span_hi, step_end) - span_lo))
@@ -330,7 +273,7 @@ def analyse_steps(cols: TraceColumns,
     outside_kernels, outside_us = 0, 0.0
     if gpu:
         d_start = dev["ts_us"]
-        busy_us, inside = _busy(d_start, dev["dur_us"], ws, we)
+        busy_time_us, inside = busy_us(d_start, dev["dur_us"], ws, we)
         # j: the kernel's rank among those its op call launched, in start order.
         order = np.lexsort((d_start, d_op))
         j_prev, op_prev = 0, -2
@@ -368,19 +311,21 @@ def analyse_steps(cols: TraceColumns,
         # CPU side: each counted op's busy time is its duration inside the spans.
         evs = np.array(list(key_of_event), dtype=np.int64)
         o_start = cpu["ts_us"][evs] if len(evs) else np.zeros(0)
-        busy_us, inside = _busy(o_start, cpu["dur_us"][evs] if len(evs) else np.zeros(0),
-                                ws, we)
+        o_dur = cpu["dur_us"][evs] if len(evs) else np.zeros(0)
+        busy_time_us, inside = busy_us(o_start, o_dur, ws, we)
         for ev, us in zip(evs.tolist(), inside.tolist(), strict=True):
             keys[key_of_event[ev]].time_us += us
         summed_us = float(inside.sum())
         kernels_per_step = 0.0
     # Overlap (several streams or threads) counts once: scale the summed op times to it.
-    scale = busy_us / summed_us if summed_us > busy_us * (1 + 1e-9) and busy_us > 0 else 1.0
+    scale = (busy_time_us / summed_us
+             if summed_us > busy_time_us * (1 + 1e-9) and busy_time_us > 0 else 1.0)
     if scale < 0.999:
         notes.append(f"{'kernels' if gpu else 'ops'} overlapped (several "
                      f"{'streams' if gpu else 'threads'}): their summed time "
                      f"{summed_us / n_steps:.1f} us per step was scaled to the "
-                     f"{busy_us / n_steps:.1f} us the {'GPU' if gpu else 'CPU'} was busy")
+                     f"{busy_time_us / n_steps:.1f} us the {'GPU' if gpu else 'CPU'} was "
+                     "busy")
 
     # Records and the run.
     counts: dict[tuple[int, int], OpCount] = {}
@@ -417,7 +362,7 @@ def analyse_steps(cols: TraceColumns,
         run.kernels.append(Kernel(names[kname], us * per, None, start))
         run.unattributed_s += us * per
     run.kernels.sort(key=lambda k: k.start_us if k.start_us is not None else 0.0)
-    run.busy_s = busy_us * 1e-6 / n_steps
+    run.busy_s = busy_time_us * 1e-6 / n_steps
 
     if cols.steps:
         notes.insert(0, f"{n_steps} profiled step(s) ({step_names[0]} to {step_names[-1]}): "
