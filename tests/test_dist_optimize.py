@@ -1,5 +1,5 @@
-"""Distributed optimize (gobrrr.dist.remedies, gobrrr.dist.optimize): the predictions'
-arithmetic with hand-computed numbers, the verification's measures, the swap of a wrapper
+"""Distributed optimize (gobrrr.remedies.ddp, fsdp, comm; gobrrr.dist.optimize): the
+predictions' arithmetic with hand-computed numbers, the verification's measures, the swap of a wrapper
 in a copied workload, and real torchrun runs with 2 gloo ranks on this CPU
 (OMP_NUM_THREADS=1 each: the CI machine has 2 cores)."""
 
@@ -13,27 +13,37 @@ import time
 import pytest
 import torch
 
+from types import SimpleNamespace
+
+from gobrrr.budget import Budget
 from gobrrr.dist.optimize import RunOut, judge, update_error
-from gobrrr.dist.remedies import (
-    DistFacts,
+from gobrrr.remedies.base import Context
+from gobrrr.remedies.comm import CommFacts, predict_batch
+from gobrrr.remedies.ddp import (
     allreduce_s,
     ddp_buckets,
-    predict_batch,
     predict_bf16,
     predict_bucket_cap,
     predict_bucket_view,
-    predict_reshard,
     swap_references,
 )
+from gobrrr.remedies.fsdp import predict_reshard
 
 MIB = 2**20
 
 
-def _facts(**kw):
-    d = dict(kind="ddp", world_size=2, step_s=0.1, exposed_s=0.02,
-             grad_bytes=(100_000_000,), mem_bw_bytes_per_s=1e11)
+def _facts(*, step_s=0.1, exposed_s=0.02, mem_bw_bytes_per_s=1e11, **kw):
+    """The Context of a distributed diagnosis: a budget of T = step_s whose fourth part
+    is E = exposed_s (the rest split evenly, so every part holds what a prediction may
+    take from it), the calibrated bandwidth W, and the communication facts."""
+    rest = (step_s - exposed_s) / 3
+    budget = Budget(wall_s=step_s, busy_s=2 * rest, overhead_s=rest, memory_s=rest,
+                    compute_s=rest, floor_s=0.0, below_roof_s=0.0,
+                    communication_s=exposed_s)
+    d = dict(kind="ddp", world_size=2, grad_bytes=(100_000_000,))
     d.update(kw)
-    return DistFacts(**d)
+    return Context("cpu", budget, SimpleNamespace(bandwidth_bytes_per_s=mem_bw_bytes_per_s),
+                   comm=CommFacts(**d))
 
 
 # --- predictions: exact arithmetic ------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import Any
 from gobrrr.coordinator import SOLO, Coordinator
 
 __all__ = ["Timing", "measure", "measure_ranks", "summarize", "device_sync",
-           "SPENT_MIN_SAMPLES", "from_samples"]
+           "SPENT_MIN_SAMPLES", "from_samples", "time_call"]
 
 Clock = Callable[[], float]
 
@@ -74,6 +74,17 @@ def device_sync(device: str) -> Callable[[], None]:
 
         return torch.cuda.synchronize
     return lambda: None
+
+
+def time_call(fn: Callable[[], Any], device: str) -> float:
+    """Seconds of one call of `fn`, between two syncs: an estimate to plan with (how long
+    a candidate will take), never a measurement to report (that is `measure`)."""
+    sync = device_sync(device)
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
 
 
 # Once the budget is spent a measurement stops at this many samples: a median of two

@@ -88,7 +88,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
             report = _distributed(world, target, dev, batch_size, opts, no_experiments,
                                   time_budget_s, dist_timeout_s, rank_traces, say,
                                   inter_node_gbps)
-            if report is None:  # not rank 0: rank 0 alone writes the report
+            if world.rank != 0:  # rank 0 alone writes the (merged) report
                 return
         else:
             w = load_announced(target, dev, batch_size, opts, say)
@@ -121,7 +121,7 @@ def _distributed(world: Any, target: str | None, dev: str, batch_size: int | Non
                  dist_timeout_s: float | None, rank_traces: Path | None,
                  say: Callable[[str], None], inter_node_gbps: float | None = None) -> Any:
     """The lockstep diagnosis on this rank (gobrrr.dist.diagnose): the merged Report on
-    rank 0, None on the others."""
+    rank 0, each other rank's own."""
     from gobrrr.dist.diagnose import DistOptions, diagnose_distributed
     from gobrrr.dist.lockstep import timeout_from_env
     from gobrrr.targets import load_target

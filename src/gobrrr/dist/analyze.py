@@ -3,7 +3,7 @@ recorded elsewhere, merged into one Report as `gobrrr doctor` under torchrun mer
 ranks (merge.py): rank 0's report with a `distributed` section.
 
 Per rank, in rank order:
-1. analyze's single-trace path (analyze.analyse_trace) on the trace's columns with the
+1. the trace source (tracefile/analysis.analyse_trace) on the trace's columns with the
    communication taken out (`without_communication`): NCCL kernels (marked by the
    profiler's collective metadata, tracestream's `comm` column) leave the device activity,
    and collective ops (`c10d::*`, trace.is_collective) with what they run inside leave
@@ -17,7 +17,8 @@ Per rank, in rank order:
    order), each rank's exposed transfer and waiting (accounting.account, the one rule),
    and its budget with the fourth part (budget.with_communication).
 Then merge.merge, with no no_sync experiment, topology, communication ceilings or
-timeout: a trace from elsewhere has none of them.
+timeout (a trace from elsewhere has none of them), and the one end (diagnosis.py) with
+rank 0's run and the merged section.
 """
 
 from __future__ import annotations
@@ -25,17 +26,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
-from gobrrr.analyze import TraceAnalysis, analyse_trace, report_of
-from gobrrr.dist.comm import RankTrace
+from gobrrr.diagnosis import budget_for, report_for
+from gobrrr.dist.accounting import account
+from gobrrr.dist.comm import RankTrace, match_collectives
 from gobrrr.dist.commread import group_name, read_columns
+from gobrrr.dist.merge import merge, summarize_rank
 from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
 from gobrrr.intervals import union
+from gobrrr.phases import is_collective
 from gobrrr.report import Report
+from gobrrr.run import MeasuredRun
+from gobrrr.tracefile.analysis import TraceAnalysis, analyse_trace
 from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, stream_trace
 from gobrrr.tracefile.read import TraceHeader
 
@@ -57,8 +62,6 @@ FROM_TRACES_NOTE = (
 def without_communication(cols: TraceColumns) -> TraceColumns:
     """The columns without communication work (module docstring, step 1); one UserError
     line for a trace with no ProfilerStep# ranges, before anything is counted."""
-    from gobrrr.phases import is_collective
-
     if not cols.steps:
         raise UserError(f"{cols.path.name} has no {STEP_RANGES} ranges: the communication "
                         "of several ranks is matched inside their profiled steps (a "
@@ -111,15 +114,11 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
                   progress: Progress | None = None) -> Report:
     """The merged Report of the ranks' traces (module docstring); `headers` in rank
     order, already checked to be one job's (analyze.check_traces)."""
-    from gobrrr.budget import compute_budget, with_communication
-    from gobrrr.dist.accounting import account
-    from gobrrr.dist.comm import match_collectives
-    from gobrrr.dist.merge import merge, with_distributed
-
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     info0 = headers[0].distributed or {}
     world_size = int(info0["world_size"])
+    files = [h.path.name for h in headers]
     analyses: list[TraceAnalysis] = []
     traces: list[RankTrace] = []
     for h in headers:
@@ -127,7 +126,8 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
         say(f"rank {rank}: {h.path.name}")
         say(f"reading {h.path.name}")
         cols = stream_trace(h.path)  # once: the per-op pass and the communication pass
-        a = analyse_trace(h, ceilings, say, prepare=without_communication, cols=cols)
+        a = analyse_trace(h, ceilings, say, prepare=without_communication, cols=cols,
+                          files=files)
         ceilings = ceilings or a.ceilings  # one job, one kind of GPU: rank 0's choice
         analyses.append(a)
         say(f"rank {rank}: communication in the profiled steps")
@@ -141,31 +141,24 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
         say(f"{len(headers)} of {world_size} ranks given: collectives are matched among "
             "those")
     matched, match_notes = match_collectives(traces)
-    gathered: list[dict[str, Any]] = []
-    budgets = []
+    runs: list[MeasuredRun] = []
+    summaries = []
     for a, t in zip(analyses, traces, strict=True):
-        acc = account(t, matched, a.tr.wall_s, None)
-        b = with_communication(compute_budget(a.tr.run, a.tr.wall_s, a.ceilings),
-                               acc.communication_s)
-        budgets.append(b)
-        gathered.append({
-            "rank": t.rank, "host": a.header.meta.get("host_name"),
-            "timing": {"median_s": a.tr.wall_s},
-            "budget": {k: v for k, v in b.to_dict().items()
-                       if k in ("wall_s", "busy_s", "overhead_s", "memory_s", "compute_s",
-                                "communication_s", "fractions", "regime")},
-            "trace": t.to_dict(), "account": acc.to_dict(), "no_sync": None,
-            "trace_path": a.header.path.name,
-        })
-    d = merge(gathered, world_size=world_size, backend=str(info0.get("backend", "?")),
-              device=analyses[0].device, timeout_s=0.0, experiments=False)
-    d.pop("timeout_s")  # no process group here: a trace has no timeout
-    d["notes"] = [FROM_TRACES_NOTE, *match_notes, *d["notes"]]
+        acc = account(t, matched, a.run.wall_s, None)
+        run = replace(a.run, communication_s=acc.communication_s)
+        runs.append(run)
+        summaries.append(summarize_rank(t.rank, budget_for(run, a.ceilings), t, acc,
+                                        host=a.header.meta.get("host_name"),
+                                        trace_path=a.header.path.name))
+    tail = []
     if len(headers) < world_size:
-        d["notes"].append(f"{len(headers)} of the job's {world_size} ranks given: "
-                          "collectives matched among those ranks only")
+        tail.append(f"{len(headers)} of the job's {world_size} ranks given: collectives "
+                    "matched among those ranks only")
     if not matched:
-        d["notes"].append("no collective was found on every rank inside the profiled "
-                          "steps: no transfer/waiting split")
-    report = report_of(analyses[0], budgets[0], t0, [h.path.name for h in headers])
-    return with_distributed(report, d)
+        tail.append("no collective was found on every rank inside the profiled steps: no "
+                    "transfer/waiting split")
+    section = merge(summaries, world_size=world_size,
+                    backend=str(info0.get("backend", "?")), device=analyses[0].device,
+                    experiments=False, notes_first=[FROM_TRACES_NOTE, *match_notes],
+                    notes_last=tail)
+    return report_for(runs[0], analyses[0].ceilings, distributed=section, started_s=t0)

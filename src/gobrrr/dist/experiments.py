@@ -81,7 +81,7 @@ def find_ddp(w: Any) -> Any:
 
 def find_fsdp_units(w: Any) -> list[Any]:
     """Every FSDP2 module (fully_shard) the workload reaches, in module order."""
-    from gobrrr.dist.remedies import find_fsdp
+    from gobrrr.remedies.fsdp import find_fsdp
     from gobrrr.state import walk
 
     return find_fsdp(list(walk(w.fn, w.args, w.kwargs).modules))

@@ -1,6 +1,6 @@
-"""`gobrrr optimize` under torchrun: the distributed remedies (dist/remedies.py) applied to
-copies of the workload on every rank, verified and timed in lockstep; rank 0 writes the
-result in optimize's own format (remedies/result.py).
+"""`gobrrr optimize` under torchrun: the distributed remedies (remedies/ddp.py, fsdp.py)
+applied to copies of the workload on every rank, verified and timed in lockstep; rank 0
+writes the result in optimize's own format (remedies/result.py).
 
 Every rank, in this order:
 1. the distributed diagnosis (dist/diagnose.py; its own lockstep stages), unless
@@ -10,15 +10,16 @@ Every rank, in this order:
 3. the reference: two copies of the base, two calls each from the same RNG state; each
    gives its outputs and the update of every parameter over the first call (p1 - p0, in
    fp64 from the fp32 values: exact) and the gradients after it;
-4. each candidate, in the order rank 0 decides (predicted gain, catalog order) and
-   broadcasts, while its estimated cost fits before the deadline (rank 0's clock):
+4. each candidate, in the order of the search plan (remedies/plan.py, through
+   remedies/runner.search: predicted gain, catalog order) as rank 0 decides and
+   broadcasts it, while its estimated cost fits before the deadline (rank 0's clock):
    a copy (DDP: a deep copy of the base whose DDP is re-wrapped around its `module` with
    the new settings, on the same process group, and every reference to the old wrapper in
    the copy swapped for the new one; FSDP2: a fresh build from the factory with the
    settings changed), 3 warm calls, the starting state restored in place, the reference's
    two calls, compared (outputs, parameter updates, gradients) on every rank, verified
    only when every rank passes; then interleaved A/B timing in lockstep;
-5. the winners together (one per group), when at least two won.
+5. the winners together (the plan's stack: one per group), when at least two won.
 Every decision is rank 0's and every attempt ends in an exchange of statuses
 (`_attempt`): a rank whose candidate raises makes every rank record the same failure,
 and every rank makes exactly the same calls, so no collective waits for a peer that
@@ -35,28 +36,40 @@ far below their own size.
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gobrrr.api import diagnose_budget
+from gobrrr.dist.ceilings import load_cached
+from gobrrr.dist.context import comm_facts
+from gobrrr.dist.diagnose import DistOptions, diagnose_distributed, target_fingerprint
 from gobrrr.dist.lockstep import DistError, Lockstep, World, setup
-from gobrrr.dist.remedies import (
-    CATALOG,
-    DistFacts,
-    DistRemedy,
-    catalog_for,
-    combined_gain,
-    find_ddps,
-    find_fsdp,
-)
 from gobrrr.errors import WARNING, UserError, first_line
-from gobrrr.gains import Gain
-from gobrrr.remedies.base import RemedyResult
-
-from gobrrr.remedies.evaluate import WARM_CALLS
-from gobrrr.remedies.verify import ab_time
+from gobrrr.remedies import catalog
+from gobrrr.remedies.base import Candidate, Context, RemedyResult, RemedySpec
+from gobrrr.remedies.ddp import find_ddps, rewrap
+from gobrrr.remedies.evaluate import SEED, WARM_CALLS, out_dtype
+from gobrrr.remedies.fsdp import apply_fsdp, find_fsdp
+from gobrrr.remedies.result import OptimizeResult, snippet_for
+from gobrrr.remedies.runner import search
+from gobrrr.remedies.verify import (
+    Comparison,
+    ab_time,
+    compare,
+    tolerance_given_noise,
+)
+from gobrrr.state import (
+    clone_tree,
+    copy_workload,
+    describe,
+    plain_state,
+    put_back,
+    restore,
+    snapshot,
+)
+from gobrrr.timing import device_sync, time_call
 
 __all__ = ["DistOptimizeOptions", "optimize_distributed", "facts_from",
            "RunOut", "judge"]
@@ -128,9 +141,6 @@ def _params(modules: list[Any]) -> list[Any]:
 def _run_calls(c: Any, device: str) -> RunOut:
     import torch
 
-    from gobrrr.remedies.evaluate import SEED
-    from gobrrr.state import clone_tree
-    from gobrrr.timing import device_sync
 
     sync = device_sync(device)
     params = _params(c.modules)
@@ -188,7 +198,6 @@ def _grad_pairs(a: RunOut, b: RunOut) -> tuple[list[Any], list[Any]]:
 
 def nondeterminism(ref: RunOut, twin: RunOut) -> dict[str, dict[str, float]]:
     """Eager vs eager, per quantity and measure."""
-    from gobrrr.remedies.verify import compare
 
     rg, tg = _grad_pairs(ref, twin)
     quantities = {"outputs": (ref.outputs, twin.outputs), "grads": ([rg], [tg])}
@@ -202,7 +211,6 @@ def judge(ref: RunOut, cand: RunOut, out_dtype: str, precision: str | None,
           nondet: dict[str, dict[str, float]]) -> dict[str, Any]:
     """This rank's verdict on a candidate: each quantity against the reference at the
     tolerance of its precision (grown for eager's own noise); ok only when all pass."""
-    from gobrrr.remedies.verify import Comparison, compare, tolerance_given_noise
 
     rg, cg = _grad_pairs(ref, cand)
     quantities = {"outputs": (ref.outputs, cand.outputs, out_dtype),
@@ -232,64 +240,6 @@ def judge(ref: RunOut, cand: RunOut, out_dtype: str, precision: str | None,
     return {"ok": ok, "checks": checks, "reasons": reasons}
 
 
-# ------------------------------------------------------------------ facts
-
-
-def _grad_bytes(modules: list[Any]) -> tuple[int, ...]:
-    """Per parameter requiring grad, registration order, unsharded (a DTensor's numel is
-    the global one)."""
-    return tuple(p.numel() * p.element_size() for p in _params(modules))
-
-
-def facts_from(report: Any, kind: str, world_size: int, modules: list[Any]
-               ) -> tuple[DistFacts | None, list[str]]:
-    """The predictions' inputs from the distributed diagnosis (module docstring of
-    dist/remedies.py), and notes on where each came from."""
-    notes: list[str] = []
-    if report is None:
-        return None, ["no diagnosis (--no-diagnose): no predictions"]
-    b = report.budget
-    d = getattr(report, "distributed", None) or {}
-    bounds = [r["no_sync"]["bound_s"] for r in d.get("ranks", [])
-              if r.get("no_sync") and r["no_sync"].get("bound_s") is not None]
-    busbw: Callable[[float], float] | None = None
-    source = ""
-    try:
-        from gobrrr.dist.ceilings import load_cached
-
-        cached = load_cached()
-    except Exception:  # noqa: BLE001 - no cache, or no topology: the achieved figure
-        cached = None
-    if cached is not None:
-        curve = cached
-
-        def busbw_fn(s: float) -> float:
-            return curve.busbw_at("all_reduce", s)
-
-        busbw, source = busbw_fn, "busbw from calibrate --distributed's curve"
-    else:
-        achieved = [c["busbw_gbps"] for c in d.get("collectives", [])
-                    if c.get("collective") == "all_reduce" and c.get("busbw_gbps")]
-        if achieved:
-            bw = statistics.median(achieved) * 1e9
-            busbw = (lambda _s, bw=bw: bw)  # noqa: E731
-            source = (f"this step's achieved all-reduce busbw {bw / 1e9:.3g} GB/s, no "
-                      "per-call latency (run gobrrr calibrate --distributed for the "
-                      "size-dependent curve)")
-    ddps = find_ddps(modules)
-    cap = None
-    if ddps:
-        cap_b = getattr(ddps[0], "bucket_bytes_cap", None)
-        if cap_b is not None and cap_b != 25 * 2**20:
-            cap = cap_b / 2**20
-    grads = _grad_bytes(modules)
-    comm = b.communication_s if b.communication_s is not None else 0.0
-    facts = DistFacts(kind, world_size, b.wall_s, comm, grads,
-                      getattr(report.ceilings, "bandwidth_bytes_per_s", None), busbw, source,
-                      max(bounds) if bounds else None, cap, sum(grads))
-    return facts, notes
-
-
 # ------------------------------------------------------------------ the run
 
 
@@ -307,67 +257,42 @@ class _State:
     call_s: float = 0.0
 
 
-def _copy(st: _State, settings: dict[str, Any] | None = None) -> tuple[Any, list[str]]:
-    """A fresh copy of the workload with `settings` (none: as the user wrote it). DDP: a
-    deep copy of the base, its wrapper rebuilt around the copied module (the reference
-    too, so both sides of every A/B are wrappers built the same way); FSDP2: a fresh build from the factory, its settings changed."""
-    from gobrrr.dist.remedies import apply_fsdp
-    from gobrrr.state import copy_workload, describe
-
+def _copy(st: _State, specs: Sequence[RemedySpec] = ()) -> Candidate:
+    """A fresh copy of the workload with `specs` applied (none: as the user wrote it).
+    DDP: a deep copy of the base, its wrapper rebuilt once around the copied module with
+    the union of the specs' settings (the reference too, so both sides of every A/B are
+    wrappers built the same way); FSDP2: a fresh build from the factory, its settings
+    changed."""
+    settings: dict[str, Any] = {}
+    for spec in specs:
+        settings.update(spec.settings or {})
     if st.kind == "ddp":
         c = copy_workload(st.base.fn, st.base.args, st.base.kwargs)
-        return _rewrap(c, dict(settings or {}))
+        cand, notes = rewrap(Candidate(c.fn, c.args, c.kwargs, c.modules, c.optimizers,
+                                       c.tensors), settings)
+        cand.notes = notes
+        return cand
     w = st.load()
     c = describe(w.fn, w.args, w.kwargs)
-    return c, (apply_fsdp(c.modules, settings) if settings else [])
+    cand = Candidate(c.fn, c.args, c.kwargs, c.modules, c.optimizers, c.tensors)
+    cand.notes = apply_fsdp(c.modules, settings) if settings else []
+    return cand
 
 
-def _apply(st: _State, specs: list[DistRemedy]) -> tuple[Any, list[str]]:
-    settings: dict[str, Any] = {}
-    for s in specs:
-        settings.update(s.settings)
-    return _copy(st, settings)
-
-
-def _rewrap(c: Any, settings: dict[str, Any]) -> tuple[Any, list[str]]:
-    """The copy `c` with its DDP wrapper rebuilt with `settings` (rewrap_ddp), every
-    reference to the old wrapper swapped for the new one."""
-    from gobrrr.dist.remedies import rewrap_ddp, swap_references
-    from gobrrr.state import describe
-
-    (old,) = find_ddps(c.modules)
-    new = rewrap_ddp(old, settings)
-    fn, args, n = swap_references(c.fn, c.args, c.kwargs, old, new)
-    if n == 0:
-        raise RuntimeError("the DDP module is not referenced where gobrrr can swap it "
-                           "(closure, global, attribute, container, argument)")
-    # The old wrapper's reducer has autograd hooks on the very parameters the new one
-    # wraps: drop it now (its destructor removes them), not whenever the cyclic GC
-    # collects the old wrapper, which happens at a different moment on each rank
-    for attr in ("logger", "reducer"):
-        if hasattr(old, attr):
-            delattr(old, attr)
-    del old
-    shown = {k: v for k, v in settings.items() if k != "process_group"}
-    return describe(fn, args, c.kwargs), [f"re-wrapped in DDP({shown}), {n} "
-                                          "reference(s) swapped"]
-
-
-def _evaluate(st: _State, specs: list[DistRemedy], ab_budget_s: float,
+def _evaluate(st: _State, specs: list[RemedySpec], ab_budget_s: float,
               deadline: float) -> RemedyResult:
-    from gobrrr.state import plain_state, put_back, restore, snapshot
-
+    """One candidate on every rank in lockstep (module docstring, step 4); every stage
+    ends in an exchange of statuses (`_attempt`)."""
     ls, name = st.ls, "+".join(s.name for s in specs)
     precision = next((s.precision for s in specs if s.precision), None)
     res = RemedyResult(name, "+".join(dict.fromkeys(s.regime for s in specs)), "failed", "",
                        components=tuple(s.name for s in specs),
                        snippet="\n".join(s.snippet for s in specs))
-    got, why = _attempt(ls, f"applying {name}", lambda: _apply(st, specs))
+    cand, why = _attempt(ls, f"applying {name}", lambda: _copy(st, specs))
     if why:
         res.reason = f"applying: {why}"
         return res
-    cand, notes = got
-    res.checks["notes"] = notes
+    res.checks["notes"] = cand.notes
 
     def call() -> Any:
         return cand.fn(*cand.args, **cand.kwargs)
@@ -436,92 +361,17 @@ def _evaluate(st: _State, specs: list[DistRemedy], ab_budget_s: float,
 
 def _build(st: _State, say: Progress) -> None:
     """The reference: two copies, two calls each (module docstring, step 3)."""
-    from gobrrr.remedies.evaluate import _out_dtype
-    from gobrrr.timing import device_sync
-
     ls = st.ls
     say("reference: eager, twice from the same state, on every rank")
-    ref_work, _ = ls.stage("copying the reference", lambda: _copy(st))
+    ref_work = ls.stage("copying the reference", lambda: _copy(st))
     st.ref = ls.stage("running the reference", lambda: _run_calls(ref_work, st.device))
-    twin, _ = ls.stage("copying the reference again", lambda: _copy(st))
+    twin = ls.stage("copying the reference again", lambda: _copy(st))
     again = ls.stage("running the reference again", lambda: _run_calls(twin, st.device))
     st.ref_work = ref_work
-    st.out_dtype = _out_dtype(st.ref.outputs)
+    st.out_dtype = out_dtype(st.ref.outputs)
     st.nondet = nondeterminism(st.ref, again)
-    sync = device_sync(st.device)
-
-    def timed() -> float:
-        sync()
-        t0 = time.perf_counter()
-        twin.fn(*twin.args, **twin.kwargs)
-        sync()
-        return time.perf_counter() - t0
-
-    st.call_s = max(ls.all_gather(ls.stage("timing one call", timed), "sharing call times"))
-
-
-def _order(specs: list[DistRemedy], gains: dict[str, Gain]) -> list[DistRemedy]:
-    """Largest predicted gain first; no prediction after, in catalog order."""
-    return sorted(specs, key=lambda s: (gains[s.name].speedup is None,
-                                        -(gains[s.name].speedup or 0.0)))
-
-
-def _stack(results: list[RemedyResult], by_name: dict[str, DistRemedy]) -> list[DistRemedy]:
-    """Per group, the single remedy measured fastest among those verified faster."""
-    best: dict[str, RemedyResult] = {}
-    for r in results:
-        if len(r.components) != 1 or r.status != "verified":
-            continue
-        g = by_name[r.name].group
-        if g not in best or (r.measured_speedup or 0) > (best[g].measured_speedup or 0):
-            best[g] = r
-    return [by_name[r.name] for r in best.values()]
-
-
-def _candidates(st: _State, queue: list[list[DistRemedy]],
-                by_name: dict[str, DistRemedy], gains: dict[str, Gain],
-                facts: DistFacts | None, opts: DistOptimizeOptions, deadline: float,
-                world: World, say: Progress) -> list[RemedyResult]:
-    """The singles in `queue`, then the stack of their winners (module docstring, steps
-    4-5); every decision rank 0's, broadcast."""
-    from gobrrr.remedies.plan import measure_s
-
-    ls = st.ls
-    results: list[RemedyResult] = []
-    per_candidate_s = 2 * st.call_s * (WARM_CALLS + 4) + measure_s(
-        st.call_s, opts.ab_budget_s, st.device)
-    stacked = False
-    while queue or not stacked:
-        if not queue:
-            stacked = True
-            members = _stack(results, by_name) if world.rank == 0 else []
-            names = ls.broadcast([m.name for m in members], "agreeing on the stack")
-            if len(names) >= 2:
-                queue.append([by_name[n] for n in names])
-            continue
-        combo = queue.pop(0)
-        name = "+".join(s.name for s in combo)
-        left = deadline - time.perf_counter()
-        go = ls.broadcast(left >= per_candidate_s, f"deciding on {name}")
-        pred = (combined_gain(facts, [gains[s.name] for s in combo], [s.name for s in combo])
-                if facts is not None and len(combo) > 1 else gains[combo[0].name])
-        if not go:
-            results.append(RemedyResult(
-                name, combo[0].regime, "skipped",
-                f"needs ~{per_candidate_s:.1f} s; {max(0.0, left):.1f} s of --budget-s left",
-                pred.speedup, pred.basis, components=tuple(s.name for s in combo),
-                snippet="\n".join(s.snippet for s in combo)))
-            continue
-        say(f"{'remedy' if len(combo) == 1 else 'combination'} {name}"
-            + (f" (predicted {pred.speedup:.2f}x)" if pred.speedup else "")
-            + ": apply to a copy on every rank, verify, time A/B in lockstep")
-        r = _evaluate(st, combo, opts.ab_budget_s, deadline)
-        r.predicted_speedup, r.prediction_basis = pred.speedup, pred.basis
-        meas = f" {r.measured_speedup:.2f}x" if r.measured_speedup else ""
-        say(f"  -> {r.status}{meas}" + ("" if r.status == "verified" else
-                                         f": {r.reason[:120]}"))
-        results.append(r)
-    return results
+    st.call_s = max(ls.all_gather(ls.stage("timing one call", lambda: time_call(
+        lambda: twin.fn(*twin.args, **twin.kwargs), st.device)), "sharing call times"))
 
 
 def optimize_distributed(world: World, target: str | None, device: str,
@@ -530,18 +380,11 @@ def optimize_distributed(world: World, target: str | None, device: str,
     """Every rank: the steps of the module docstring. Returns the OptimizeResult on rank
     0 and None elsewhere; raises DistError (every rank) when a rank fails outside a
     candidate."""
-    from gobrrr.api import diagnose_budget
-    from gobrrr.dist.diagnose import DistOptions, diagnose_distributed, target_fingerprint
-    from gobrrr.remedies.result import OptimizeResult, snippet_for
-
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     deadline = t0 + opts.budget_s  # rank 0's clock decides (broadcast)
-    wanted = {n.strip() for item in opts.only or [] for n in item.split(",") if n.strip()}
-    unknown = wanted - {s.name for s in CATALOG} - {s.group for s in CATALOG}
-    if unknown:  # before any work, on every rank alike
-        raise UserError(f"unknown distributed remedy {', '.join(sorted(unknown))}; choose "
-                        f"from {', '.join(s.name for s in CATALOG)}")
+    # before any work, on every rank alike: an unknown name is one line
+    wanted = catalog.select(opts.only, pool=catalog.DISTRIBUTED, what="distributed remedy")
     report = None
     if opts.diagnose:
         per_measurement_s, _ = diagnose_budget(opts.budget_s)
@@ -559,8 +402,6 @@ def optimize_distributed(world: World, target: str | None, device: str,
                         f"rank {odd} runs {targets[odd]!r}")
     say("building the base from the factory on every rank")
     w = ls.stage("building the workload", load)
-    from gobrrr.state import describe
-
     base = describe(w.fn, w.args, w.kwargs)
     kind = "ddp" if find_ddps(base.modules) else "fsdp" if find_fsdp(base.modules) else None
     kinds = ls.all_gather(kind, "agreeing on DDP or FSDP2")
@@ -575,33 +416,24 @@ def optimize_distributed(world: World, target: str | None, device: str,
         notes.append("FSDP2: every copy is a fresh build from the factory (FSDP2 modules "
                      "cannot be deep-copied); verification assumes the factory builds the "
                      "same weights each call (seed it)")
-    facts, fnotes = (facts_from(report, kind, world.size, base.modules)
-                     if world.rank == 0 else (None, []))
-    notes += fnotes
-    specs = catalog_for(kind)
-    if wanted:
-        specs = [s for s in specs if s.name in wanted or s.group in wanted]
-    by_name = {s.name: s for s in specs}
+    # The predictions read rank 0's merged diagnosis, as the doctor report's did; the
+    # search broadcasts them (remedies/runner.search)
+    comm = None
+    if world.rank == 0 and report is not None:
+        comm = comm_facts(base.modules, report.distributed, world.size, load_cached())
+    if report is None:
+        notes.append("no diagnosis (--no-diagnose): no predictions")
+    ctx = Context.from_report(device, report, report.counts.records if report else [],
+                              comm=comm)
+    specs = [s for s in wanted if s.family == kind]
     st = _State(ls, device, kind, base, load)
     _build(st, say)
-    results: list[RemedyResult] = []
-    gains = {s.name: (s.predict(facts) if facts is not None else
-                      Gain.none("no diagnose budget")) for s in specs}
-    for s in specs:
-        if s.advice_only:
-            g = gains[s.name]
-            results.append(RemedyResult(s.name, s.regime, "advice", g.basis, g.speedup,
-                                        g.basis, components=(s.name,), snippet=s.snippet))
-    # The order is rank 0's (only rank 0 has the predictions): every rank must run the
-    # same candidate at the same time, or their all-reduces pair with each other's
-    order = ls.broadcast([s.name for s in _order([s for s in specs if not s.advice_only],
-                                                 gains)], "agreeing on the order")
-    queue = [[by_name[n]] for n in order]
-    results += _candidates(st, queue, by_name, gains, facts, opts, deadline, world, say)
+    results, _cand, best = search(
+        specs, ctx, lambda combo: (_evaluate(st, combo, opts.ab_budget_s, deadline), None),
+        call_s=st.call_s, ab_budget_s=opts.ab_budget_s, deadline=deadline, say=say,
+        notes=notes, coordinator=ls)
     if world.rank != 0:
         return None
-    verified = [r for r in results if r.status == "verified"]
-    best = max(verified, key=lambda r: r.measured_speedup or 0) if verified else None
     notes.append(f"distributed: {world.size} ranks ({backend}), {kind.upper()}; every "
                  "candidate ran on every rank in lockstep, each A/B round timed as its "
                  "slowest rank; the remedies change the DDP/FSDP2 wrapper, so the best "
@@ -622,13 +454,14 @@ def optimize_distributed(world: World, target: str | None, device: str,
                    "output_nonfinite": None},
         notes=notes, optimize_s=time.perf_counter() - t0, diagnose_s=diagnose_s,
         budget_s=opts.budget_s)
+    b = report.budget if report is not None else None
     out.distributed = {
         "world_size": world.size, "backend": backend, "kind": kind,
-        "facts": None if facts is None else {
-            "step_s": facts.step_s, "exposed_communication_s": facts.exposed_s,
-            "no_sync_bound_s": facts.no_sync_bound_s,
-            "grad_bytes": facts.total_grad_bytes, "params": len(facts.grad_bytes),
-            "mem_bw_bytes_per_s": facts.mem_bw_bytes_per_s,
-            "busbw_source": facts.busbw_source, "bucket_cap_mb": facts.bucket_cap_mb},
+        "facts": None if comm is None or b is None else {
+            "step_s": b.total_s, "exposed_communication_s": b.communication_s or 0.0,
+            "no_sync_bound_s": comm.no_sync_bound_s,
+            "grad_bytes": comm.total_grad_bytes, "params": len(comm.grad_bytes),
+            "mem_bw_bytes_per_s": getattr(report.ceilings, "bandwidth_bytes_per_s", None),
+            "busbw_source": comm.busbw_source, "bucket_cap_mb": comm.bucket_cap_mb},
     }
     return out

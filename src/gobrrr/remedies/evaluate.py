@@ -40,9 +40,9 @@ from gobrrr.state import (
     restore,
     snapshot,
 )
-from gobrrr.timing import device_sync
+from gobrrr.timing import device_sync, time_call
 
-__all__ = ["Reference", "make_reference", "evaluate", "SEED", "WARM_CALLS"]
+__all__ = ["Reference", "make_reference", "evaluate", "out_dtype", "SEED", "WARM_CALLS"]
 
 SEED = 1234  # every compared call sequence starts from this RNG state (dropout & co.)
 WARM_CALLS = 3  # after preparation: compile happens on the first, autotuning after
@@ -58,15 +58,6 @@ class Reference:
     call_s: float = 0.0  # one eager call, warm (what the search plan's estimates scale)
 
 
-def _timed_call(call: Callable[[], Any], device: str) -> float:
-    sync = device_sync(device)
-    sync()
-    t0 = time.perf_counter()
-    call()
-    sync()
-    return time.perf_counter() - t0
-
-
 def _two_calls(call: Callable[[], Any], device: str) -> list[Any]:
     import torch
 
@@ -78,7 +69,9 @@ def _two_calls(call: Callable[[], Any], device: str) -> list[Any]:
     return outs
 
 
-def _out_dtype(outputs: list[Any]) -> str:
+def out_dtype(outputs: list[Any]) -> str:
+    """The lowest-precision floating dtype among the outputs (float32 when none): it picks
+    the tolerance."""
     import torch
     from torch.utils._pytree import tree_flatten
 
@@ -108,12 +101,12 @@ def make_reference(base: Copied, device: str) -> Reference:
     outs = _two_calls(_eager_call(ref, "running the eager reference"), device)
     twin = copy_workload(base.fn, base.args, base.kwargs)
     again = _two_calls(_eager_call(twin, "running the eager reference again"), device)
-    dtype = _out_dtype(outs)
+    dtype = out_dtype(outs)
     # the first of the two calls whose output is not finite, named as the user counts
     nonfinite = next((f"call {i + 1} {found}" for i, out in enumerate(outs)
                       if (found := nonfinite_summary(out))), None)
     # a third call of the twin (its outputs are taken): warm, as the timed calls will be
-    call_s = _timed_call(_eager_call(twin, "running the eager reference again"), device)
+    call_s = time_call(_eager_call(twin, "running the eager reference again"), device)
     if nonfinite:  # NaN vs NaN is no measure of eager's noise: nothing can be verified
         return Reference(ref, outs, dtype, {}, nonfinite, call_s)
     nondet = {m: compare(outs, again, m, 0.0).max_error

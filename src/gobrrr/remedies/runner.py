@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gobrrr.coordinator import SOLO, Coordinator
 from gobrrr.errors import WARNING
 from gobrrr.gains import Gain, combine
 from gobrrr.phases import working_ops
@@ -54,7 +55,7 @@ from gobrrr.state import (
 )
 from gobrrr.workload import Workload
 
-__all__ = ["search_workload", "best_callable"]
+__all__ = ["search_workload", "search", "best_callable"]
 
 Progress = Callable[[str], None]
 
@@ -187,12 +188,13 @@ def _reference_precision(ctx: Context) -> str | None:
     return None
 
 
-def _entries(specs: list[RemedySpec], ctx: Context,
-             results: list[RemedyResult]) -> tuple[list[Entry], dict[str, Gain]]:
-    """The remedies the search may run, with their predicted gains; the others get
-    their row now (not applicable, advice)."""
+def _entries(specs: list[RemedySpec], ctx: Context
+             ) -> tuple[list[Entry], dict[str, Gain], list[RemedyResult]]:
+    """The remedies the search may run, with their predicted gains, and the rows of the
+    others (not applicable, advice)."""
     entries: list[Entry] = []
     gains: dict[str, Gain] = {}
+    results: list[RemedyResult] = []
     for rank, spec in enumerate(specs):
         gain = spec.predict(ctx)
         gains[spec.name] = gain
@@ -208,7 +210,7 @@ def _entries(specs: list[RemedySpec], ctx: Context,
         else:
             entries.append(Entry(spec.name, spec.group, spec.prep, spec.stage, gain, rank,
                                  spec.compile_mode, spec.keep_when_neutral, spec.excludes))
-    return entries, gains
+    return entries, gains, results
 
 
 def _basis(ctx: Context, names: tuple[str, ...], gains: dict[str, Gain]) -> str:
@@ -232,37 +234,62 @@ def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
             ab_budget_s: float, deadline: float, say: Progress,
             notes: list[str]) -> tuple[list[RemedyResult], Candidate | None,
                                        RemedyResult | None]:
-    """Plan (plan.py), run the first option, plan again with what it measured, until
-    nothing fits; what never ran is "skipped" with the plan's reason."""
+    """One process's search: each candidate through evaluate.py."""
+    breaks: dict[str, Any] | None = None
+
+    def graph_breaks() -> dict[str, Any]:
+        nonlocal breaks
+        if breaks is None:
+            breaks = _graph_breaks(base)
+        return breaks
+
+    return search(specs, ctx, lambda combo: evaluate(combo, base, ref, ctx, ab_budget_s,
+                                                     deadline),
+                  call_s=ref.call_s, ab_budget_s=ab_budget_s, deadline=deadline, say=say,
+                  notes=notes, graph_breaks=graph_breaks)
+
+
+def search(specs: list[RemedySpec], ctx: Context,
+           run_one: Callable[[list[RemedySpec]], tuple[RemedyResult, Candidate | None]], *,
+           call_s: float, ab_budget_s: float, deadline: float, say: Progress,
+           notes: list[str], graph_breaks: Callable[[], dict[str, Any]] | None = None,
+           coordinator: Coordinator = SOLO
+           ) -> tuple[list[RemedyResult], Candidate | None, RemedyResult | None]:
+    """Plan (plan.py), run the first option (`run_one`), plan again with what it
+    measured, until nothing fits; what never ran is "skipped" with the plan's reason.
+    Under torchrun (dist/optimize.py) every decision is rank 0's (`coordinator`): the
+    remedies and their predictions (only rank 0 has the merged diagnosis), and each next
+    candidate, so every rank runs the same candidate at the same time."""
+    coord = coordinator
     results: list[RemedyResult] = []
     best_cand: Candidate | None = None
     best_res: RemedyResult | None = None
-    breaks: dict[str, Any] | None = None
     by_name = {s.name: s for s in specs}
-    entries, gains = _entries(specs, ctx, results)
-    n_ops = working_ops(ctx.records)
-    state = SearchState(entries, ctx.device, n_ops, ref.call_s, ab_budget_s, ctx.budget)
+    entries, gains, rows = coord.decide(_entries(specs, ctx) if coord.rank == 0 else None,
+                                        "agreeing on the remedies and their predictions")
+    results += rows
+    state = SearchState(entries, ctx.device, working_ops(ctx.records), call_s, ab_budget_s,
+                        ctx.budget)
     ran = 0
     while True:
         now = plan(options(state), deadline - time.perf_counter())
-        if not now.order:
+        opt = coord.decide(now.order[0] if now.order else None, "the next candidate")
+        if opt is None:
             break
-        opt = now.order[0]
         combo = [by_name[n] for n in opt.components]
         pred = f"predicted {opt.predicted:.2f}x, " if opt.predicted else ""
         say(f"{'remedy' if len(combo) == 1 else 'combination'} {opt.name} "
             f"({TIER_NAMES[opt.tier]}: {pred}~{opt.cost_s:.1f} s): apply to a copy, "
             "verify, time A/B")
         compiles = any(s.prep == PREP_COMPILE for s in combo)
-        if compiles and breaks is None:
-            breaks = _graph_breaks(base)
-        got, cand = evaluate(combo, base, ref, ctx, ab_budget_s, deadline)
+        breaks = graph_breaks() if compiles and graph_breaks is not None else None
+        got, cand = run_one(combo)
         got.predicted_speedup = opt.predicted
         got.prediction_basis = _basis(ctx, opt.components, gains)
         got.snippet = _row(opt.name, opt.components, by_name, "", "").snippet
         got.checks["plan"] = {"tier": TIER_NAMES[opt.tier], "estimated_prep_s": opt.prep_s,
                               "estimated_s": opt.cost_s, "prep_basis": opt.prep_basis}
-        if compiles and breaks:
+        if breaks:
             got.checks.update(breaks)
         ran += 1
         results.append(got)
