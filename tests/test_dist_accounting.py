@@ -18,7 +18,8 @@ from gobrrr.dist.accounting import (
 )
 from gobrrr.dist.comm import Collective, RankTrace, match_collectives
 from gobrrr.dist.commread import read_trace
-from gobrrr.dist.merge import STRAGGLER_FRACTION, merge
+from gobrrr.dist.experiments import NoSync
+from gobrrr.dist.merge import STRAGGLER_FRACTION, RankSummary, merge
 from gobrrr.schema import SCHEMAS, load_schema
 
 DATA = Path(__file__).parent / "data" / "dist"
@@ -159,19 +160,13 @@ def test_h200_ddp_comm_merge_validates():
         a = account(t, matched, H200_WALL[r], H200_NO_SYNC)
         comm = a.communication_s
         mem = H200_WALL[r] - comm
-        gathered.append({
-            "rank": r, "host": "h", "timing": {"median_s": H200_WALL[r]},
-            "budget": {"overhead_s": 0.0, "memory_s": mem, "compute_s": 0.0,
-                       "communication_s": comm, "regime": "memory",
-                       "fractions": {"overhead": 0.0, "memory": mem / H200_WALL[r],
-                                     "compute": 0.0,
-                                     "communication": comm / H200_WALL[r]}},
-            "trace": t.to_dict(), "account": a.to_dict(),
-            "no_sync": {"sync_s": H200_SYNC[r], "no_sync_s": H200_NO_SYNC[r],
-                        "bound_s": H200_SYNC[r] - H200_NO_SYNC[r],
-                        "bound_fraction": 1 - H200_NO_SYNC[r] / H200_SYNC[r],
-                        "skipped": None}})
-    d = merge(gathered, world_size=2, backend="nccl", device="cuda", timeout_s=60)
+        gathered.append(RankSummary(
+            r, "h", H200_WALL[r],
+            {"overhead": 0.0, "memory": mem, "compute": 0.0, "communication": comm},
+            {"overhead": 0.0, "memory": mem / H200_WALL[r], "compute": 0.0,
+             "communication": comm / H200_WALL[r]}, "memory", t, a,
+            NoSync(H200_SYNC[r], H200_NO_SYNC[r])))
+    d = merge(gathered, world_size=2, backend="nccl", device="cuda", timeout_s=60).to_dict()
     assert d["stragglers"] == []
     r0 = d["ranks"][0]
     assert r0["waiting_source"] == "no_sync paces"

@@ -71,7 +71,7 @@ import json, os, sys
 import torch
 from gobrrr.dist.diagnose import DistOptions, diagnose_distributed
 from gobrrr.dist.lockstep import World
-from gobrrr.workload import load_target
+from gobrrr.targets import load_target
 
 target, out = sys.argv[1], sys.argv[2]
 world = World.from_env()

@@ -56,8 +56,9 @@ class Report:
     # what was saved and restored of the user's state, and what could not be (loud)
     state: StateCheck | None = None
     compiled: CompileInfo | None = None  # the workload runs under torch.compile
-    # torchrun: rank 0's merge of every rank (gobrrr.dist.merge); None: one process
-    distributed: dict[str, Any] | None = None
+    # torchrun: rank 0's merge of every rank (dist/merge.Distributed); None: one process
+    # (or a rank other than 0)
+    distributed: Any | None = None
     # the steps the source measured (run.MeasuredRun.steps_dict): how many, which
     steps: dict[str, Any] | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
@@ -107,7 +108,7 @@ class Report:
             "state": self.state.to_dict() if self.state is not None else None,
             "compiled": self.compiled.to_dict() if self.compiled is not None else None,
         } | ({} if self.steps is None else {"steps": self.steps}) | (
-            {} if self.distributed is None else {"distributed": self.distributed})
+            {} if self.distributed is None else {"distributed": self.distributed.to_dict()})
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)

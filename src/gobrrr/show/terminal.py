@@ -364,7 +364,7 @@ def print_report(report: Report) -> None:
     if r.counts.uncounted_ops:
         out.print(f"[dim]ops with no FLOP formula: {', '.join(r.counts.uncounted_ops)}[/dim]")
     if r.distributed is not None:
-        print_distributed(r.distributed)
+        print_distributed(r.distributed.to_dict())
     if trace:
         out.print(f"[dim]T_wall: mean span of {r.timing.n_samples} profiled steps (median "
                   f"{fmt_s(r.timing.median_s)}, IQR {100 * r.timing.rel_iqr:.1f}%); "
