@@ -1,0 +1,98 @@
+"""Target strings -> Workloads: what `gobrrr doctor TARGET` (and optimize, and every
+rank under torchrun) runs. Above workload.py, models.py and both example registries.
+
+  None or "examples:NAME"   a built-in workload (examples.py; the distributed ones,
+                            which need torchrun, in dist/examples.py)
+  "path/to/file.py:NAME"    NAME() -> (callable, args_tuple), or a factory
+                            NAME(batch_size[, device]) -> (callable, args_tuple)
+  "hf:NAME", "timm:NAME", "torchvision:NAME"
+                            a library's model with random weights (models.py)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from gobrrr import examples, models
+from gobrrr.dist import examples as dist_examples
+from gobrrr.errors import UserError, WorkloadError
+from gobrrr.examples import Example
+from gobrrr.models import ModelOptions
+from gobrrr.workload import Factory, Workload, call_factory
+
+__all__ = ["load_target", "example", "DEFAULT_EXAMPLE"]
+
+DEFAULT_EXAMPLE = "mlp"
+
+
+def example(name: str) -> Example:
+    """A built-in example, single-process or distributed (ddp_*, fsdp_*: torchrun)."""
+    if name in dist_examples.EXAMPLES:
+        return dist_examples.EXAMPLES[name]
+    if name not in examples.EXAMPLES:
+        raise UserError(f"unknown example {name!r}; choose from "
+                        f"{', '.join([*examples.EXAMPLES, *dist_examples.EXAMPLES])}")
+    return examples.EXAMPLES[name]
+
+
+def _default_batch(factory: Factory) -> int | None:
+    params = list(inspect.signature(factory).parameters.values())
+    positional = [p for p in params if p.name != "device"]
+    if not positional:
+        return None
+    first = positional[0]
+    return first.default if isinstance(first.default, int) else 1
+
+
+def _load_module(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"_gobrrr_target_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise WorkloadError(f"importing {path}", exc) from exc
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(str(path.parent))
+    return module
+
+
+def load_target(target: str | None, device: str, batch_size: int | None = None,
+                model_options: ModelOptions | None = None) -> Workload:
+    """Resolve a target string to a Workload on `device` (see module docstring).
+    `model_options` (--seq-len, --image-size, --dtype, --train) are for model targets
+    only; given with another target, they are a UserError."""
+    if target is not None and models.is_model_target(target):
+        return models.load(target, device, batch_size, model_options or models.ModelOptions())
+    models.refuse_options(target, model_options)
+    if target is None or target.startswith("examples:"):
+        name = DEFAULT_EXAMPLE if target is None else target.split(":", 1)[1]
+        ex = example(name)  # raises UserError for unknown names
+        return call_factory(f"examples:{name}", ex.factory,
+                             batch_size or ex.default_batch(device), device, ex.description)
+    if ":" not in target:
+        raise UserError(f"target {target!r} must be FILE.py:NAME or examples:NAME")
+    file_part, _, attr = target.rpartition(":")
+    path = Path(file_part)
+    if not path.is_file():
+        raise UserError(f"no such file: {file_part}")
+    module = _load_module(path)
+    if not hasattr(module, attr):
+        raise UserError(f"{file_part} has no attribute {attr!r}")
+    factory = getattr(module, attr)
+    if not callable(factory):
+        raise UserError(f"{target} is not callable")
+    params = [p for p in inspect.signature(factory).parameters.values() if p.name != "device"]
+    if params:
+        return call_factory(target, factory, batch_size or _default_batch(factory), device)
+    if batch_size is not None:
+        raise UserError(f"--batch-size given but {target} takes no batch_size argument")
+    return call_factory(target, factory, None, device)
