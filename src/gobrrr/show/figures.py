@@ -18,15 +18,12 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+from gobrrr.show.colors import REGIME_COLORS
 from gobrrr.units import fmt_flops, fmt_s
 
-__all__ = ["REGIME_COLORS", "svg_of", "budget_bar_svg", "roofline_svg",
+__all__ = ["svg_of", "budget_bar_svg", "roofline_svg",
            "batch_scaling_svg", "plottable_rows"]
 
-# One color per regime, the same in every figure and table; readable for the common
-# red-green color blindness (yellow / blue / purple).
-REGIME_COLORS = {"overhead": "#d99a00", "memory": "#1f78b4", "compute": "#9b2d9b",
-                 "none": "#888888"}
 _GID = "gobrrr-pt-"
 
 
