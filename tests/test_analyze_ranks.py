@@ -130,7 +130,7 @@ def test_gloo_ranks_merge_into_one_report(gloo_ranks):
 
     buf = io.StringIO()
     with redirect_stdout(buf):
-        print_report(report)
+        print_report(report.to_dict())
     assert "ranks (2, gloo)" in buf.getvalue()
     assert "COMMUNICATION" in buf.getvalue() or "communication" in buf.getvalue()
     path = gloo_ranks[0].parent / "r.html"

@@ -48,7 +48,8 @@ def analyze(traces: tuple[Path, ...], as_json: bool, quiet: bool,
         if html_path is not None:
             writes.append((html_path, report.save_html))
 
-        deliver(writes, shower(as_json, report.to_dict, lambda: print_report(report)), say)
+        deliver(writes, shower(as_json, report.to_dict,
+                               lambda: print_report(report.to_dict())), say)
 
     run_guarded(body)
 

@@ -106,7 +106,8 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         if trace_path is not None:
             writes.append((trace_path, report.save_trace))
 
-        deliver(writes, shower(as_json, report.to_dict, lambda: print_report(report)), say)
+        deliver(writes, shower(as_json, report.to_dict,
+                               lambda: print_report(report.to_dict())), say)
 
     if world is not None and world.size > 1:
         from gobrrr.dist.launch import run_rank
