@@ -113,6 +113,8 @@ def test_per_op_table_numbers(doctor_run):
     d = copy.deepcopy(doctor_run[0])
     b = d["budget"]
     b["overhead_s"], b["memory_s"], b["compute_s"] = 1e-3, 2e-3, 1e-3
+    b["parts_s"] = {"overhead": 1e-3, "memory": 2e-3, "compute": 1e-3}
+    b["total_s"] = 4e-3  # the page's "% of T" divides by the budget's T, never re-adds
     row = b["per_op"][0]
     row.update(time_s=1e-3, flops=2_000_000, bytes=500_000, calls=4,
                intensity_flops_per_byte=4.0, roofline_fraction=0.125, below_roof=True,
