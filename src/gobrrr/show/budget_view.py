@@ -6,6 +6,8 @@ call these, so a saved report renders alike in both and one rule has one place.
   `parts_s`, budget.Budget); a report saved before those keys has only the parts' own
   keys, and its parts are the ones its `fractions` name (three, or four with
   communication), summed in that order as Budget.total_s sums them.
+- `phase_rows`: the per-phase rows worth a table: none for a single phase (a forward-only
+  call has nothing to read apart) or a report saved before `per_phase` existed.
 - `roof_band`: a row's band under its roofline; reports before 1.5 have only
   `below_roof`.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["budget_parts", "roof_band"]
+__all__ = ["budget_parts", "phase_rows", "roof_band"]
 
 
 def budget_parts(budget: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
@@ -25,6 +27,13 @@ def budget_parts(budget: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
         return float(budget["total_s"]), dict(budget["parts_s"])
     parts = {k: float(budget[f"{k}_s"]) for k in budget["fractions"]}
     return sum(parts.values()), parts
+
+
+def phase_rows(budget: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The per-phase rows (budget.RowBudget dicts, longest first) when there are two
+    phases or more; else none."""
+    rows = list(budget.get("per_phase") or [])
+    return rows if len(rows) > 1 else []
 
 
 def roof_band(row: Mapping[str, Any]) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gobrrr.show.budget_view import budget_parts, roof_band
+from gobrrr.show.budget_view import budget_parts, phase_rows, roof_band
 from gobrrr.show.figures import (
     batch_scaling_svg,
     budget_bar_svg,
@@ -60,6 +60,19 @@ def _band_mark(r: dict[str, Any]) -> str:
 
 def _bound_text(r: dict[str, Any]) -> str:
     return "compute (instruction)" if r.get("limit") == "instruction" else r["bound"]
+
+
+def _phases_body(rows: list[dict[str, Any]], total_s: float) -> Any:
+    """The per-phase rows with what a phase is: a step that mixes regimes, read apart."""
+    from markupsafe import Markup
+
+    return Markup("").join([
+        paragraph("Each phase's op time and its own bound: forward, backward and optimizer "
+                  "(from autograd and the optimizer's step), compiled code, or the name of "
+                  "a torch.profiler.record_function range. Time between ops (Python, "
+                  "dispatch) is in no phase: the phases add up to the ops' time, not to "
+                  "T.", "note"),
+        rows_table(rows, total_s)])
 
 
 def _below_roof_table(d: dict[str, Any], total_s: float) -> Any:
@@ -288,6 +301,7 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
     b = d["budget"]
     total_s, parts_s = budget_parts(b)
     per = "step" if d["workload"].get("source") == "trace" else "call"
+    phases = phase_rows(b)
     per_op = b["per_op"]
     on, off = plottable_rows(per_op)
     off_s = sum(per_op[i]["time_s"] for i in off)
@@ -321,6 +335,8 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
         Section("verdict", "Verdict", parts.verdict(d, total_s, per)),
         Section("budget", "Time budget",
                 parts.budget(b, total_s, parts_s, per, Markup(budget_bar_svg(b)))),
+        *([Section("phases", "Time by phase", _phases_body(phases, total_s))]
+          if phases else []),
         Section("roofline", "Roofline", roof),
         Section("experiments", "Experiments",
                 parts.experiments(d, Markup(batch_svg) if batch_svg else None)),

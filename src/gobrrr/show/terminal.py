@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from gobrrr.show.budget_view import budget_parts, roof_band
+from gobrrr.show.budget_view import budget_parts, phase_rows, roof_band
 from gobrrr.show.colors import REGIME_COLORS
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_s
 
@@ -307,6 +307,9 @@ def print_report(report: dict[str, Any]) -> None:
                f", {fmt_s(low_s)} from there to {100 * b['low_roof_threshold']:.0f}%")
         out.print(f"[dim]{fmt_s(b['below_roof_s'])} of device time in ops under "
                   f"{100 * b['below_roof_threshold']:.0f}% of their own roofline{low}[/dim]")
+    phases = phase_rows(b)
+    if phases:
+        out.print(_phase_table(phases, total_s))
     out.print(_rows_table("top ops (device time)", b["per_op"], 8))
     out.print(_rows_table("top modules", b["per_module"], 6))
     shown = b["per_op"][:8] + b["per_module"][:6]
@@ -372,6 +375,24 @@ def _rows_table(title: str, rows: list[dict[str, Any]], n: int) -> Any:
                   (f"{100 * frac:.0f}%" if frac is not None else "-")
                   + _BAND_MARK.get(roof_band(row) or "", ""),
                   f"[{REGIME_COLORS.get(row['bound'], 'white')}]{bound}[/]")
+    return t
+
+
+def _phase_table(rows: list[dict[str, Any]], total_s: float) -> Any:
+    """Time by phase (forward, backward, optimizer, ...): each phase's own bound, so a
+    step that mixes regimes is read apart."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="time by phase", title_justify="left", show_edge=False)
+    t.add_column("name", overflow="fold")
+    for col in ("calls", "time", "% of T"):
+        t.add_column(col, justify="right")
+    t.add_column("bound", min_width=9, no_wrap=True)
+    for row in rows:
+        t.add_row(escape(row["name"]), str(row["calls"]), fmt_s(row["time_s"]),
+                  f"{100 * row['time_s'] / total_s:.1f}%" if total_s > 0 else "-",
+                  f"[{REGIME_COLORS.get(row['bound'], 'white')}]{row['bound']}[/]")
     return t
 
 
