@@ -126,15 +126,16 @@ def test_gloo_ranks_merge_into_one_report(gloo_ranks):
     assert not [r for r in report.counts.records if is_collective(r.op)]
     assert any(r.op == "aten::mm" for r in report.counts.records)
     # it renders: terminal (the ranks table) and HTML (the distributed section)
+    from gobrrr.show import save_html
     from gobrrr.show.terminal import print_report
 
     buf = io.StringIO()
     with redirect_stdout(buf):
-        print_report(report)
+        print_report(report.to_dict())
     assert "ranks (2, gloo)" in buf.getvalue()
     assert "COMMUNICATION" in buf.getvalue() or "communication" in buf.getvalue()
     path = gloo_ranks[0].parent / "r.html"
-    report.save_html(path)
+    save_html(report, path)
     html = path.read_text()
     assert "rank0.json" in html and "all_reduce" in html
 

@@ -273,7 +273,7 @@ def test_terminal_shows_the_instruction_bound_op_and_its_reason(slow_softmax_rep
 
     monkeypatch.setenv("TERMINAL_WIDTH", "300")
     monkeypatch.setenv("NO_COLOR", "1")
-    print_report(slow_softmax_report)
+    print_report(slow_softmax_report.to_dict())
     out = capsys.readouterr().out
     assert "instr." in out  # the bound column of the per-op row
     assert "instr.: compute-bound by element-wise instruction throughput" in out

@@ -122,12 +122,12 @@ def test_unwritable_output_is_refused_before_any_work(tmp_path, monkeypatch):
 def test_a_write_that_fails_at_the_end_still_prints_the_report(tmp_path, monkeypatch):
     import errno
 
-    from gobrrr.report import Report
+    import gobrrr.show
 
-    def disk_full(self, path):
+    def disk_full(report, path):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(Report, "save_html", disk_full)
+    monkeypatch.setattr(gobrrr.show, "save_html", disk_full)
     r = run("examples:mlp", "--device", "cpu", "-q", "--json", "--no-experiments",
             "--time-budget", "0.1", "--html", str(tmp_path / "r.html"))
     assert r.exit_code == 2

@@ -113,6 +113,8 @@ def test_per_op_table_numbers(doctor_run):
     d = copy.deepcopy(doctor_run[0])
     b = d["budget"]
     b["overhead_s"], b["memory_s"], b["compute_s"] = 1e-3, 2e-3, 1e-3
+    b["parts_s"] = {"overhead": 1e-3, "memory": 2e-3, "compute": 1e-3}
+    b["total_s"] = 4e-3  # the page's "% of T" divides by the budget's T, never re-adds
     row = b["per_op"][0]
     row.update(time_s=1e-3, flops=2_000_000, bytes=500_000, calls=4,
                intensity_flops_per_byte=4.0, roofline_fraction=0.125, below_roof=True,
@@ -158,18 +160,26 @@ def test_jupyter_repr_is_the_same_report_as_a_fragment(doctor_run):
     assert frag.strip() == page[start:page.rindex("</div>") + 6].strip()
 
 
-def test_report_methods(tmp_path):
+def test_show_functions_take_a_report_or_its_dict(tmp_path):
+    import gobrrr.show
     from gobrrr import diagnose
     from gobrrr.examples import mlp
+    from gobrrr.report import Report
 
     fn, args = mlp(1)
     rep = diagnose(fn, *args, experiments=False, time_budget_s=0.1)
     # The report is data: its dict has one row per op call, the trace's only input.
     assert len(rep.to_dict()["budget"]["per_call"]) == len(rep.counts.records)
-    rep.save_html(str(tmp_path / "r.html"))
-    html = (tmp_path / "r.html").read_text()
-    assert rep._repr_html_() in html
-    assert "not run (--no-experiments)" in html
+    # ... and renders nothing itself: the renderers are gobrrr.show's
+    assert not {"save_html", "save_trace", "_repr_html_"} & set(dir(Report))
+    gobrrr.show.save_html(rep, str(tmp_path / "r.html"))
+    page = (tmp_path / "r.html").read_text()
+    assert gobrrr.show.html(rep) in page
+    assert gobrrr.show.html(rep.to_dict()) == gobrrr.show.html(rep)
+    assert "not run (--no-experiments)" in page
+    gobrrr.show.save_trace(rep.to_dict(), tmp_path / "t.json")
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert trace["otherData"]["gobrrr.workload"] == rep.workload["name"]
 
 
 def test_render_page_is_reusable():

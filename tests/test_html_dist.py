@@ -3,6 +3,7 @@
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 from gobrrr.schema import validate
@@ -36,3 +37,29 @@ def test_single_process_report_has_no_distributed_section():
     d = _report()
     del d["distributed"]
     assert 'id="distributed"' not in render_report(d)
+
+
+def test_budget_shows_four_parts_that_sum_to_t():
+    # A 1.6 report, saved before the budget carried total_s and parts_s: its parts are
+    # the four its fractions name (show/budget_view.budget_parts).
+    d = _report()
+    page = render_report(d)
+    line = page[page.index('<p class="budget-sum"'):]
+    line = line[:line.index("</p>")]
+    total_s = float(re.search(r'data-total-s="([^"]+)"', line).group(1))
+    parts_s = {k: float(s) for k, s in re.findall(r'class="tag (\w+)" data-s="([^"]+)"',
+                                                  line)}
+    assert parts_s == {"overhead": 0.013107770750879301, "memory": 0.00219130839791796,
+                       "compute": 0.0, "communication": 0.014457406351204613}
+    # 13.108 + 2.191 + 0 + 14.457 ms = 29.756 ms: the parts shown add up to T, which is
+    # the budget's T_wall (exactly: the same additions in the same order as Budget.total_s)
+    assert sum(parts_s.values()) == total_s == d["budget"]["wall_s"]
+    assert "29.8 ms per call =" in line and "communication 14.5 ms</span>." in line
+    # the verdict: the total of four parts (not of three: 15.3 ms), in its own colour
+    assert ('<div class="verdict communication">COMMUNICATION-BOUND:\n'
+            '49% of 29.8 ms per call</div>') in page
+    assert ".gobrrr-report .communication{background:#d55e00}" in page
+    # the bar: the four shares the budget gives (44% + 7% + 0% + 49%), communication drawn
+    bar = page[page.index('id="budget"'):page.index('<p class="budget-sum"')]
+    labels = re.findall(r"<text[^>]*>([a-z]+ \d+%)</text>", bar)
+    assert labels == ["overhead 44%", "memory 7%", "communication 49%"]  # 0%: no room

@@ -81,8 +81,8 @@ def test_trace_from_a_saved_json_equals_the_live_one(cpu_trace, tmp_path):
     assert again["traceEvents"] == trace["traceEvents"]
 
 
-def rec(index, op, flops, nbytes, op_class="matmul", unit="fp32"):
-    return OpRecord(index=index, op=op, module="Net.fc", phase="forward", op_class=op_class,
+def rec(index, op, flops, nbytes, op_class="matmul", unit="fp32", phase="forward"):
+    return OpRecord(index=index, op=op, module="Net.fc", phase=phase, op_class=op_class,
                     dtype="float32", flops=flops, bytes=nbytes, tensor_core_unit=unit,
                     has_formula=True)
 
@@ -194,6 +194,37 @@ def test_trace_kernel_regimes_are_the_budgets():
     assert by_kernel == {"sm90_xmma_fprop": "compute", "nchwToNhwcKernel": "memory"}
     assert budget.compute_s == pytest.approx(20e-6)
     assert budget.memory_s == pytest.approx(10e-6)
+
+
+def test_kernel_events_carry_their_phase():
+    # mm in the forward, relu in the backward, and a kernel outside any counted op
+    # (an accumulate-grad copy, say): each kernel event names its kernel row's phase.
+    records = [rec(0, "aten::mm", 524288, 49152),
+               rec(1, "aten::relu", 0, 32768, op_class="pointwise", unit=None,
+                   phase="backward")]
+    kernels = [Kernel("sgemm_64x64", 10e-6, 0, 0.0), Kernel("relu_kernel", 5e-6, 1, 15.0),
+               Kernel("copy_kernel", 2e-6, None, 25.0)]
+    run = ProfiledRun(counts=CountResult(records), device="cuda",
+                      op_time_s={0: 10e-6, 1: 5e-6}, kernels=kernels, busy_s=17e-6,
+                      unattributed_s=2e-6)
+    ceil = Ceilings(device="cuda", fingerprint={"name": "FakeGPU", "torch": "x"},
+                    peak_flops_per_s={"fp32": 1e12}, bandwidth_bytes_per_s=1e12,
+                    op_overhead_s=5e-6, python_ops_per_s=3e7, measured_at="t",
+                    calibrate_s=0.0)
+    budget = compute_budget(run, 50e-6, ceil)
+    report = {"budget": budget.to_dict(), "workload": {"name": "fake", "device": "cuda"},
+              "machine": ceil.to_dict(), "regime": budget.regime, "created": "t"}
+    trace = trace_dict(report)
+    phases = [(e["name"], e["args"]["phase"]) for e in trace["traceEvents"]
+              if e["ph"] == "X" and e["tid"] == TID_KERNELS]
+    assert phases == [("sgemm_64x64", "forward"), ("relu_kernel", "backward"),
+                      ("copy_kernel", None)]
+    # a report saved before kernel rows had a phase: the op's phase, as before
+    for k in report["budget"]["kernels"]:
+        del k["phase"]
+    old = [e["args"].get("phase") for e in trace_dict(report)["traceEvents"]
+           if e["ph"] == "X" and e["tid"] == TID_KERNELS]
+    assert old == ["forward", "backward", None]
 
 
 def test_cuda_trace_without_profiler_times_places_kernels_in_order():

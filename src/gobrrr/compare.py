@@ -206,7 +206,7 @@ def parse_percent(text: str) -> float:
 
 def load_report(path: str | Path) -> dict[str, Any]:
     """A `gobrrr doctor --json` file, checked against the report schema."""
-    from gobrrr.schema import validate
+    from gobrrr.schema import kind_of, validate
 
     p = Path(path)
     try:
@@ -215,6 +215,11 @@ def load_report(path: str | Path) -> dict[str, Any]:
         raise UserError(f"cannot read {p}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise UserError(f"{p} is not JSON ({exc})") from None
+    kind = kind_of(data)
+    if kind != "report":  # another file: say what it is, not the schema's first nit
+        what = f"gobrrr {kind} JSON" if kind else 'JSON without "schema": "gobrrr.report"'
+        raise UserError(f"{p} is {what}, not a gobrrr report (gobrrr doctor --json "
+                        "writes one)")
     try:
         validate(data, "report")
     except UserError as exc:

@@ -1,6 +1,7 @@
 """The Report: everything `gobrrr doctor` found, as data. `to_dict()` is the JSON
-(`--json`, schema/report.schema.json) and the one input of the HTML and trace renderers
-(gobrrr.show); the verdict and remedies are made in verdict.py.
+(`--json`, schema/report.schema.json) and the one input of every renderer (gobrrr.show:
+the terminal, the HTML page, the trace), which this module does not import: the report
+owns its numbers, renderers only render. The verdict and remedies are made in verdict.py.
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gobrrr.budget import Budget
@@ -112,23 +112,3 @@ class Report:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)
-
-    def save_html(self, path: str | Path) -> None:
-        """One self-contained HTML file: verdict, budget, roofline, experiments, tables,
-        remedies, machine (gobrrr.html)."""
-        from gobrrr.show import write_report
-
-        write_report(self.to_dict(), path)
-
-    def _repr_html_(self) -> str:
-        """Jupyter: the same report inline (a fragment, styles scoped to it)."""
-        from gobrrr.show import render_report
-
-        return render_report(self.to_dict(), standalone=False)
-
-    def save_trace(self, path: str | Path) -> None:
-        """A Chrome/Perfetto JSON trace of the profiled run, annotated per op and kernel
-        (gobrrr.show.perfetto)."""
-        from gobrrr.show.perfetto import write_trace
-
-        write_trace(self.to_dict(), path)

@@ -37,6 +37,7 @@ def analyze(traces: tuple[Path, ...], as_json: bool, quiet: bool,
 
     def body() -> None:
         from gobrrr.analyze import analyze as analyze_traces
+        from gobrrr.show import save_html
         from gobrrr.show.terminal import print_report
 
         check_writable(html_path)
@@ -44,11 +45,12 @@ def analyze(traces: tuple[Path, ...], as_json: bool, quiet: bool,
         report = analyze_traces(list(traces), progress=say)
         for note in report.notes:
             say(note)
+        d = report.to_dict()  # what every output renders: the JSON, page, terminal
         writes: list[tuple[Path, Callable[[Path], Any]]] = []
         if html_path is not None:
-            writes.append((html_path, report.save_html))
+            writes.append((html_path, lambda p: save_html(d, p)))
 
-        deliver(writes, shower(as_json, report.to_dict, lambda: print_report(report)), say)
+        deliver(writes, shower(as_json, lambda: d, lambda: print_report(d)), say)
 
     run_guarded(body)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gobrrr.show.colors import REGIME_COLORS
 from gobrrr.show.figures import _figure, _style, svg_of
 from gobrrr.units import fmt_bytes_per_s
 
@@ -26,8 +27,6 @@ def _assumption_text(value: Any) -> str:
 def rank_split_svg(ranks: list[dict[str, Any]]) -> str:
     """One stacked bar per rank: its step split overhead / memory / compute /
     communication (the budget's four parts, shares of its T_wall)."""
-    from gobrrr.show.figures import REGIME_COLORS
-
     order = ("overhead", "memory", "compute", "communication")
     with _style():
         fig = _figure(8.0, 0.6 + 0.45 * len(ranks))
@@ -38,7 +37,7 @@ def rank_split_svg(ranks: list[dict[str, Any]]) -> str:
             for k in order:
                 share = float(r["fractions"].get(k, 0.0))
                 ax.barh(y, share, left=left, height=0.6, edgecolor="white",
-                        color=REGIME_COLORS.get(k, "#2ca02c"))
+                        color=REGIME_COLORS[k])
                 if share >= 0.08:  # a label only where it fits
                     ax.text(left + share / 2, y, f"{k} {100 * share:.0f}%", ha="center",
                             va="center", color="white", fontsize=7.5, fontweight="bold")

@@ -18,15 +18,13 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+from gobrrr.show.budget_view import budget_parts
+from gobrrr.show.colors import REGIME_COLORS
 from gobrrr.units import fmt_flops, fmt_s
 
-__all__ = ["REGIME_COLORS", "svg_of", "budget_bar_svg", "roofline_svg",
+__all__ = ["svg_of", "budget_bar_svg", "roofline_svg",
            "batch_scaling_svg", "plottable_rows"]
 
-# One color per regime, the same in every figure and table; readable for the common
-# red-green color blindness (yellow / blue / purple).
-REGIME_COLORS = {"overhead": "#d99a00", "memory": "#1f78b4", "compute": "#9b2d9b",
-                 "none": "#888888"}
 _GID = "gobrrr-pt-"
 
 
@@ -72,33 +70,36 @@ def _append(tag: str, m: re.Match[str]) -> str:
 
 
 def budget_bar_svg(budget: dict[str, Any]) -> str:
-    """Two stacked bars: wall time split overhead / memory / compute, and the busy
-    (memory + compute) time split by whether its ops reach a quarter of their roofline."""
-    total = budget["overhead_s"] + budget["memory_s"] + budget["compute_s"]
-    busy = budget["memory_s"] + budget["compute_s"]
-    below = min(budget["below_roof_s"], busy) if busy > 0 else 0.0
+    """Two stacked bars: T split into the budget's parts (overhead / memory / compute,
+    and communication in distributed reports), and the busy (memory + compute) time
+    split by whether its ops reach a quarter of their roofline."""
+    total_s, parts_s = budget_parts(budget)
+    shares = budget["fractions"]  # the budget's own: part / T
+    busy_s = parts_s["memory"] + parts_s["compute"]
+    below_s = min(budget["below_roof_s"], busy_s) if busy_s > 0 else 0.0
     thr = budget.get("below_roof_threshold", 0.25)
     with _style():
         fig = _figure(8.0, 1.9)
         ax = fig.add_axes((0.19, 0.2, 0.78, 0.72))
         left = 0.0
-        for regime in ("overhead", "memory", "compute"):
-            share = budget[f"{regime}_s"] / total if total > 0 else 0.0
+        for regime, part_s in parts_s.items():
+            share = shares[regime]
             ax.barh(1, share, left=left, height=0.6, color=REGIME_COLORS[regime],
                     edgecolor="white")
             if share >= 0.06:  # a label only where it fits inside its segment
                 ax.text(left + share / 2, 1, f"{regime} {100 * share:.0f}%\n"
-                        f"{fmt_s(budget[f'{regime}_s'])}", ha="center", va="center",
+                        f"{fmt_s(part_s)}", ha="center", va="center",
                         color="white", fontsize=8.5, fontweight="bold")
             left += share
-        if busy > 0:
-            b_share = below / total
-            ok_share = (busy - below) / total
-            start = budget["overhead_s"] / total if total > 0 else 0.0
+        if busy_s > 0 and total_s > 0:
+            b_share = below_s / total_s
+            ok_share = (busy_s - below_s) / total_s
+            start = shares["overhead"]  # busy time follows overhead on the bar above
             ax.barh(0, b_share, left=start, height=0.45, color="#d62728", alpha=0.85)
             ax.barh(0, ok_share, left=start + b_share, height=0.45, color="#2ca02c",
                     alpha=0.6)
-            label = f"{100 * below / busy:.0f}% of busy time below {100 * thr:.0f}% of roofline"
+            label = (f"{100 * below_s / busy_s:.0f}% of busy time below {100 * thr:.0f}% "
+                     "of roofline")
             ax.text(start + 0.005, -0.45, label, ha="left", va="center", fontsize=8)
         ax.set_xlim(0, 1)
         ax.set_ylim(-0.7, 1.4)

@@ -1,7 +1,7 @@
 """A Chrome/Perfetto trace (JSON trace-event format) of the profiled run, with gobrrr's
 annotations on every op and kernel: regime, FLOPs, bytes, % of its own roofline, module,
-phase; and the device's idle gaps as their own track. Open it in ui.perfetto.dev or
-chrome://tracing.
+phase (forward, backward, optimizer, ...); and the device's idle gaps as their own
+track. Open it in ui.perfetto.dev or chrome://tracing.
 
 Built from the report's dict alone (`Report.to_dict()` or a saved `--json`): the budget
 already holds one row per op call (`budget.per_call`) and, on CUDA, one per kernel with
@@ -78,6 +78,8 @@ def _cuda_events(budget: dict[str, Any]) -> tuple[list[dict], dict]:
         args.update(_call_args(call) if call else {"op": None,
                                                    "note": "outside any counted op"})
         args["regime"] = k["regime"]  # the kernel's own: a GEMM's transposes are memory
+        if "phase" in k:  # the kernel row's own (None: outside any op); older rows lack it
+            args["phase"] = k["phase"]
         events.append(_x(k["name"], TID_KERNELS, start, dur, args, "kernel"))
         if call is not None:
             span = spans.setdefault(call["index"], [start, start + dur])

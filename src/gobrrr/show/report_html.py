@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gobrrr.show.budget_view import budget_parts, phase_rows, roof_band
 from gobrrr.show.figures import (
     batch_scaling_svg,
     budget_bar_svg,
@@ -53,14 +54,25 @@ def rows_table(rows: list[dict[str, Any]], total_s: float, numbered: bool = Fals
 
 
 def _band_mark(r: dict[str, Any]) -> str:
-    """" (below)" under 25% of its roofline, " (25-50%)" from there to 50% (a report
-    before 1.4 has only below_roof)."""
-    band = r.get("roof_band") or ("<25%" if r.get("below_roof") else None)
-    return {"<25%": " (below)", "25-50%": " (25-50%)"}.get(band or "", "")
+    """" (below)" under 25% of its roofline, " (25-50%)" from there to 50%."""
+    return {"<25%": " (below)", "25-50%": " (25-50%)"}.get(roof_band(r) or "", "")
 
 
 def _bound_text(r: dict[str, Any]) -> str:
     return "compute (instruction)" if r.get("limit") == "instruction" else r["bound"]
+
+
+def _phases_body(rows: list[dict[str, Any]], total_s: float) -> Any:
+    """The per-phase rows with what a phase is: a step that mixes regimes, read apart."""
+    from markupsafe import Markup
+
+    return Markup("").join([
+        paragraph("Each phase's op time and its own bound: forward, backward and optimizer "
+                  "(from autograd and the optimizer's step), compiled code, or the name of "
+                  "a torch.profiler.record_function range. Time between ops (Python, "
+                  "dispatch) is in no phase: the phases add up to the ops' time, not to "
+                  "T.", "note"),
+        rows_table(rows, total_s)])
 
 
 def _below_roof_table(d: dict[str, Any], total_s: float) -> Any:
@@ -287,7 +299,9 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
     """The doctor report's sections, from Report.to_dict()."""
     parts: Any = environment().get_template("report.html.j2").module  # its macros
     b = d["budget"]
-    total_s = b["overhead_s"] + b["memory_s"] + b["compute_s"]
+    total_s, parts_s = budget_parts(b)
+    per = "step" if d["workload"].get("source") == "trace" else "call"
+    phases = phase_rows(b)
     per_op = b["per_op"]
     on, off = plottable_rows(per_op)
     off_s = sum(per_op[i]["time_s"] for i in off)
@@ -318,8 +332,11 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
     remedies = (_remedies_table(d) if d["remedies"]
                 else paragraph("No remedy applies to this budget.", "note"))
     return [
-        Section("verdict", "Verdict", parts.verdict(d, total_s)),
-        Section("budget", "Time budget", parts.budget(b, Markup(budget_bar_svg(b)))),
+        Section("verdict", "Verdict", parts.verdict(d, total_s, per)),
+        Section("budget", "Time budget",
+                parts.budget(b, total_s, parts_s, per, Markup(budget_bar_svg(b)))),
+        *([Section("phases", "Time by phase", _phases_body(phases, total_s))]
+          if phases else []),
         Section("roofline", "Roofline", roof),
         Section("experiments", "Experiments",
                 parts.experiments(d, Markup(batch_svg) if batch_svg else None)),

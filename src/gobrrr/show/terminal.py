@@ -1,23 +1,25 @@
-"""Terminal rendering with rich. Presentation only: takes results, measures nothing."""
+"""Terminal rendering with rich. Presentation only: takes results, measures nothing.
+The doctor report is rendered from its dict (`Report.to_dict()`, or a saved --json), as
+the HTML page is, so a saved report prints as doctor printed it."""
 
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING, Any
 
+from gobrrr.show.budget_view import budget_parts, phase_rows, roof_band
+from gobrrr.show.colors import REGIME_COLORS
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_s
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gobrrr.budget import RowBudget
     from gobrrr.compare import Comparison
     from gobrrr.dist.ceilings import CommCeilings
     from gobrrr.dist.projection import Projection
     from gobrrr.hardware import Ceilings
     from gobrrr.lab import LabReport
     from gobrrr.remedies.result import OptimizeResult
-    from gobrrr.report import Report
 
 __all__ = ["console", "print_ceilings", "print_report", "print_optimize", "print_comparison",
            "print_lab", "print_comm_ceilings", "print_projection", "print_distributed"]
@@ -79,10 +81,6 @@ def print_ceilings(ceil: Ceilings) -> None:
     out.print(f"ridge points (FLOP/byte): {ridge}")
     src = f"datasheet: {entry.source}" if entry else "no datasheet entry for this device"
     out.print(f"[dim]{ceil.source} {ceil.measured_at} in {ceil.calibrate_s:.1f} s; {src}[/dim]")
-
-
-_REGIME_STYLE = {"overhead": "yellow", "memory": "cyan", "compute": "magenta",
-                 "communication": "red"}
 
 
 def _fmt_size(n: int) -> str:
@@ -200,15 +198,16 @@ _BAND_MARK = {"<25%": "[red]*[/]", "25-50%": "[yellow]+[/]"}
 
 
 def _budget_bar(fractions: dict[str, float], width: int) -> str:
-    """A stacked bar of the three regimes, one character per 1/width of wall time."""
+    """A stacked bar of the budget's parts (three, or four with communication), one
+    character per 1/width of wall time."""
     cells = []
     used = 0
-    keys = [k for k in _REGIME_STYLE if k in fractions]  # communication: distributed
+    keys = list(fractions)  # the budget's order; communication last, distributed only
     for i, k in enumerate(keys):
         n = width - used if i == len(keys) - 1 else round(fractions[k] * width)
         n = max(0, min(n, width - used))
         used += n
-        cells.append(f"[{_REGIME_STYLE[k]}]{'█' * n}[/]")
+        cells.append(f"[{REGIME_COLORS[k]}]{'█' * n}[/]")
     return "".join(cells)
 
 
@@ -271,109 +270,145 @@ def print_distributed(d: dict[str, Any]) -> None:
                       f"({100 * chk['rel_error']:+.0f}%)")
 
 
-def print_report(report: Report) -> None:
+def print_report(report: dict[str, Any]) -> None:
+    """The doctor (or analyze) report on stdout, from its dict (`Report.to_dict()`, or a
+    saved --json of any 1.x version): every number is read from it."""
     from rich.markup import escape
-    from rich.table import Table
-
-    from gobrrr.budget import BELOW_ROOF_FRACTION, LOW_ROOF_FRACTION
 
     out = console()
-    r, b, v = report, report.budget, report.verdict
-    fp = r.ceilings.fingerprint
+    d, b, v = report, report["budget"], report["verdict"]
+    machine = d["machine"]
+    fp = machine["fingerprint"]
+    w = d["workload"]
+    total_s, parts_s = budget_parts(b)
     # Names from the user's code are escaped: "[x]" in a module name is not rich markup.
-    trace = r.workload.get("trace") if r.workload.get("source") == "trace" else None
+    trace = w.get("trace") if w.get("source") == "trace" else None
     what = (f"({trace['steps']} profiled steps)" if trace
-            else f"(batch {r.workload['batch_size']})")
+            else f"(batch {w['batch_size']})")
     out.print(f"[bold]gobrrr {'analyze' if trace else 'doctor'}[/bold]  "
-              f"{escape(r.workload['name'])} {what} on {fp.get('name')} "
+              f"{escape(w['name'])} {what} on {fp.get('name')} "
               f"[dim]torch {fp.get('torch')}[/dim]")
-    if r.workload.get("model"):  # a model target: dtype, mode and sizes matter to read it
-        out.print(f"[dim]{escape(r.workload['description'])}[/dim]")
-    out.print(f"[bold {_REGIME_STYLE[v.regime]}]{v.regime.upper()}-BOUND[/]: "
-              f"{100 * v.share:.0f}% of {fmt_s(b.total_s)} per {'step' if trace else 'call'}")
-    for line in v.evidence:
+    if w.get("model"):  # a model target: dtype, mode and sizes matter to read it
+        out.print(f"[dim]{escape(w['description'])}[/dim]")
+    out.print(f"[bold {REGIME_COLORS[v['regime']]}]{v['regime'].upper()}-BOUND[/]: "
+              f"{100 * v['share']:.0f}% of {fmt_s(total_s)} per "
+              f"{'step' if trace else 'call'}")
+    for line in v["evidence"]:
         out.print(f"  - {escape(line)}")
-    out.print(f"  [dim]{v.agreement}[/dim]")
+    out.print(f"  [dim]{v['agreement']}[/dim]")
     width = min(60, max(20, out.width - 20))
-    out.print(_budget_bar(b.fractions, width))
+    out.print(_budget_bar(b["fractions"], width))
     out.print("  ".join(
-        f"[{_REGIME_STYLE[k]}]{k} {fmt_s(s)} ({100 * b.fractions[k]:.0f}%)[/]"
-        for k, s in (("overhead", b.overhead_s), ("memory", b.memory_s),
-                     ("compute", b.compute_s), ("communication", b.communication_s))
-        if s is not None))
-    if b.below_roof_s > 0 or b.low_roof_s > 0:
-        out.print(f"[dim]{fmt_s(b.below_roof_s)} of device time in ops under "
-                  f"{100 * BELOW_ROOF_FRACTION:.0f}% of their own roofline, "
-                  f"{fmt_s(b.low_roof_s)} from there to {100 * LOW_ROOF_FRACTION:.0f}%[/dim]")
-
-    def rows_table(title: str, rows: list[RowBudget], n: int) -> Table:
-        # No outer edge and a one-word bound column: at 80 columns the names get the room.
-        t = Table(title=title, title_justify="left", show_edge=False)
-        longest = max((len(row.name) for row in rows[:n]), default=4)
-        t.add_column("name", overflow="fold", min_width=min(18, longest))
-        for col in ("calls", "time", "FLOP/B", "achieved", "% roof"):
-            t.add_column(col, justify="right", overflow="fold")
-        t.add_column("bound", min_width=9, no_wrap=True)
-        for row in rows[:n]:
-            inten = row.intensity_flops_per_byte
-            frac = row.roofline_fraction
-            ach = (fmt_flops(row.achieved_flops_per_s) if row.bound == "compute"
-                   and row.achieved_flops_per_s else
-                   fmt_bytes_per_s(row.achieved_bytes_per_s) if row.achieved_bytes_per_s
-                   else "-")
-            bound = "instr." if row.limit == "instruction" else row.bound
-            t.add_row(escape(row.name), str(row.calls), fmt_s(row.time_s),
-                      f"{inten:.3g}" if inten is not None else "-", ach,
-                      (f"{100 * frac:.0f}%" if frac is not None else "-")
-                      + _BAND_MARK.get(row.roof_band or "", ""),
-                      f"[{_REGIME_STYLE.get(row.bound, 'white')}]{bound}[/]")
-        return t
-
-    out.print(rows_table("top ops (device time)", b.per_op, 8))
-    out.print(rows_table("top modules", b.per_module, 6))
-    shown = b.per_op[:8] + b.per_module[:6]
+        f"[{REGIME_COLORS[k]}]{k} {fmt_s(s)} ({100 * b['fractions'][k]:.0f}%)[/]"
+        for k, s in parts_s.items()))
+    low_s = b.get("low_roof_s")  # report 1.5+
+    if b["below_roof_s"] > 0 or (low_s or 0) > 0:
+        low = ("" if low_s is None else
+               f", {fmt_s(low_s)} from there to {100 * b['low_roof_threshold']:.0f}%")
+        out.print(f"[dim]{fmt_s(b['below_roof_s'])} of device time in ops under "
+                  f"{100 * b['below_roof_threshold']:.0f}% of their own roofline{low}[/dim]")
+    phases = phase_rows(b)
+    if phases:
+        out.print(_phase_table(phases, total_s))
+    out.print(_rows_table("top ops (device time)", b["per_op"], 8))
+    out.print(_rows_table("top modules", b["per_module"], 6))
+    shown = b["per_op"][:8] + b["per_module"][:6]
     legend = [f"{mark} {text}" for mark, text, band in (
         ("[red]*[/red]", "under 25% of its own roofline", "<25%"),
         ("[yellow]+[/yellow]", "25-50% of it", "25-50%")) if any(
-            row.roof_band == band for row in shown)]
-    if any(row.limit == "instruction" for row in shown):
+            roof_band(row) == band for row in shown)]
+    if any(row.get("limit") == "instruction" for row in shown):
         legend.append("instr.: compute-bound by element-wise instruction throughput "
                       "(calibrated), not FLOPs or bytes")
     if legend:
         out.print(f"[dim]{'; '.join(legend)}[/dim]")
-    flagged = [row for row in b.per_op if row.limit == "instruction" or row.roof_band]
+    flagged = [row for row in b["per_op"]
+               if row.get("limit") == "instruction" or roof_band(row)]
     if flagged:
         out.print("[bold]below their roof[/bold] (why: the arithmetic, or the likely cause)")
     for row in flagged[:5]:
-        frac = row.roofline_fraction
+        frac = row["roofline_fraction"]
         where = f"{100 * frac:.0f}% of roof" if frac is not None else "no roofline"
-        out.print(f"  {escape(row.name)} {fmt_s(row.time_s)}, {where}: "
-                  f"{escape(row.reason or row.cause or 'unknown')}")
-    if r.remedies:
-        t = Table(title="remedies (predicted from the budget; `gobrrr optimize` verifies)",
-                  title_justify="left")
-        t.add_column("remedy", overflow="fold")
-        t.add_column("for")
-        t.add_column("predicted", justify="right")
-        t.add_column("why", overflow="fold")
-        for rem in r.remedies:
-            t.add_row(rem.name, rem.regime,
-                      f"{rem.predicted_speedup:.2f}x" if rem.predicted_speedup else "-",
-                      rem.basis)
-        out.print(t)
-    if r.counts.uncounted_ops:
-        out.print(f"[dim]ops with no FLOP formula: {', '.join(r.counts.uncounted_ops)}[/dim]")
-    if r.distributed is not None:
-        print_distributed(r.distributed.to_dict())
+        out.print(f"  {escape(row['name'])} {fmt_s(row['time_s'])}, {where}: "
+                  f"{escape(row.get('reason') or row.get('cause') or 'unknown')}")
+    if d["remedies"]:
+        out.print(_remedies_table(d["remedies"]))
+    if d["counts"]["uncounted_ops"]:
+        out.print(f"[dim]ops with no FLOP formula: "
+                  f"{', '.join(d['counts']['uncounted_ops'])}[/dim]")
+    if d.get("distributed") is not None:
+        print_distributed(d["distributed"])
+    t = d["timing"]
     if trace:
-        out.print(f"[dim]T_wall: mean span of {r.timing.n_samples} profiled steps (median "
-                  f"{fmt_s(r.timing.median_s)}, IQR {100 * r.timing.rel_iqr:.1f}%); "
-                  f"ceilings {r.ceilings.source}; analysed in {r.diagnose_s:.1f} s[/dim]")
+        out.print(f"[dim]T_wall: mean span of {t['n_samples']} profiled steps (median "
+                  f"{fmt_s(t['median_s'])}, IQR {100 * t['rel_iqr']:.1f}%); "
+                  f"ceilings {machine['source']}; analysed in {d['diagnose_s']:.1f} s[/dim]")
         return
-    out.print(f"[dim]T_wall median of {r.timing.n_samples} samples x "
-              f"{r.timing.calls_per_sample} calls (IQR {100 * r.timing.rel_iqr:.1f}%); "
-              f"ceilings {r.ceilings.source} {r.ceilings.measured_at}; "
-              f"diagnosed in {r.diagnose_s:.1f} s[/dim]")
+    out.print(f"[dim]T_wall median of {t['n_samples']} samples x "
+              f"{t['calls_per_sample']} calls (IQR {100 * t['rel_iqr']:.1f}%); "
+              f"ceilings {machine['source']} {machine['measured_at']}; "
+              f"diagnosed in {d['diagnose_s']:.1f} s[/dim]")
+
+
+def _rows_table(title: str, rows: list[dict[str, Any]], n: int) -> Any:
+    """The top `n` rows (budget.RowBudget dicts) with their roofline reading."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    # No outer edge and a one-word bound column: at 80 columns the names get the room.
+    t = Table(title=title, title_justify="left", show_edge=False)
+    longest = max((len(row["name"]) for row in rows[:n]), default=4)
+    t.add_column("name", overflow="fold", min_width=min(18, longest))
+    for col in ("calls", "time", "FLOP/B", "achieved", "% roof"):
+        t.add_column(col, justify="right", overflow="fold")
+    t.add_column("bound", min_width=9, no_wrap=True)
+    for row in rows[:n]:
+        inten = row["intensity_flops_per_byte"]
+        frac = row["roofline_fraction"]
+        ach = (fmt_flops(row["achieved_flops_per_s"]) if row["bound"] == "compute"
+               and row["achieved_flops_per_s"] else
+               fmt_bytes_per_s(row["achieved_bytes_per_s"]) if row["achieved_bytes_per_s"]
+               else "-")
+        bound = "instr." if row.get("limit") == "instruction" else row["bound"]
+        t.add_row(escape(row["name"]), str(row["calls"]), fmt_s(row["time_s"]),
+                  f"{inten:.3g}" if inten is not None else "-", ach,
+                  (f"{100 * frac:.0f}%" if frac is not None else "-")
+                  + _BAND_MARK.get(roof_band(row) or "", ""),
+                  f"[{REGIME_COLORS.get(row['bound'], 'white')}]{bound}[/]")
+    return t
+
+
+def _phase_table(rows: list[dict[str, Any]], total_s: float) -> Any:
+    """Time by phase (forward, backward, optimizer, ...): each phase's own bound, so a
+    step that mixes regimes is read apart."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="time by phase", title_justify="left", show_edge=False)
+    t.add_column("name", overflow="fold")
+    for col in ("calls", "time", "% of T"):
+        t.add_column(col, justify="right")
+    t.add_column("bound", min_width=9, no_wrap=True)
+    for row in rows:
+        t.add_row(escape(row["name"]), str(row["calls"]), fmt_s(row["time_s"]),
+                  f"{100 * row['time_s'] / total_s:.1f}%" if total_s > 0 else "-",
+                  f"[{REGIME_COLORS.get(row['bound'], 'white')}]{row['bound']}[/]")
+    return t
+
+
+def _remedies_table(remedies: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title="remedies (predicted from the budget; `gobrrr optimize` verifies)",
+              title_justify="left")
+    t.add_column("remedy", overflow="fold")
+    t.add_column("for")
+    t.add_column("predicted", justify="right")
+    t.add_column("why", overflow="fold")
+    for rem in remedies:
+        pred = rem.get("predicted_speedup")
+        t.add_row(rem["name"], rem["regime"], f"{pred:.2f}x" if pred else "-", rem["basis"])
+    return t
 
 
 _STATUS_STYLE = {"verified": "green", "rejected": "red", "failed": "red", "slower": "yellow",
