@@ -352,3 +352,71 @@ def test_c_level_prints_stay_out_of_stdout():
                        timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout == '{"json": 1}\n' and "NCCL version 2.28.9" in p.stderr
+
+
+_API = """
+import json, os, sys, torch.distributed as dist
+import gobrrr
+from gobrrr.dist.examples import ddp_comm
+
+dist.init_process_group("gloo")
+fn, args = ddp_comm(4, "cpu")
+r = gobrrr.diagnose(fn, *args, time_budget_s=0.2)
+best = gobrrr.optimize(fn, *args, budget_s=30, diagnose=False,
+                       only=["gradient_as_bucket_view"])
+out = {"regime": r.regime, "communication_s": r.budget.communication_s,
+       "merged": r.distributed is not None,
+       "ranks": None if r.distributed is None else len(r.distributed.ranks),
+       "optimized": None if best is None else [x.name for x in best.remedies]}
+with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
+    json.dump(out, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_the_python_api_runs_under_torchrun(dist_env, tmp_path):
+    # gobrrr.diagnose and gobrrr.optimize called from the user's own torchrun script
+    # (not the CLI): every rank diagnoses in lockstep, rank 0's report is merged and its
+    # communication is the fourth part; optimize runs the DDP remedy on every rank and
+    # rank 0 alone gets the result
+    script = tmp_path / "api.py"
+    script.write_text(_API)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2", str(script), str(tmp_path)],
+                       env=dist_env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["merged"] and r0["ranks"] == 2 and not r1["merged"]
+    assert r0["communication_s"] > 0 and r1["communication_s"] > 0
+    assert r0["optimized"] == ["gradient_as_bucket_view"] and r1["optimized"] is None
+
+
+@pytest.mark.slow
+def test_doctor_lists_the_ddp_remedies_with_their_predictions(dist_env, tmp_path):
+    # With calibrate --distributed's curve cached (its per-call latency makes fewer,
+    # larger all-reduces cheaper), the torchrun doctor of ddp_comm predicts a bucket
+    # size from its budget, beside the other DDP remedies: the very specs and numbers
+    # optimize starts from (remedies/ddp.py)
+    import shutil
+
+    # the module's CPU calibration (see dist_env), beside this test's own comm ceilings
+    shutil.copytree(dist_env["XDG_CACHE_HOME"], tmp_path / "cache")
+    env = dict(dist_env, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    cal = subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--distributed",
+                          "--nproc-per-node", "2", "--max-size", "16MiB", "-q"],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert cal.returncode == 0, cal.stderr[-3000:]
+    p = subprocess.run([sys.executable, "-m", "gobrrr", "doctor", "--nproc-per-node", "2",
+                        "examples:ddp_comm", "--device", "cpu", "--json", "--time-budget",
+                        "0.3", "-q"], env=env, capture_output=True, text=True, timeout=240)
+    d = _report(p)
+    rows = {r["spec"]: r for r in d["remedies"]}
+    buckets = [r for name, r in rows.items() if name.startswith("bucket_cap_mb_")]
+    assert buckets, sorted(rows)
+    assert all(r["predicted_speedup"] > 1 and "calibrate --distributed's curve" in r["basis"]
+               for r in buckets)
+    # gradient_as_bucket_view: 4 x 8.4 MB of gradient copies at the calibrated bandwidth
+    assert rows["gradient_as_bucket_view"]["predicted_speedup"] > 1
+    assert "DDP's bucket copies go" in rows["gradient_as_bucket_view"]["basis"]

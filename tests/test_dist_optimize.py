@@ -1,6 +1,6 @@
 """Distributed optimize (gobrrr.remedies.ddp, fsdp, comm; gobrrr.dist.optimize): the
-predictions' arithmetic with hand-computed numbers, the verification's measures, the swap of a wrapper
-in a copied workload, and real torchrun runs with 2 gloo ranks on this CPU
+predictions' arithmetic with hand-computed numbers, the verification's measures, the
+swap of a wrapper in a copied workload, and real torchrun runs with 2 gloo ranks on this CPU
 (OMP_NUM_THREADS=1 each: the CI machine has 2 cores)."""
 
 import json
@@ -9,11 +9,10 @@ import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
-
-from types import SimpleNamespace
 
 from gobrrr.budget import Budget
 from gobrrr.dist.optimize import RunOut, judge, update_error

@@ -4,7 +4,6 @@ given budget. Pure functions: no workload runs here."""
 
 import pytest
 
-from gobrrr.api import diagnose_budget
 from gobrrr.budget import Budget
 from gobrrr.gains import Gain, combine, gain_from_saved, speedup_from_saved
 from gobrrr.remedies.base import PREP_CAPTURE, PREP_COMPILE, PREP_FLAG
@@ -21,6 +20,7 @@ from gobrrr.remedies.plan import (
     Outcome,
     SearchState,
     compile_prep_s,
+    diagnose_budget,
     measure_s,
     options,
     plan,

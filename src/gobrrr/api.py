@@ -2,7 +2,9 @@
 
 diagnose: the live source (live.py: time, count + profile, experiments) -> the one end
 (diagnosis.py: budget, verdict, remedies, Report). optimize: diagnose (a share of
---budget-s), then the search of gobrrr.remedies.runner until the deadline.
+--budget-s), then the search of gobrrr.remedies.runner until the deadline. Under
+torchrun (WORLD_SIZE > 1) both choose the distributed path themselves, here below the
+CLI: every rank in lockstep (gobrrr.dist.diagnose, gobrrr.dist.optimize).
 """
 
 from __future__ import annotations
@@ -12,13 +14,19 @@ from collections.abc import Callable
 from typing import Any
 
 from gobrrr.diagnosis import report_for
+from gobrrr.dist.diagnose import DistOptions, diagnose_distributed
+from gobrrr.dist.lockstep import World, timeout_from_env
+from gobrrr.dist.optimize import DistOptimizeOptions, optimize_distributed
 from gobrrr.errors import WARNING
 from gobrrr.live import measure_live
+from gobrrr.remedies import catalog
+from gobrrr.remedies.plan import DIAGNOSE_SHARE, diagnose_budget
+from gobrrr.remedies.runner import search_workload
 from gobrrr.report import Report
+from gobrrr.state import preserved_state
 from gobrrr.workload import Workload, from_callable
 
-__all__ = ["diagnose", "diagnose_workload", "optimize", "optimize_workload",
-           "diagnose_budget", "DIAGNOSE_SHARE"]
+__all__ = ["diagnose", "diagnose_workload", "optimize", "optimize_workload"]
 
 Progress = Callable[[str], None]
 
@@ -31,6 +39,11 @@ def diagnose(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None =
     function, any callable. The device is the one its tensors (or parameters) live on.
     The user's parameters, gradients, optimizer state, inputs and RNG are restored.
 
+    Inside a torchrun script (WORLD_SIZE > 1) every rank must call it with the same
+    workload: the ranks are diagnosed in lockstep (gobrrr.dist.diagnose), communication
+    becomes the fourth part, and rank 0's report carries the merged `distributed` section
+    and the DDP/FSDP2 remedies; each other rank gets its own report.
+
     `eager`: the same work as eager PyTorch, for a `fn` that replays a CUDA graph (its
     kernels are timed, but a replay runs no op whose FLOPs and bytes could be counted;
     `eager(*args, **kwargs)` is counted instead, never timed).
@@ -38,10 +51,24 @@ def diagnose(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None =
     the whole diagnosis; a call longer than it is made 3 times per measurement."""
     w = from_callable(fn, args, kwargs)
     w.eager = eager
-    report = diagnose_workload(w, experiments=experiments, time_budget_s=time_budget_s,
-                               progress=progress)
+    world = World.from_env()
+    if world is not None and world.size > 1:
+        report = diagnose_distributed(
+            world, _fingerprint(fn), w.device, lambda: w,
+            DistOptions(time_budget_s=time_budget_s, timeout_s=timeout_from_env(),
+                        experiments=experiments), progress=progress)
+    else:
+        report = diagnose_workload(w, experiments=experiments, time_budget_s=time_budget_s,
+                                   progress=progress)
     _warn_loudly([n.removeprefix(WARNING) for n in report.notes if n.startswith(WARNING)])
     return report
+
+
+def _fingerprint(fn: Callable[..., Any]) -> str:
+    """What every rank must agree it runs (a callable from Python: its qualified name)."""
+    target = getattr(fn, "__func__", fn)
+    return (f"python:{getattr(target, '__module__', '?')}."
+            f"{getattr(target, '__qualname__', type(fn).__qualname__)}")
 
 
 def _warn_loudly(lines: list[str]) -> None:
@@ -63,31 +90,6 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
                       state=m.state, facts=m.facts, started_s=m.started_s)
 
 
-# optimize's diagnosis gets this share of --budget-s: its budget predicts every remedy,
-# but only the search that follows measures them.
-DIAGNOSE_SHARE = 0.25
-# A diagnosis makes at most this many measurements that each sample for time_budget_s
-# (timing.measure): the wall time, 2 for the CUDA-graph replay, up to 11 for batch
-# scaling (2x and 4x the batch, 3 interleaved rounds). Without the experiments: the
-# wall time, with room for counting and profiling the call.
-_MEASUREMENTS = {True: 14, False: 3}
-# The experiments feed only the batch-size advice and the doctor's evidence: below this
-# share of --budget-s (20 s of budget) they are left out.
-_EXPERIMENTS_MIN_SHARE_S = 5.0
-_TIME_BUDGET_RANGE_S = (0.05, 1.0)  # 1.0: doctor's own default per measurement
-
-
-def diagnose_budget(budget_s: float) -> tuple[float, bool]:
-    """(time_budget_s per measurement, run the experiments) for a diagnosis that should
-    take about DIAGNOSE_SHARE of `budget_s`. A workload whose single call is long still
-    takes 3 calls per measurement (timing.measure): its diagnosis can take more, and the
-    search then gets less."""
-    share_s = DIAGNOSE_SHARE * budget_s
-    experiments = share_s >= _EXPERIMENTS_MIN_SHARE_S
-    lo, hi = _TIME_BUDGET_RANGE_S
-    return min(hi, max(lo, share_s / _MEASUREMENTS[experiments])), experiments
-
-
 def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bool = True,
                       budget_s: float = 120.0, only: list[str] | None = None,
                       ab_budget_s: float = 1.5, time_budget_s: float | None = None,
@@ -100,9 +102,6 @@ def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bo
     timing at it is abandoned). Returns a gobrrr.remedies.result.OptimizeResult.
     time_budget_s: the diagnosis's sampling seconds per measurement (default: from
     `budget_s`, diagnose_budget)."""
-    from gobrrr.remedies import catalog
-    from gobrrr.remedies.runner import search_workload
-
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     deadline = t0 + budget_s
@@ -132,9 +131,25 @@ def optimize(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None =
     included). Returns a gobrrr.remedies.result.OptimizeResult: call it to run the best
     verified configuration (on gobrrr's copy of the model); `.table()` lists predicted
     vs measured for every remedy; `.snippet` is the code to apply it. The user's objects
-    are never changed."""
-    result = optimize_workload(from_callable(fn, args, kwargs), report=report,
-                               diagnose=diagnose, budget_s=budget_s, only=only,
-                               progress=progress)
+    are never changed.
+
+    Inside a torchrun script (WORLD_SIZE > 1) every rank must call it with the same
+    workload, a DDP-wrapped model's step: the DDP remedies run on copies in lockstep
+    (gobrrr.dist.optimize); rank 0 gets the result, the other ranks None. FSDP2's
+    remedies need a fresh build per candidate: use the CLI with a factory target."""
+    w = from_callable(fn, args, kwargs)
+    world = World.from_env()
+    if world is not None and world.size > 1:
+        with preserved_state(w):  # the base is primed with one step of the user's model
+            result = optimize_distributed(
+                world, _fingerprint(fn), w.device, lambda: w,
+                DistOptimizeOptions(budget_s=budget_s, timeout_s=timeout_from_env(),
+                                    diagnose=diagnose, only=only, fresh_builds=False),
+                progress=progress)
+        if result is None:
+            return None
+    else:
+        result = optimize_workload(w, report=report, diagnose=diagnose, budget_s=budget_s,
+                                   only=only, progress=progress)
     _warn_loudly([n.removeprefix(WARNING) for n in result.notes if n.startswith(WARNING)])
     return result

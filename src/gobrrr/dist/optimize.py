@@ -41,7 +41,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gobrrr.api import diagnose_budget
 from gobrrr.dist.ceilings import load_cached
 from gobrrr.dist.context import comm_facts
 from gobrrr.dist.diagnose import DistOptions, diagnose_distributed, target_fingerprint
@@ -53,6 +52,7 @@ from gobrrr.remedies.ddp import find_ddps, rewrap
 from gobrrr.remedies.evaluate import SEED, WARM_CALLS, out_dtype
 from gobrrr.remedies.fsdp import apply_fsdp, find_fsdp
 from gobrrr.remedies.result import OptimizeResult, snippet_for
+from gobrrr.remedies.plan import diagnose_budget
 from gobrrr.remedies.runner import search
 from gobrrr.remedies.verify import (
     Comparison,
@@ -85,6 +85,10 @@ class DistOptimizeOptions:
     diagnose: bool = True
     ab_budget_s: float = 1.0
     only: list[str] | None = None
+    # each call of `load` builds the workload anew (a factory target); False: it returns
+    # the user's own objects (gobrrr.optimize in a torchrun script), which FSDP2's
+    # remedies would change in place
+    fresh_builds: bool = True
 
 
 # ------------------------------------------------------------------ agreement
@@ -410,6 +414,10 @@ def optimize_distributed(world: World, target: str | None, device: str,
                         f"from the workload on every rank (found {kinds}): the distributed "
                         "remedies change one of those")
     notes: list[str] = []
+    if kind == "fsdp" and not opts.fresh_builds:
+        raise UserError("FSDP2's remedies need a fresh build of the model for every "
+                        "candidate (FSDP2 modules cannot be copied): run gobrrr optimize "
+                        "with a factory target, FILE.py:NAME(batch_size)")
     if kind == "ddp":
         ls.stage("priming the base", lambda: w.run("priming the base"))
     else:

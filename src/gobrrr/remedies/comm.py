@@ -63,9 +63,14 @@ def exposed_s(ctx: Context) -> float:
     return b.communication_s or 0.0 if b is not None else 0.0
 
 
+# A saving under this share of the step is float rounding of two equal models (a bucket
+# cap that leaves the buckets as they are), not a gain.
+NO_GAIN_FRACTION = 1e-9
+
+
 def comm_gain(ctx: Context, saved_s: float, part: str, basis: str) -> Gain:
     """`saved_s` of the budget's `part` (at most what that part holds), or no gain."""
-    if saved_s <= 0 or ctx.budget is None:
+    if ctx.budget is None or saved_s <= NO_GAIN_FRACTION * step_s(ctx):
         return Gain.none(f"predicted no gain: {basis}")
     return gain_from_saved(ctx.budget, {part: saved_s}, basis)
 

@@ -39,7 +39,8 @@ __all__ = ["Option", "Skip", "Plan", "plan", "Entry", "Outcome", "stack", "optio
            "compile_prep_s", "measure_s", "TIER_PROBE", "TIER_STACK", "TIER_COMPILE",
            "TIER_COSTLY", "TIER_AUTOTUNE", "TIER_REST", "TIER_NAMES", "SearchState",
            "MeasuredCompile", "compile_factor", "MODE_FACTOR", "FREEZING_FACTOR",
-           "MAX_AUTOTUNE_MIN_GAIN", "COMPILE_BASE_S", "COMPILE_PER_OP_S", "EXEC_GROUPS"]
+           "MAX_AUTOTUNE_MIN_GAIN", "COMPILE_BASE_S", "COMPILE_PER_OP_S", "EXEC_GROUPS",
+           "diagnose_budget", "DIAGNOSE_SHARE"]
 
 TIER_PROBE, TIER_STACK, TIER_COMPILE, TIER_COSTLY, TIER_AUTOTUNE, TIER_REST = range(6)
 TIER_NAMES = {TIER_PROBE: "probe", TIER_STACK: "stack", TIER_COMPILE: "default compile",
@@ -379,3 +380,30 @@ def options(state: SearchState) -> list[Option]:
             seen.add(o.name)
             fresh.append(o)
     return fresh
+
+
+# ------------------------------------------------------------------ the diagnosis
+
+# optimize's diagnosis gets this share of --budget-s: its budget predicts every remedy,
+# but only the search that follows measures them.
+DIAGNOSE_SHARE = 0.25
+# A diagnosis makes at most this many measurements that each sample for time_budget_s
+# (timing.measure): the wall time, 2 for the CUDA-graph replay, up to 11 for batch
+# scaling (2x and 4x the batch, 3 interleaved rounds). Without the experiments: the
+# wall time, with room for counting and profiling the call.
+DIAGNOSE_MEASUREMENTS = {True: 14, False: 3}
+# The experiments feed only the batch-size advice and the doctor's evidence: below this
+# share of --budget-s (20 s of budget) they are left out.
+EXPERIMENTS_MIN_SHARE_S = 5.0
+TIME_BUDGET_RANGE_S = (0.05, 1.0)  # 1.0: doctor's own default per measurement
+
+
+def diagnose_budget(budget_s: float) -> tuple[float, bool]:
+    """(time_budget_s per measurement, run the experiments) for a diagnosis that should
+    take about DIAGNOSE_SHARE of `budget_s`. A workload whose single call is long still
+    takes 3 calls per measurement (timing.measure): its diagnosis can take more, and the
+    search then gets less."""
+    share_s = DIAGNOSE_SHARE * budget_s
+    experiments = share_s >= EXPERIMENTS_MIN_SHARE_S
+    lo, hi = TIME_BUDGET_RANGE_S
+    return min(hi, max(lo, share_s / DIAGNOSE_MEASUREMENTS[experiments])), experiments
