@@ -462,11 +462,11 @@ def optimize_distributed(world: World, target: str | None, device: str,
                    "output_nonfinite": None},
         notes=notes, optimize_s=time.perf_counter() - t0, diagnose_s=diagnose_s,
         budget_s=opts.budget_s)
-    b = report.budget if report is not None else None
     out.distributed = {
         "world_size": world.size, "backend": backend, "kind": kind,
-        "facts": None if comm is None or b is None else {
-            "step_s": b.total_s, "exposed_communication_s": b.communication_s or 0.0,
+        "facts": None if comm is None or report is None else {
+            "step_s": report.budget.total_s,
+            "exposed_communication_s": report.budget.communication_s or 0.0,
             "no_sync_bound_s": comm.no_sync_bound_s,
             "grad_bytes": comm.total_grad_bytes, "params": len(comm.grad_bytes),
             "mem_bw_bytes_per_s": getattr(report.ceilings, "bandwidth_bytes_per_s", None),

@@ -53,7 +53,7 @@ def find_fsdp(modules: Sequence[Any]) -> list[Any]:
     return out
 
 
-def apply_fsdp(modules: Sequence[Any], settings: dict[str, Any]) -> list[str]:
+def apply_fsdp(modules: Sequence[Any], settings: Mapping[str, Any]) -> list[str]:
     """Change the FSDP2 settings of a fresh build in place; what was done, in words."""
     units = find_fsdp(modules)
     if not units:
