@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 
 from gobrrr.errors import UserError
+from gobrrr.schema import kind_of, validate
+from gobrrr.units import fmt_change
 
 __all__ = ["OpChange", "Comparison", "load_report", "compare", "parse_percent",
            "ratio_interval", "REGIMES", "CONFIDENCE", "RESAMPLES", "SEED", "MIN_SAMPLES",
@@ -144,7 +146,6 @@ class Comparison:
         """'95% interval +3.1% to +9.8%', or None without an interval."""
         if self.change_low is None or self.change_high is None:
             return None
-        from gobrrr.units import fmt_change
 
         return (f"{100 * self.confidence:g}% interval {fmt_change(self.change_low)} to "
                 f"{fmt_change(self.change_high)}")
@@ -206,7 +207,6 @@ def parse_percent(text: str) -> float:
 
 def load_report(path: str | Path) -> dict[str, Any]:
     """A `gobrrr doctor --json` file, checked against the report schema."""
-    from gobrrr.schema import kind_of, validate
 
     p = Path(path)
     try:

@@ -28,7 +28,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
+from gobrrr.counting import MATMUL_CLASSES, CountResult, OpRecord, dtype_name
 from gobrrr.phases import COMPILED
+from gobrrr.profile import WINDOW, _device_starts, _with_starts, is_math_kernel, lead_in_calls
+from gobrrr.profile import walk_events as _walk
+from gobrrr.run import Kernel, ProfiledRun
+from gobrrr.settings import tf32_enabled
+from gobrrr.state import preserved_state, walk
+from gobrrr.timing import device_sync
+from gobrrr.tracefile.opcount import PROFILER_DTYPES as _DTYPES
+from gobrrr.workload import from_callable
 
 if TYPE_CHECKING:
     from gobrrr.counting import CountResult, OpRecord
@@ -51,7 +61,6 @@ def is_compiled(w: Workload) -> bool:
     or function it reaches)."""
     if _compiled_object(w.fn) or _compiled_object(getattr(w.fn, "__self__", None)):
         return True
-    from gobrrr.state import walk
 
     r = walk(w.fn, w.args, w.kwargs)
     return any(_compiled_object(o) for o in [*r.modules, *r.objects, *r.functions])
@@ -116,7 +125,6 @@ class CompileInfo:
 def warm_up(w: Workload) -> tuple[float, float, DynamoCounts, DynamoCounts]:
     """Two timed calls before any measurement: (first call s, second call s, counters
     before, counters after)."""
-    from gobrrr.timing import device_sync
 
     sync = device_sync(w.device)
     before = dynamo_counts()
@@ -152,9 +160,6 @@ def read_compile(first_s: float, steady_s: float, before: DynamoCounts,
 
 def _tensor_args(e: Any, dtypes: list[str]) -> list[tuple[list[int], str]]:
     """(shape, dtype) of the tensor arguments an op or a kernel launch recorded."""
-    from gobrrr.tracefile.opcount import (
-        PROFILER_DTYPES as _DTYPES,  # the profiler's dtype names, one table
-    )
 
     shapes = list(getattr(e, "input_shapes", None) or [])
     return [(s, d) for s, d in zip(shapes, dtypes, strict=False)
@@ -184,7 +189,6 @@ def _dtype_lookup(prof: Any) -> Any:
 
 
 def _bytes_of(args: list[tuple[list[int], str]]) -> int:
-    from gobrrr.tracefile.opcount import PROFILER_DTYPES as _DTYPES
 
     return sum(math.prod(s) * _DTYPES[d].itemsize for s, d in args)
 
@@ -241,21 +245,17 @@ def _op_class(name: str) -> str:
 
 
 def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> OpRecord:
-    from gobrrr.counting import MATMUL_CLASSES, OpRecord
 
     args = _tensor_args(e, dtypes)
     name = str(e.name)
     op_class = _op_class(name)
     flops = _conv_flops(e, args) if op_class == "conv" else _matmul_flops(name, args)
-    from gobrrr.counting import dtype_name
-    from gobrrr.tracefile.opcount import PROFILER_DTYPES as _DTYPES
 
     dtype = dtype_name(_DTYPES[args[0][1]]) if args else "none"
     unit = None
     if op_class in MATMUL_CLASSES:
         unit = dtype
         if dtype == "fp32" and device == "cuda":
-            from gobrrr.settings import tf32_enabled
 
             unit = "tf32" if tf32_enabled("conv" if op_class == "conv" else "matmul") else "fp32"
     return OpRecord(index=index, op=name, module=module, phase=COMPILED, op_class=op_class,
@@ -302,17 +302,6 @@ def profile_compiled(w: Workload, wall_s: float, eager: CountResult) -> Profiled
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from gobrrr.counting import CountResult
-    from gobrrr.profile import (
-        WINDOW,
-        _device_starts,
-        _with_starts,
-        lead_in_calls,
-    )
-    from gobrrr.profile import (
-        walk_events as _walk,
-    )
-    from gobrrr.run import Kernel, ProfiledRun
 
     cuda = w.device == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -365,9 +354,6 @@ def _add_cpp_kernels(run: ProfiledRun, window: Any, eager: CountResult) -> None:
     events. Their time: the graph calls' time minus the ATen ops inside them. Their FLOPs
     and bytes (approximate): the eager twin's non-matmul FLOPs, and its fusable ops' bytes
     after a perfect fusion (budget.fusable_bytes_saved)."""
-    from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
-    from gobrrr.counting import MATMUL_CLASSES, OpRecord
-    from gobrrr.profile import walk_events as _walk
 
     calls = [e for e in _walk(window) if str(e.name).startswith("## Call CompiledFxGraph")]
     if not calls:
@@ -392,10 +378,6 @@ def _replayed_kernels(run: ProfiledRun, kernels: list[Any], eager: CountResult) 
     twin's work (approximate, and named so): its matmul-class ops (FLOPs, bytes, unit) for
     the GEMM/conv/attention kernels, and its other ops for the rest, with bytes after a
     perfect fusion (what Inductor's fused kernels move at best)."""
-    from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
-    from gobrrr.counting import MATMUL_CLASSES, OpRecord
-    from gobrrr.profile import is_math_kernel
-    from gobrrr.run import Kernel
 
     if not kernels:
         return []
@@ -435,8 +417,6 @@ def graph_replay_note(run: ProfiledRun, w: Workload, count: Any) -> str:
         return ("the workload ran kernels but no PyTorch op (a CUDA graph replay?): kernel "
                 "time and overhead are measured; FLOPs and bytes need the eager callable: "
                 "gobrrr.diagnose(fn, *args, eager=eager_fn)")
-    from gobrrr.state import preserved_state
-    from gobrrr.workload import from_callable
 
     with preserved_state(from_callable(w.eager, w.args, w.kwargs)):  # counted, not kept
         eager = count(w.eager, *w.args, **w.kwargs)

@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from gobrrr.phases import BACKWARD, FORWARD, OPTIMIZER
+from gobrrr.settings import tf32_enabled
 
 __all__ = [
     "OpRecord",
@@ -412,7 +413,6 @@ def _tensor_core_unit(op_class: str, dtype: str, device_type: str) -> str | None
         return dtype
     if dtype == "fp32" and device_type == "cuda":
         # TF32 is used when the user's settings allow it (convs: on by default).
-        from gobrrr.settings import tf32_enabled
 
         return "tf32" if tf32_enabled("conv" if op_class == "conv" else "matmul") else "fp32"
     return dtype

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from gobrrr import datasheet
+from gobrrr.schema import SchemaError, validate
 from gobrrr.settings import tf32
 from gobrrr.timing import measure
 
@@ -220,7 +221,6 @@ def _cache_problem(data: Any, device: str) -> str | None:
     than measured, is not stored), then for NaN and infinity: a bandwidth of 0, a string
     where a number belongs or a negative peak would otherwise crash or mislead every run.
     """
-    from gobrrr.schema import SchemaError, validate
 
     try:
         validate(dict(data, datasheet=None), "ceilings")

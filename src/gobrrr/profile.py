@@ -28,6 +28,7 @@ from gobrrr.counting import (
 from gobrrr.errors import first_line
 from gobrrr.phases import is_collective
 from gobrrr.run import Kernel, ProfiledRun
+from gobrrr.timing import measure
 from gobrrr.workload import Workload
 
 __all__ = ["profile_counted", "is_math_kernel", "split_kernel_time", "walk_events",
@@ -210,7 +211,6 @@ def _cpu_timed(w: Workload, budget_per_op_s: float = 0.02) -> ProfiledRun:
     NB: in-place ops are replayed on the same tensors (values drift; cost does not)."""
     import torch
 
-    from gobrrr.timing import measure
 
     counts, calls = count_with_calls(w.run, "the counted run")
     s = torch.randn(1)

@@ -15,6 +15,8 @@ from gobrrr.experiments import BatchScaling, GraphReplay
 from gobrrr.gains import HostTime, host_time
 from gobrrr.hardware import Ceilings
 from gobrrr.phases import working_ops
+from gobrrr.remedies.base import Context
+from gobrrr.remedies.catalog import predictions
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_pct, fmt_s
 
 __all__ = ["Remedy", "Verdict", "HostTime", "host_time", "remedies_for", "verdict_for",
@@ -138,8 +140,6 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     that apply only to some (a cast needs a module, a fused optimizer an optimizer);
     comm: a torchrun job's communication facts (remedies/comm.py), for the DDP and FSDP2
     remedies."""
-    from gobrrr.remedies.base import Context
-    from gobrrr.remedies.catalog import predictions
 
     ctx = Context(device, b, ceil, counts.records, batch, graph,
                   module_types=module_types or set(), optimizers=optimizers or [],

@@ -33,6 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from gobrrr.errors import UserError
+from gobrrr import datasheet
+from gobrrr.dist.lockstep import keep_stdout_for_results
+from gobrrr.dist.topology import topology
+from gobrrr.dist.topology import topology_key
+from gobrrr.hardware import cache_dir
+from gobrrr.hardware import read_cache
+from gobrrr.hardware import write_cache
+from gobrrr.schema import SchemaError, validate
 
 __all__ = [
     "COLLECTIVES", "SCHEMA_VERSION", "CollectivePoint", "CommCeilings", "busbw_factor",
@@ -157,7 +165,6 @@ class CommCeilings:
 
     def datasheet(self) -> Any:
         """The link's datasheet entry (datasheet.InterconnectEntry) or None."""
-        from gobrrr import datasheet
 
         names = self.topology.get("gpu_names") or []
         if not names:
@@ -216,7 +223,6 @@ def ensure_process_group(timeout_s: float = 300.0) -> bool:
     if "WORLD_SIZE" not in os.environ:
         raise UserError("--distributed needs torchrun: run `torchrun --nproc-per-node N "
                         "-m gobrrr calibrate --distributed`, or give --nproc-per-node N")
-    from gobrrr.dist.lockstep import keep_stdout_for_results
 
     keep_stdout_for_results()  # NCCL's own prints stay out of rank 0's --json
     backend = "gloo"
@@ -330,7 +336,6 @@ def measure_collectives(
     import torch
     import torch.distributed as dist
 
-    from gobrrr.dist.topology import topology
 
     say = progress or (lambda _m: None)
     for c in collectives:
@@ -393,7 +398,6 @@ def _median(values: Sequence[float]) -> float:
 
 
 def _cache_key(topo: Mapping[str, Any]) -> dict[str, Any]:
-    from gobrrr.dist.topology import topology_key
 
     key = topology_key(topo)
     key["nccl_env"] = {k: v for k, v in key["nccl_env"].items()
@@ -404,15 +408,12 @@ def _cache_key(topo: Mapping[str, Any]) -> dict[str, Any]:
 
 def cache_path(key: Mapping[str, Any]) -> Path:
     """In hardware.py's cache folder ($XDG_CACHE_HOME/gobrrr), one file per key."""
-    from gobrrr.hardware import cache_dir
 
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return cache_dir() / f"comm-{key['backend']}-{digest}.json"
 
 
 def _read(path: Path, notes: list[str]) -> CommCeilings | None:
-    from gobrrr.hardware import read_cache
-    from gobrrr.schema import SchemaError, validate
 
     data = read_cache(path, SCHEMA_VERSION, notes)
     if data is None:
@@ -430,7 +431,6 @@ def _read(path: Path, notes: list[str]) -> CommCeilings | None:
 
 
 def _write(path: Path, ceil: CommCeilings, notes: list[str]) -> None:
-    from gobrrr.hardware import write_cache
 
     data = ceil.to_dict()
     data.pop("datasheet", None)
@@ -441,7 +441,6 @@ def _write(path: Path, ceil: CommCeilings, notes: list[str]) -> None:
 def load_cached(topo: Mapping[str, Any] | None = None) -> CommCeilings | None:
     """The cached ceilings for this topology (default: `topology()` in this process,
     which reads the process group's backend and world size when it exists), or None."""
-    from gobrrr.dist.topology import topology
 
     return _read(cache_path(_cache_key(topo if topo is not None else topology())), [])
 
@@ -470,7 +469,6 @@ def calibrate_distributed(
     the cache. Returns the same ceilings on every rank."""
     import torch.distributed as dist
 
-    from gobrrr.dist.topology import topology
 
     sizes = sorted(set(int(s) for s in sizes_bytes))
     rank = dist.get_rank()

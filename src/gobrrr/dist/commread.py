@@ -30,6 +30,8 @@ from gobrrr.dist.comm import (
 from gobrrr.intervals import Interval, as_list, clip, subtract, union
 from gobrrr.phases import launches_collective
 from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, columns_of
+from gobrrr.tracefile.columns import stream_trace
+from gobrrr.tracefile.read import read_header
 
 __all__ = ["read_trace", "read_columns", "group_name"]
 
@@ -38,8 +40,6 @@ def read_trace(trace: dict[str, Any] | str | Path, rank: int, steps: int,
                device: str, window: str = WINDOW) -> RankTrace:
     """One rank's exported Chrome trace (a dict, or the JSON file, streamed) -> its
     RankTrace, inside the `window` range (read_columns)."""
-    from gobrrr.tracefile.columns import stream_trace
-    from gobrrr.tracefile.read import read_header
 
     if isinstance(trace, dict):
         return read_columns(columns_of(trace), rank, steps, device, window,

@@ -25,6 +25,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from typing import Any
+from gobrrr import datasheet
+from gobrrr.dist.experiments import find_ddp
+from gobrrr.dist.projection import Links, StepInputs, check_projection, gbps_to_bytes_per_s, links_from_ceilings, overlap_from, project
+from gobrrr.remedies.comm import CommFacts
+from gobrrr.remedies.ddp import DEFAULT_BUCKET_CAP_MB, find_ddps
+from gobrrr.remedies.fsdp import find_fsdp
+from gobrrr.state import walk
 
 __all__ = ["model_bytes", "ceilings_note", "projection_for", "comm_facts", "grad_bytes_of",
            "CALIBRATE_HINT"]
@@ -37,8 +44,6 @@ CALIBRATE_HINT = ("no communication ceilings cached for this topology: each coll
 
 def model_bytes(w: Any) -> tuple[int, int]:
     """(grad_bytes, param_bytes) of the workload's model (module docstring)."""
-    from gobrrr.dist.experiments import find_ddp
-    from gobrrr.state import walk
 
     ddp = find_ddp(w)
     modules = [ddp.module] if ddp is not None else list(walk(w.fn, w.args, w.kwargs).modules)
@@ -63,15 +68,6 @@ def projection_for(d: Mapping[str, Any], grad_bytes: int, param_bytes: int, ceil
                    inter_node_gbps: float | None) -> dict[str, Any]:
     """{"projection", "projection_bandwidth", "projection_check", "notes"} for the merged
     section `d` (module docstring); projection None with a note when it cannot be made."""
-    from gobrrr.dist.projection import (
-        Links,
-        StepInputs,
-        check_projection,
-        gbps_to_bytes_per_s,
-        links_from_ceilings,
-        overlap_from,
-        project,
-    )
 
     r0 = next(r for r in d["ranks"] if r["rank"] == 0)
     # A synchronous step goes at its slowest rank's pace: with no_sync paces, the
@@ -127,7 +123,6 @@ def projection_for(d: Mapping[str, Any], grad_bytes: int, param_bytes: int, ceil
 
 
 def _default_inter() -> dict[str, Any]:
-    from gobrrr import datasheet
 
     return {"inter_node_bytes_per_s": datasheet.INTER_NODE_DEFAULT.bytes_per_s_per_direction}
 
@@ -150,9 +145,6 @@ def comm_facts(modules: list[Any], section: Any, world_size: int,
     all-reduce bandwidth (calibrate --distributed's size-dependent curve when cached,
     else this step's achieved busbw), the no_sync bound (the largest over ranks) and
     DDP's own bucket cap. None when the modules hold neither wrapper."""
-    from gobrrr.remedies.comm import CommFacts
-    from gobrrr.remedies.ddp import DEFAULT_BUCKET_CAP_MB, find_ddps
-    from gobrrr.remedies.fsdp import find_fsdp
 
     ddps = find_ddps(modules)
     kind = "ddp" if ddps else "fsdp" if find_fsdp(modules) else None

@@ -33,6 +33,8 @@ from typing import Any
 
 from gobrrr.dist.lockstep import Lockstep
 from gobrrr.timing import measure
+from gobrrr.remedies.fsdp import find_fsdp
+from gobrrr.state import walk
 
 __all__ = ["NoSync", "find_ddp", "find_fsdp_units", "fsdp_settings", "no_sync_times",
            "ROUNDS", "DDP_METHOD", "FSDP_METHOD"]
@@ -73,7 +75,6 @@ def find_ddp(w: Any) -> Any:
     """The DistributedDataParallel module the workload reaches (state.walk), or None."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from gobrrr.state import walk
 
     reach = walk(w.fn, w.args, w.kwargs)
     return next((m for m in reach.modules if isinstance(m, DistributedDataParallel)), None)
@@ -81,8 +82,6 @@ def find_ddp(w: Any) -> Any:
 
 def find_fsdp_units(w: Any) -> list[Any]:
     """Every FSDP2 module (fully_shard) the workload reaches, in module order."""
-    from gobrrr.remedies.fsdp import find_fsdp
-    from gobrrr.state import walk
 
     return find_fsdp(list(walk(w.fn, w.args, w.kwargs).modules))
 

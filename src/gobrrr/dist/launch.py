@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gobrrr.errors import UserError
+from gobrrr.dist.lockstep import DistError
 
 __all__ = ["launch", "strip_option", "run_rank"]
 
@@ -51,7 +52,6 @@ def launch(nproc: int, argv: Sequence[str] | None = None, command: str = "doctor
 def run_rank(body: Callable[[], Any], rank: int) -> Any:
     """A rank's body: a DistError (a peer failed; rank 0 says which) is printed by rank 0
     only and exits 2 on every rank; every other error keeps the CLI's one style."""
-    from gobrrr.dist.lockstep import DistError
 
     try:
         return body()

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from typing import Any
+from gobrrr.hardware import fingerprint
 
 __all__ = ["topology", "parse_topo_matrix", "link_summary", "nccl_env", "topology_key",
            "visible_gpu_indices"]
@@ -222,7 +223,6 @@ def topology() -> dict[str, Any]:
     if not torch.cuda.is_available():
         import platform
 
-        from gobrrr.hardware import fingerprint
 
         return {
             "device": "cpu", "gpu_names": [], "gpu_count": 0,

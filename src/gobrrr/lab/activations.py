@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from gobrrr.counting import count
 from gobrrr.lab.common import EssayRef, LabContext, LabResult
+from gobrrr.units import fmt_bytes_per_s, fmt_s
 
 __all__ = ["OpTime", "ActivationsResult", "conclude", "run", "plot", "SAME_COST_PCT"]
 
@@ -50,7 +52,6 @@ class ActivationsResult(LabResult):
     ops_per_element_break_even: float = 0.0  # vector FLOP/s / elements loaded per s
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.units import fmt_bytes_per_s, fmt_s
 
         return ["op", "time", "bandwidth", "% of copy bw", "vs ReLU"], [
             [o.op, fmt_s(o.time_s), fmt_bytes_per_s(o.bytes_per_s),
@@ -76,7 +77,6 @@ def conclude(r: ActivationsResult) -> tuple[str, bool | None]:
 def run(ctx: LabContext) -> ActivationsResult:
     import torch
 
-    from gobrrr.counting import count
 
     t_start = time.perf_counter()
     n = ctx.pointwise_elements()

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from gobrrr.counting import count
 from gobrrr.lab.common import EssayRef, LabContext, LabResult, geometric
 from gobrrr.phases import working_ops
+from gobrrr.units import fmt_s
 
 __all__ = ["BatchPoint", "BatchResult", "plateau_end", "conclude", "run", "plot", "build_mlp"]
 
@@ -57,7 +59,6 @@ class BatchResult(LabResult):
     plateau_end_batch: int = 0
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.units import fmt_s
 
         rows = [[str(p.batch), fmt_s(p.time_s), f"{p.flops / 1e6:.4g} M",
                  f"{p.bytes / 2**20:.3g} MiB", fmt_s(p.compute_s), fmt_s(p.memory_s),
@@ -77,7 +78,6 @@ def plateau_end(batches: Sequence[int], times_s: Sequence[float]) -> int:
 
 
 def conclude(r: BatchResult) -> tuple[str, bool | None]:
-    from gobrrr.units import fmt_s
 
     first = r.points[0]
     end = next(p for p in r.points if p.batch == r.plateau_end_batch)
@@ -112,7 +112,6 @@ def build_mlp(device: str, hidden: int = HIDDEN, layers: int = LAYERS) -> Any:
 def run(ctx: LabContext) -> BatchResult:
     import torch
 
-    from gobrrr.counting import count
 
     t_start = time.perf_counter()
     hi = (4096 if ctx.quick else 16384) if ctx.is_cuda else (1024 if ctx.quick else 4096)

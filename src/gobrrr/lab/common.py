@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gobrrr.timing import measure
+
 if TYPE_CHECKING:
     import torch
 
@@ -106,7 +108,6 @@ class LabContext:
         return x if dtype is None else x.to(dtype)
 
     def time(self, fn: Callable[[], Any], **kwargs: Any) -> Timing:
-        from gobrrr.timing import measure
 
         kwargs.setdefault("budget_s", self.budget_s)
         return measure(fn, device=self.device, **kwargs)

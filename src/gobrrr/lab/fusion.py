@@ -11,7 +11,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gobrrr.counting import count
 from gobrrr.lab.common import EssayRef, LabContext, LabResult
+from gobrrr.lab.compiled import compile_fresh, graphs_so_far
+from gobrrr.units import fmt_bytes_per_s, fmt_s
 
 __all__ = ["FusionResult", "conclude", "run", "plot"]
 
@@ -41,7 +44,6 @@ class FusionResult(LabResult):
     compile_status: str = ""
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.units import fmt_bytes_per_s, fmt_s
 
         def row(what: str, t: float | None, nbytes: int) -> list[str]:
             if t is None:
@@ -76,8 +78,6 @@ def conclude(r: FusionResult) -> tuple[str, bool | None]:
 def run(ctx: LabContext) -> FusionResult:
     import torch
 
-    from gobrrr.counting import count
-    from gobrrr.lab.compiled import compile_fresh, graphs_so_far
 
     t_start = time.perf_counter()
     n = ctx.pointwise_elements()

@@ -21,7 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gobrrr.counting import count
 from gobrrr.lab.common import EssayRef, LabContext, LabResult
+from gobrrr.lab.trace import profile_op_times_us
+from gobrrr.units import fmt_flops
 
 __all__ = ["ClassShare", "OpClassesResult", "CLASS_OF", "conclude", "run", "plot",
            "EncoderLayer", "shares"]
@@ -99,7 +102,6 @@ class OpClassesResult(LabResult):
     op_class_of: dict[str, str] = field(default_factory=dict)
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.units import fmt_flops
 
         rows = []
         for c in self.classes:
@@ -138,8 +140,6 @@ def conclude(r: OpClassesResult) -> tuple[str, bool | None]:
 def run(ctx: LabContext) -> OpClassesResult:
     import torch
 
-    from gobrrr.counting import count
-    from gobrrr.lab.trace import profile_op_times_us
 
     t_start = time.perf_counter()
     if ctx.is_cuda:

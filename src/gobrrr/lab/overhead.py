@@ -11,7 +11,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gobrrr.experiments import capture_cuda_graph
 from gobrrr.lab.common import EssayRef, LabContext, LabResult
+from gobrrr.lab.trace import idle_fraction, kernel_intervals_us
+from gobrrr.units import fmt_flops, fmt_s
 
 __all__ = ["OverheadResult", "conclude", "run", "plot"]
 
@@ -44,7 +47,6 @@ class OverheadResult(LabResult):
     kernel_small_us: float | None = None  # mean kernel duration in the small-tensor trace
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.units import fmt_flops, fmt_s
 
         def opt(x: float | None, f: Any) -> str:
             return "-" if x is None else f(x)
@@ -64,7 +66,6 @@ class OverheadResult(LabResult):
 
 
 def conclude(r: OverheadResult) -> tuple[str, bool | None]:
-    from gobrrr.units import fmt_s
 
     head = (f"the {r.device_dtype} matmul peak does {r.flops_per_python_op / 1e6:.3g} M "
             f"FLOPs per Python add (essay 9.75 M); eager tiny op {fmt_s(r.op_overhead_s)} "
@@ -108,8 +109,6 @@ def run(ctx: LabContext) -> OverheadResult:
 
 def _cuda_parts(ctx: LabContext, r: OverheadResult, loop: Any) -> None:
 
-    from gobrrr.experiments import capture_cuda_graph
-    from gobrrr.lab.trace import idle_fraction, kernel_intervals_us
 
     ctx.progress("overhead: CUDA graph capture + replay")
     try:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gobrrr.lab.common import EssayRef, LabContext, LabResult, geometric
+from gobrrr.lab.compiled import compile_fresh, graphs_so_far
+from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_s
 
 if TYPE_CHECKING:
     import torch
@@ -101,7 +103,6 @@ class RepeatResult(LabResult):
     fell_back: list[int] = field(default_factory=list)
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_s
 
         bw = max((p.bytes_per_s or 0.0 for p in self.points), default=0.0) or 1.0
         rows = []
@@ -116,7 +117,6 @@ class RepeatResult(LabResult):
 
 
 def conclude(r: RepeatResult) -> tuple[str, bool | None]:
-    from gobrrr.units import fmt_flops, fmt_s
 
     kn = r.knee
     pred = (f"ridge {r.ridge_flops_per_byte:.1f} FLOP/byte predicts k~{r.k_ridge_mul:.0f} "
@@ -191,14 +191,12 @@ def run(ctx: LabContext) -> RepeatResult:
 
 
 def compile_and_check(fn: Callable[..., Any], x: torch.Tensor, k: int) -> tuple[Any, Any]:
-    from gobrrr.lab.compiled import compile_fresh
 
     return compile_fresh(fn, (x,), expected_ops=k)
 
 
 def _time_checked(ctx: LabContext, fn: Callable[..., Any], x: torch.Tensor,
                   check: Any) -> Timing:
-    from gobrrr.lab.compiled import graphs_so_far
 
     before = graphs_so_far()
     t = ctx.time(lambda: fn(x))

@@ -17,6 +17,7 @@ from typing import Any
 
 from gobrrr.gains import Gain, gain_from_saved
 from gobrrr.remedies.base import Context
+from gobrrr.units import fmt_s
 
 __all__ = ["CommFacts", "step_s", "exposed_s", "comm_gain", "applies_to", "predict_batch",
            "BATCH_ADVICE_MIN"]
@@ -98,7 +99,6 @@ def predict_batch(ctx: Context) -> Gain:
     t2 = 2 * (t - e) + e
     what = ("the parameters and gradients (and so the all-gathers and reduce-scatters)"
             if ctx.comm.kind == "fsdp" else "the gradients (and so the all-reduce)")
-    from gobrrr.units import fmt_s
 
     basis = (f"{what} stay while the rest of the step "
              f"doubles: 2x batch in ~{fmt_s(t2)} vs 2 x {fmt_s(t)}, {2 * t / t2:.2f}x "

@@ -30,6 +30,7 @@ from gobrrr.remedies.base import (
     Context,
     RemedySpec,
 )
+from gobrrr.settings import inductor_options
 
 __all__ = ["SPECS", "compile_candidate", "predict_default"]
 
@@ -115,7 +116,6 @@ def _apply_freezing(cand: Candidate, ctx: Context) -> Candidate:
     """Freezing is an option of Inductor's compile: the default compile when no compile
     remedy came before it (stage order), Inductor's freezing flag held around the
     compile and every call."""
-    from gobrrr.settings import inductor_options
 
     if cand.compile_mode is None:
         if any(getattr(p, "__name__", "") == "capture" for p in cand.prepare):

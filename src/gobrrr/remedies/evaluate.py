@@ -16,6 +16,7 @@ from typing import Any
 
 from gobrrr.errors import WorkloadError, first_line
 from gobrrr.finite import nonfinite_summary
+from gobrrr.remedies.attention import rewrite_fired
 from gobrrr.remedies.base import (
     Candidate,
     Context,
@@ -174,7 +175,6 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     res.checks["notes"] = list(cand.notes)
     warm = dynamo_snapshot() if cand.compile_mode else None
     if cand.compile_info.get("require_attention_rewrite"):
-        from gobrrr.remedies.attention import rewrite_fired
 
         fired = rewrite_fired()
         res.checks["attention_rewrites"] = fired

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gobrrr.experiments import capture_cuda_graph
 from gobrrr.gains import Gain
 from gobrrr.remedies import savings
 from gobrrr.remedies.base import (
@@ -49,7 +50,6 @@ def make_capturable(optimizers: list[Any]) -> int:
 
 def capture(c: Candidate) -> None:
     """Warm up on a side stream, capture one call, and make `c.replay` the replay."""
-    from gobrrr.experiments import capture_cuda_graph
 
     graph, static_out = capture_cuda_graph(lambda: c.fn(*c.args, **c.kwargs))
     c.compile_info["cuda_graph"] = graph  # keeps the graph (and its memory pool) alive

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gobrrr.coordinator import SOLO, Coordinator
+from gobrrr.counting import count
 from gobrrr.errors import WARNING
 from gobrrr.gains import Gain, combine
 from gobrrr.phases import working_ops
@@ -45,6 +46,7 @@ from gobrrr.remedies.plan import (
     plan,
 )
 from gobrrr.remedies.result import NONFINITE_REFERENCE, OptimizeResult
+from gobrrr.settings import tf32_enabled
 from gobrrr.state import (
     Copied,
     copy_workload,
@@ -161,7 +163,6 @@ def _context(w: Workload, report: Any, base: Copied, independent: bool,
         reach = walk(w.fn, w.args, w.kwargs)
         storages = workload_facts(reach.modules, [])["param_storages"]
     else:
-        from gobrrr.counting import count
 
         # the user's exception as a WorkloadError: their traceback, exit 2
         records = count(Workload(w.name, base.fn, base.args, base.kwargs,
@@ -176,7 +177,6 @@ def _context(w: Workload, report: Any, base: Copied, independent: bool,
 
 
 def _reference_precision(ctx: Context) -> str | None:
-    from gobrrr.settings import tf32_enabled
 
     if ctx.device != "cuda":
         return None

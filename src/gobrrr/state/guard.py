@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gobrrr.settings import preserved
+from gobrrr.settings import restore as restore_settings
+from gobrrr.settings import snapshot as snapshot_settings
 from gobrrr.state.reach import MISSING, Reach, cell_full, walk
 
 if TYPE_CHECKING:
@@ -293,7 +296,6 @@ def _set_global_rng_state(st: dict[str, Any]) -> None:
 def preserved_globals() -> Iterator[None]:
     """The global RNGs and gobrrr.settings only: for gobrrr's own work (calibration) that
     never runs the user's workload."""
-    from gobrrr.settings import preserved
 
     rng = _global_rng_state()
     try:
@@ -317,8 +319,6 @@ def preserved_state(w: Workload) -> Iterator[StateCheck]:
     in `StateCheck.warnings`, the loud lines the report shows."""
     import time
 
-    from gobrrr.settings import restore as restore_settings
-    from gobrrr.settings import snapshot as snapshot_settings
 
     t0 = time.perf_counter()
     guard = _Guard(walk(w.fn, w.args, w.kwargs))

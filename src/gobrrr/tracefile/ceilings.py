@@ -16,15 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gobrrr import datasheet
 from gobrrr.errors import UserError
-from gobrrr.hardware import Ceilings
+from gobrrr.hardware import Ceilings, cached_for, calibrate
 
 __all__ = ["ceilings_for_trace"]
 
 
 def _datasheet_ceilings(name: str, props: dict[str, Any], torch_version: str | None
                         ) -> Ceilings | None:
-    from gobrrr import datasheet
 
     entry = datasheet.lookup(name)
     if entry is None:
@@ -44,7 +44,6 @@ def _datasheet_ceilings(name: str, props: dict[str, Any], torch_version: str | N
 def ceilings_for_trace(device: str, props: list[dict[str, Any]], torch_version: str | None,
                        progress: Callable[[str], None]) -> tuple[Ceilings, list[str]]:
     """(ceilings, notes) for a trace whose kernels ran on `device` ("cuda" or "cpu")."""
-    from gobrrr.hardware import cached_for, calibrate
 
     if device == "cpu":
         ceil = calibrate("cpu", progress=progress)
