@@ -138,3 +138,70 @@ def test_a_slow_first_call_is_outside_the_budget():
     # a compiled workload short): warm-up as usual, 5 steady samples of one call
     assert len(calls) == 7 and t.warmup_calls == 2 and t.n_samples == 5
     assert t.median_s == pytest.approx(0.002)
+
+
+class PeerCoordinator:
+    """Rank 0 of two ranks, its peer simulated: every shared value's peer value is
+    `peer(value)`, and rank 0 decides (coordinator.py)."""
+
+    rank, size = 0, 2
+
+    def __init__(self, peer):
+        self.peer = peer
+        self.decided = []
+
+    def share(self, obj, what):
+        return [obj, self.peer(obj)]
+
+    def decide(self, obj, what):
+        self.decided.append(what)
+        return obj
+
+
+def test_under_a_coordinator_every_ranks_spread_must_be_small():
+    from gobrrr.timing import measure_ranks
+
+    clock = FakeClock()
+    fn, calls = make_fn(clock, [0.001])  # rank 0 steady at 1 ms
+    peer = {"n": 0}
+
+    def noisy_peer(value):
+        # the peer's samples alternate 1 ms and 3 ms (IQR 100% of its median); its
+        # "budget spent" flag is ignored: rank 0's clock decides
+        if isinstance(value, tuple):
+            peer["n"] += 1
+            return (0.001 if peer["n"] % 2 else 0.003, True)
+        return value
+
+    coord = PeerCoordinator(noisy_peer)
+    mine, every = measure_ranks(fn, clock=clock, sync=lambda: None, warmup_calls=2,
+                                warmup_s=0.0, min_samples=5, max_samples=12, budget_s=100.0,
+                                min_sample_s=0.001, coordinator=coord)
+    # rank 0 alone would stop at 5 samples (spread 0, test above); the peer's spread
+    # keeps both going to max_samples: 2 warm-up calls + 12 samples of 1 call each
+    assert len(calls) == 2 + 12 and mine.n_samples == every[1].n_samples == 12
+    assert mine is every[0] and not mine.noisy and every[1].noisy
+    assert every[1].median_s == pytest.approx(0.002)
+    # the warm-up's end and the calls per sample were rank 0's decisions
+    assert "agreeing on calls per sample" in coord.decided
+
+
+def test_ab_time_under_a_coordinator_times_the_slowest_rank():
+    from gobrrr.remedies.verify import ab_time
+
+    now = [0.0]
+
+    def cost(s):
+        def f():
+            now[0] += s
+        return f
+
+    # rank 0: 2 ms vs 1 ms per call; its peer takes 3x as long on every side: each
+    # round's time per side is the slowest rank's, so 6 ms vs 3 ms, still 2x
+    coord = PeerCoordinator(lambda v: 3 * v if isinstance(v, float) else v)
+    got = ab_time(cost(2e-3), cost(1e-3), device="cpu", budget_s=0.0, min_rounds=9,
+                  clock=lambda: now[0], coordinator=coord)
+    assert got.speedup == pytest.approx(2.0) and got.rounds == 9
+    assert got.eager_s == pytest.approx(6e-3) and got.candidate_s == pytest.approx(3e-3)
+    # blocks sized from the slowest first call: 10 ms / 6 ms -> 2 calls of A
+    assert got.calls_per_block == 2

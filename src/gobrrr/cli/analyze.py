@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -29,28 +27,20 @@ def analyze(traces: tuple[Path, ...], as_json: bool, quiet: bool,
     """
     from gobrrr.cli.common import (
         check_writable,
-        deliver,
+        deliver_report,
         progress_printer,
         run_guarded,
-        shower,
     )
 
     def body() -> None:
         from gobrrr.analyze import analyze as analyze_traces
-        from gobrrr.show import save_html
-        from gobrrr.show.terminal import print_report
 
         check_writable(html_path)
         say = progress_printer(quiet)
         report = analyze_traces(list(traces), progress=say)
         for note in report.notes:
             say(note)
-        d = report.to_dict()  # what every output renders: the JSON, page, terminal
-        writes: list[tuple[Path, Callable[[Path], Any]]] = []
-        if html_path is not None:
-            writes.append((html_path, lambda p: save_html(d, p)))
-
-        deliver(writes, shower(as_json, lambda: d, lambda: print_report(d)), say)
+        deliver_report(report.to_dict(), as_json=as_json, say=say, html_path=html_path)
 
     run_guarded(body)
 

@@ -224,6 +224,22 @@ def deliver(writes: Sequence[tuple[Path, Callable[[Path], Any]]],
         raise UserError("; ".join(failed) + " (the result is on stdout)")
 
 
+def deliver_report(d: dict[str, Any], *, as_json: bool, say: Callable[[str], None],
+                   html_path: Path | None = None, trace_path: Path | None = None) -> None:
+    """A report dict (doctor, analyze, show) to its outputs: the Perfetto trace first (a
+    report without per-call rows, schema 1.0, cannot be traced, and says so before
+    anything else is written), the HTML page, then stdout (JSON or the terminal)."""
+    from gobrrr.show import save_html, save_trace
+    from gobrrr.show.terminal import print_report
+
+    writes: list[tuple[Path, Callable[[Path], Any]]] = []
+    if trace_path is not None:
+        writes.append((trace_path, lambda p: save_trace(d, p)))
+    if html_path is not None:
+        writes.append((html_path, lambda p: save_html(d, p)))
+    deliver(writes, shower(as_json, lambda: d, lambda: print_report(d)), say)
+
+
 def load_announced(target: str | None, device: str, batch_size: int | None, options: Any,
                    say: Callable[[str], None]) -> Any:
     """The target's Workload, announced on the progress line (a model: what was built)."""

@@ -59,12 +59,11 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
     """Split a workload's time into compute, memory and overhead (help: _HELP)."""
     from gobrrr.cli.common import (
         check_writable,
-        deliver,
+        deliver_report,
         progress_printer,
         resolve_device,
         run_guarded,
         show_notes,
-        shower,
     )
     from gobrrr.dist.lockstep import World
 
@@ -78,8 +77,6 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
     def body() -> None:
         from gobrrr.api import diagnose_workload
         from gobrrr.models import ModelOptions
-        from gobrrr.show import save_html, save_trace
-        from gobrrr.show.terminal import print_report
 
         check_writable(html_path, trace_path)
         dev = resolve_device(device)
@@ -101,14 +98,9 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         # diagnose_workload records name, description, device and batch; a model
         # target's details (library, config, dtype, mode) come from the Workload itself
         show_notes(report.notes, say, quiet)
-        d = report.to_dict()  # what every output renders: the JSON, page, trace, terminal
-        writes: list[tuple[Path, Callable[[Path], Any]]] = []
-        if html_path is not None:
-            writes.append((html_path, lambda p: save_html(d, p)))
-        if trace_path is not None:
-            writes.append((trace_path, lambda p: save_trace(d, p)))
-
-        deliver(writes, shower(as_json, lambda: d, lambda: print_report(d)), say)
+        # what every output renders: the JSON, page, trace, terminal
+        deliver_report(report.to_dict(), as_json=as_json, say=say, html_path=html_path,
+                       trace_path=trace_path)
 
     if world is not None and world.size > 1:
         from gobrrr.dist.launch import run_rank

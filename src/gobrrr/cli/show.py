@@ -6,9 +6,7 @@ gobrrr.show's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -27,25 +25,21 @@ def show(report_path: Path, html_path: Path | None, trace_path: Path | None,
     """Render a saved `gobrrr doctor --json` or `gobrrr analyze --json` report as doctor
     shows it: the terminal report on stdout, --html the page, --trace the trace. Nothing
     is measured: every number is the report's."""
-    from gobrrr.cli.common import check_writable, deliver, progress_printer, run_guarded, shower
+    from gobrrr.cli.common import (
+        check_writable,
+        deliver_report,
+        progress_printer,
+        run_guarded,
+    )
 
     def body() -> None:
         from gobrrr.compare import load_report
-        from gobrrr.show import save_html, save_trace
-        from gobrrr.show.terminal import print_report
 
         check_writable(html_path, trace_path)
         say = progress_printer(quiet)
-        d = load_report(report_path)
-        writes: list[tuple[Path, Callable[[Path], Any]]] = []
-        # the trace first: a report without per-call rows (schema 1.0) cannot be traced,
-        # and says so before anything else is written
-        if trace_path is not None:
-            writes.append((trace_path, lambda p: save_trace(d, p)))
-        if html_path is not None:
-            writes.append((html_path, lambda p: save_html(d, p)))
         # no --json: the file is the JSON
-        deliver(writes, shower(False, lambda: d, lambda: print_report(d)), say)
+        deliver_report(load_report(report_path), as_json=False, say=say,
+                       html_path=html_path, trace_path=trace_path)
 
     run_guarded(body)
 

@@ -31,7 +31,13 @@ from typing import Any
 
 from gobrrr.gains import Gain
 from gobrrr.remedies.base import PREP_FLAG, STAGE_MUTATE, Candidate, Context, RemedySpec
-from gobrrr.remedies.comm import applies_to, comm_gain, exposed_s, predict_batch
+from gobrrr.remedies.comm import (
+    CommFacts,
+    applies_to,
+    comm_gain,
+    exposed_s,
+    predict_batch,
+)
 from gobrrr.state import describe, walk
 from gobrrr.units import fmt_num, fmt_s
 
@@ -105,15 +111,19 @@ def predict_bucket_cap(ctx: Context, cap_mb: float) -> Gain:
     return comm_gain(ctx, min(saved, exposed), "communication", basis)
 
 
-def _bandwidth(ctx: Context) -> float | None:
-    return getattr(ctx.ceilings, "bandwidth_bytes_per_s", None) or None
+def _ddp_and_bandwidth(ctx: Context) -> tuple[CommFacts, float] | None:
+    """(the DDP job's facts, W) when both are known."""
+    f = ctx.comm
+    w = getattr(ctx.ceilings, "bandwidth_bytes_per_s", None)
+    return (f, w) if f is not None and f.kind == "ddp" and w else None
 
 
 def predict_bucket_view(ctx: Context) -> Gain:
     """4G / W (module docstring), at most the no_sync bound."""
-    f, w = ctx.comm, _bandwidth(ctx)
-    if f is None or f.kind != "ddp" or not w:
+    known = _ddp_and_bandwidth(ctx)
+    if known is None:
         return Gain.none("no memory bandwidth calibrated")
+    f, w = known
     g = f.total_grad_bytes
     saved = 4 * g / w
     basis = (f"DDP's bucket copies go: 2 x {fmt_num(g, 'B')} read and written = "
@@ -126,9 +136,10 @@ def predict_bucket_view(ctx: Context) -> Gain:
 
 def predict_bf16(ctx: Context) -> Gain:
     """E / 2 - 3G / W (module docstring)."""
-    f, w = ctx.comm, _bandwidth(ctx)
-    if f is None or f.kind != "ddp" or not w:
+    known = _ddp_and_bandwidth(ctx)
+    if known is None:
         return Gain.none("no memory bandwidth calibrated")
+    f, w = known
     g = f.total_grad_bytes
     casts = 3 * g / w
     exposed = exposed_s(ctx)
