@@ -332,7 +332,7 @@ def test_a_graph_launch_finds_its_kernels_by_correlation_id():
     # kernels are device events carrying id 7; the range's own device event (id 1) is not.
     from types import SimpleNamespace as NS
 
-    from gobrrr.profile import _graph_kernels
+    from gobrrr.profile import graph_kernels
 
     def dev(name, corr, start_us, dur_us):
         return NS(name=name, device_type=NS(name="CUDA"), id=corr,
@@ -342,6 +342,6 @@ def test_a_graph_launch_finds_its_kernels_by_correlation_id():
     launch = NS(name="cudaGraphLaunch", device_type=NS(name="CPU"), id=7, kernels=[])
     events = [launch, dev("WIN", 1, 0.0, 50.0), dev("gemm", 7, 10.0, 4.0),
               dev("gelu", 7, 14.5, 1.5)]
-    got = _graph_kernels(launch, events)
+    got = graph_kernels(launch, events)
     assert [(k.name, k.duration_s, k.start_us) for k in got] == [
         ("gemm", 4e-6, 10.0), ("gelu", 1.5e-6, 14.5)]

@@ -14,7 +14,7 @@ from gobrrr.budget import compute_budget
 from gobrrr.cli import cli
 from gobrrr.counting import CountResult, OpRecord
 from gobrrr.hardware import Ceilings
-from gobrrr.profile import _device_starts, _with_starts
+from gobrrr.profile import device_starts, kernels_with_starts
 from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.show.perfetto import TID_IDLE, TID_KERNELS, TID_OPS, trace_dict
 
@@ -108,7 +108,7 @@ def test_kernel_starts_linked_as_torch_2_13_does():
     events = [launch, FakeEvent("sgemm", 100.0, 110.0, id=3, linked=7),
               FakeEvent("relu_kernel", 115.0, 120.0, id=4, linked=7),
               FakeEvent("relu_kernel", 10.0, 15.0, id=5, linked=8)]
-    got = [(k.name, t) for k, t in _with_starts(launch, _device_starts(events))]
+    got = [(k.name, t) for k, t in kernels_with_starts(launch, device_starts(events))]
     assert got == [("relu_kernel", 115.0), ("sgemm", 100.0)]
 
 
@@ -119,13 +119,13 @@ def test_kernel_starts_linked_as_torch_2_11_does():
     mm = FakeEvent("aten::mm", 209.2, 212.0, "CPU", id=2, kernels=[("sm80_xmma_gemm", 3.0)],
                    children=[launch])
     events = [mm, launch, FakeEvent("sm80_xmma_gemm", 2757.1, 2760.1, id=11)]
-    assert [t for _k, t in _with_starts(mm, _device_starts(events))] == [2757.1]
+    assert [t for _k, t in kernels_with_starts(mm, device_starts(events))] == [2757.1]
 
 
 def test_kernel_without_a_link_gets_no_start_time():
     launch = FakeEvent("cudaLaunchKernel", 90.0, 91.0, "CPU", id=7, kernels=[("sgemm", 1.0)])
     unlinked = [FakeEvent("sgemm", 100.0, 110.0, id=99)]
-    assert [t for _k, t in _with_starts(launch, _device_starts(unlinked))] == [None]
+    assert [t for _k, t in kernels_with_starts(launch, device_starts(unlinked))] == [None]
 
 
 def fake_cuda_report(starts=(100.0, 115.0, 120.0)):

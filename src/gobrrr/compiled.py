@@ -31,8 +31,14 @@ from typing import TYPE_CHECKING, Any
 from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
 from gobrrr.counting import MATMUL_CLASSES, CountResult, OpRecord, dtype_name
 from gobrrr.phases import COMPILED
-from gobrrr.profile import WINDOW, _device_starts, _with_starts, is_math_kernel, lead_in_calls
-from gobrrr.profile import walk_events as _walk
+from gobrrr.profile import (
+    WINDOW,
+    device_starts,
+    is_math_kernel,
+    kernels_with_starts,
+    lead_in_calls,
+    walk_events,
+)
 from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.settings import tf32_enabled
 from gobrrr.state import preserved_state, walk
@@ -327,18 +333,18 @@ def profile_compiled(w: Workload, wall_s: float, eager: CountResult) -> Profiled
                for i, e in enumerate(owners)]
     run = ProfiledRun(counts=CountResult(records), device=w.device, op_time_s={})
     if cuda:
-        starts = _device_starts(events)
+        starts = device_starts(events)
         owned: set[int] = set()
         for i, e in enumerate(owners):
-            for sub in _walk(e):
+            for sub in walk_events(e):
                 owned.add(id(sub))
-                for k, start in _with_starts(sub, starts):
+                for k, start in kernels_with_starts(sub, starts):
                     run.kernels.append(Kernel(k.name, k.duration * 1e-6, i, start))
         # Kernels no op launched: a CUDA graph's replay (mode="reduce-overhead") launches
         # them all at once, with no shapes recorded. They get the eager twin's work.
         replayed = [Kernel(k.name, k.duration * 1e-6, None, start)
-                    for sub in _walk(window) if id(sub) not in owned
-                    for k, start in _with_starts(sub, starts)]
+                    for sub in walk_events(window) if id(sub) not in owned
+                    for k, start in kernels_with_starts(sub, starts)]
         run.kernels += _replayed_kernels(run, replayed, eager)
         run.tally_kernels()
     else:
@@ -355,7 +361,7 @@ def _add_cpp_kernels(run: ProfiledRun, window: Any, eager: CountResult) -> None:
     and bytes (approximate): the eager twin's non-matmul FLOPs, and its fusable ops' bytes
     after a perfect fusion (budget.fusable_bytes_saved)."""
 
-    calls = [e for e in _walk(window) if str(e.name).startswith("## Call CompiledFxGraph")]
+    calls = [e for e in walk_events(window) if str(e.name).startswith("## Call CompiledFxGraph")]
     if not calls:
         return
     inside = sum(c.cpu_time_total for call in calls for c in call.cpu_children if _is_op(c))

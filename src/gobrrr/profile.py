@@ -32,7 +32,8 @@ from gobrrr.timing import measure
 from gobrrr.workload import Workload
 
 __all__ = ["profile_counted", "is_math_kernel", "split_kernel_time", "walk_events",
-           "lead_in_calls", "WINDOW"]
+           "lead_in_calls", "device_starts", "kernels_with_starts", "graph_kernels",
+           "WINDOW"]
 
 # Kernel names of matrix engines (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, cuDNN
 # convolutions, flash/memory-efficient attention, Triton matmuls). Any other kernel
@@ -112,14 +113,14 @@ def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
     run = ProfiledRun(counts=counts, device=w.device, op_time_s={})
     events = prof.events()
     window = next((e for e in events if e.name == WINDOW), None)
-    starts = _device_starts(events)
+    starts = device_starts(events)
     attributed: set[int] = set()
     for e in events:
         idx = _range_index(e.name)
         if idx is None:
             continue
         for sub in walk_events(e):
-            for k, start in _with_starts(sub, starts):
+            for k, start in kernels_with_starts(sub, starts):
                 run.kernels.append(Kernel(k.name, k.duration * 1e-6, idx, start))
                 attributed.add(id(k))
     # Kernels launched inside the window but outside any counted op (e.g. the autograd
@@ -130,18 +131,18 @@ def profile_counted(w: Workload, wall_s: float | None = None) -> ProfiledRun:
                 or not (window.time_range.start <= e.time_range.start
                         <= window.time_range.end)):
             continue
-        for k, start in _with_starts(e, starts):
+        for k, start in kernels_with_starts(e, starts):
             if id(k) not in attributed and not _inside_range(e):
                 run.kernels.append(Kernel(k.name, k.duration * 1e-6, None, start))
                 attributed.add(id(k))
         if (str(e.name).startswith("cudaGraphLaunch") and not getattr(e, "kernels", None)
                 and not _inside_range(e)):
-            run.kernels += _graph_kernels(e, events)
+            run.kernels += graph_kernels(e, events)
     run.tally_kernels()
     return run
 
 
-def _graph_kernels(launch: Any, events: Iterable[Any]) -> list[Kernel]:
+def graph_kernels(launch: Any, events: Iterable[Any]) -> list[Kernel]:
     """The kernels a CUDA graph launch ran: the profiler lists none on the launch event
     (seen on torch 2.11: `cudaGraphLaunch` with no kernels, its replayed kernels as
     device events carrying the launch's correlation id), so they are found by that id."""
@@ -157,7 +158,7 @@ def _graph_kernels(launch: Any, events: Iterable[Any]) -> list[Kernel]:
     return out
 
 
-def _device_starts(events: Iterable[Any]) -> dict[int, list[tuple[str, float]]]:
+def device_starts(events: Iterable[Any]) -> dict[int, list[tuple[str, float]]]:
     """(name, start time in us on the profiler clock) of the CUDA kernels, by correlation
     id: a kernel's event carries the correlation id of its launch (the runtime call,
     e.g. `cudaLaunchKernel`), as `id` (seen on torch 2.11) or as `linked_correlation_id`
@@ -173,7 +174,7 @@ def _device_starts(events: Iterable[Any]) -> dict[int, list[tuple[str, float]]]:
     return out
 
 
-def _with_starts(event: Any, starts: dict[int, list[tuple[str, float]]]
+def kernels_with_starts(event: Any, starts: dict[int, list[tuple[str, float]]]
                  ) -> list[tuple[Any, float | None]]:
     """The kernels an event lists, each with its device start time where a launch inside
     the event (the event itself or a runtime call below it, `cu*`) links to a kernel of

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gobrrr.show.colors import REGIME_COLORS
-from gobrrr.show.figures import _figure, _style, svg_of
+from gobrrr.show.figures import figure_style, new_figure, svg_of
 from gobrrr.units import fmt_bytes_per_s
 
 __all__ = ["projection_svg", "comm_ceilings_svg", "rank_split_svg"]
@@ -28,8 +28,8 @@ def rank_split_svg(ranks: list[dict[str, Any]]) -> str:
     """One stacked bar per rank: its step split overhead / memory / compute /
     communication (the budget's four parts, shares of its T_wall)."""
     order = ("overhead", "memory", "compute", "communication")
-    with _style():
-        fig = _figure(8.0, 0.6 + 0.45 * len(ranks))
+    with figure_style():
+        fig = new_figure(8.0, 0.6 + 0.45 * len(ranks))
         ax = fig.add_axes((0.12, 0.25, 0.85, 0.7))
         for i, r in enumerate(ranks):
             y = len(ranks) - 1 - i
@@ -54,8 +54,8 @@ def projection_svg(proj: dict[str, Any]) -> str:
     node, and the assumptions and sensitivity as text to the right."""
     rows = proj["rows"]
     ns = [r["n_gpus"] for r in rows]
-    with _style():
-        fig = _figure(8.0, 3.4)
+    with figure_style():
+        fig = new_figure(8.0, 3.4)
         ax = fig.add_axes((0.08, 0.15, 0.44, 0.78))
         ax.set_xscale("log", base=2)
         for strategy in ("ddp", "fsdp"):
@@ -88,8 +88,8 @@ def projection_svg(proj: dict[str, Any]) -> str:
 def comm_ceilings_svg(ceil: dict[str, Any]) -> str:
     """Bus bandwidth vs size (S) per collective, with the link's datasheet peak per
     direction as a dashed line when known."""
-    with _style():
-        fig = _figure(6.0, 3.2)
+    with figure_style():
+        fig = new_figure(6.0, 3.2)
         ax = fig.add_axes((0.12, 0.15, 0.84, 0.8))
         ax.set_xscale("log", base=2)
         for c in ("all_reduce", "all_gather", "reduce_scatter"):

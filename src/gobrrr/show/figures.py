@@ -29,7 +29,7 @@ _GID = "gobrrr-pt-"
 
 
 @contextmanager
-def _style() -> Iterator[None]:
+def figure_style() -> Iterator[None]:
     import matplotlib
 
     # A fixed hash salt makes clip-path ids (and so the file) reproducible; text stays
@@ -40,7 +40,7 @@ def _style() -> Iterator[None]:
         yield
 
 
-def _figure(w_in: float, h_in: float) -> Any:
+def new_figure(w_in: float, h_in: float) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -78,8 +78,8 @@ def budget_bar_svg(budget: dict[str, Any]) -> str:
     busy_s = parts_s["memory"] + parts_s["compute"]
     below_s = min(budget["below_roof_s"], busy_s) if busy_s > 0 else 0.0
     thr = budget.get("below_roof_threshold", 0.25)
-    with _style():
-        fig = _figure(8.0, 1.9)
+    with figure_style():
+        fig = new_figure(8.0, 1.9)
         ax = fig.add_axes((0.19, 0.2, 0.78, 0.72))
         left = 0.0
         for regime, part_s in parts_s.items():
@@ -139,8 +139,8 @@ def roofline_svg(rows: Sequence[dict[str, Any]], machine: dict[str, Any],
     y_hi = max([*ys, *peaks.values()]) * 3
     y_lo = min([*ys, bw * x_lo]) / 3
     titles: dict[str, str] = {}
-    with _style():
-        fig = _figure(8.0, 4.8)
+    with figure_style():
+        fig = new_figure(8.0, 4.8)
         ax = fig.add_axes((0.1, 0.11, 0.74, 0.85))
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -195,8 +195,8 @@ def batch_scaling_svg(batch: dict[str, Any]) -> str | None:
         return None
     base = pts[0]
     bs = [p["batch_size"] for p in pts]
-    with _style():
-        fig = _figure(6.0, 3.2)
+    with figure_style():
+        fig = new_figure(6.0, 3.2)
         ax = fig.add_axes((0.13, 0.16, 0.55, 0.78))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
