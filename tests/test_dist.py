@@ -272,8 +272,8 @@ def test_ddp_compute_is_compute_bound(dist_env):
 
 @pytest.mark.slow
 def test_straggler_found_by_name(dist_env):
-    # rank 1 runs 4 extra 512^3 matmuls per step (~20-40 ms); rank 0 waits for it in
-    # every all-reduce.
+    # rank 1 runs 12 extra 512^3 matmuls per step (dist/examples.py); rank 0 waits for it
+    # in every all-reduce.
     p, _ = _torchrun(dist_env, "examples:ddp_straggler", "--device", "cpu", "--json",
                      "--time-budget", "0.3", "--no-experiments")
     d = _report(p)

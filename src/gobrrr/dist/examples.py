@@ -10,7 +10,7 @@ regime with gloo on a 2-core CPU and with NCCL on datacenter GPUs alike:
   gradients do not (CPU 2 x 256^2 = 0.5 MB for ~6 GFLOP per step; CUDA 2 x 4096^2 = 134 MB
   for ~3.3 TFLOP): compute-bound, its all-reduce hidden behind the backward pass.
 - ddp_straggler: a small model, and rank 1 alone does extra matmuls before each step
-  (CPU 4 x 512^3, ~20-40 ms on one core; CUDA 20 x 8192^3 bf16): its peers wait for it
+  (CPU 12 x 512^3, ~12-25 ms on one core; CUDA 20 x 8192^3 bf16): its peers wait for it
   in every all-reduce.
 - fsdp_comm / fsdp_compute: the same two extremes as FSDP2 (`torch.distributed.fsdp.
   fully_shard`, torch >= 2.6) on the default group, every Linear its own unit and the
@@ -119,7 +119,10 @@ def ddp_straggler(batch_size: int = 64, device: str = "cpu"
     """A DDP step whose rank 1 does extra work first (module docstring)."""
     import torch
 
-    n, reps = (8192, 20) if device == "cuda" else (512, 4)
+    # CPU: 12 fp32 512^3 matmuls, ~12-25 ms on one thread: a lateness several times the
+    # few ms a shared 2-core machine's scheduling adds to either rank's step (with 4,
+    # ~4.5 ms, rank 0 once measured less waiting than rank 1 under load)
+    n, reps = (8192, 20) if device == "cuda" else (512, 12)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else "cpu"
     a = torch.randn(n, n, device=dev, dtype=dtype)
