@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from gobrrr.settings import preserved
 from gobrrr.settings import restore as restore_settings
 from gobrrr.settings import snapshot as snapshot_settings
-from gobrrr.state.reach import MISSING, Reach, cell_full, walk
+from gobrrr.state.reach import (
+    MAX_STATE_DEPTH,
+    MISSING,
+    Reach,
+    cell_full,
+    slot_names,
+    walk,
+)
 
 if TYPE_CHECKING:
     from gobrrr.workload import Workload
@@ -116,7 +123,16 @@ class _Guard:
         self.globals = [(g, n, g.get(n, MISSING)) for g, n in reach.globals]
         self.cells = [(c, c.cell_contents if cell_full(c) else MISSING)
                       for c in reach.cells]
+        self.slots = [(o, {k: getattr(o, k, MISSING) for k in slot_names(o)})
+                      for o in reach.slotted]
+        self.arrays = [(a, a.copy()) for a in reach.arrays]
         self.generators = [(gen, gen.get_state()) for gen in reach.generators]
+        if reach.too_deep:
+            self.check.warnings.append(
+                f"state nested deeper than {MAX_STATE_DEPTH} links from the workload was "
+                f"not checked ({', '.join(reach.too_deep[:3])}"
+                + (", ..." if len(reach.too_deep) > 3 else "") + "): gobrrr cannot "
+                "restore it if the workload changes it")
         self.iterators = [(it, self._position(it)) for it in reach.iterators]
         self.rng = _global_rng_state()
         self.storages = self._save_storages(named)
@@ -127,6 +143,8 @@ class _Guard:
                             "globals": len(reach.globals),
                             "closure_cells": len(reach.cells),
                             "generators": len(reach.generators),
+                            "slotted_objects": len(reach.slotted),
+                            "arrays": len(reach.arrays),
                             "iterators": len(reach.iterators)}
 
     @staticmethod
@@ -234,6 +252,25 @@ class _Guard:
             if value is not MISSING and (not cell_full(cell) or
                                           cell.cell_contents is not value):
                 cell.cell_contents = value
+        for obj, fields in self.slots:
+            for k, v in fields.items():
+                try:
+                    if v is MISSING:
+                        if hasattr(obj, k):
+                            delattr(obj, k)
+                    elif getattr(obj, k, MISSING) is not v:
+                        setattr(obj, k, v)
+                except (AttributeError, TypeError) as exc:  # a read-only slot
+                    warn.append(f"{self.reach.name(obj)}.{k} could not be restored: {exc}")
+        for arr, saved_a in self.arrays:
+            try:
+                if arr.shape == saved_a.shape and arr.dtype == saved_a.dtype:
+                    arr[...] = saved_a
+                else:
+                    warn.append(f"{self.reach.name(arr)} (numpy array) changed shape or "
+                                "dtype during gobrrr's runs: not restored")
+            except ValueError as exc:  # a read-only array
+                warn.append(f"{self.reach.name(arr)} could not be restored: {exc}")
         for gen, st in self.generators:
             gen.set_state(st)
         _set_global_rng_state(self.rng)
@@ -244,12 +281,17 @@ class _Guard:
                            "if the workload advances it, gobrrr's calls did too"))
 
     def verify(self) -> None:
-        """Every saved storage equals its snapshot byte for byte, after the restore."""
+        """Every saved storage and numpy array equals its snapshot byte for byte, after
+        the restore."""
         for names, live, saved in self.storages:
             if live.untyped_storage().nbytes() == saved.numel() and \
                     not _equal_bytes(live, saved):
                 self.check.warnings.append(f"{names[0]} differs from before gobrrr's "
                                            "runs after the restore")
+        for arr, saved_a in self.arrays:
+            if arr.shape == saved_a.shape and arr.tobytes() != saved_a.tobytes():
+                self.check.warnings.append(f"{self.reach.name(arr)} differs from before "
+                                           "gobrrr's runs after the restore")
 
 
 def _restore_mapping(cur: dict[Any, Any], saved: dict[Any, Any]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import io
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 
 __all__ = ["Reach", "walk", "reachable_state", "collect_state", "is_state", "global_names",
-           "cell_full", "MISSING", "STATELESS", "MAX_STATE_DEPTH"]
+           "cell_full", "slot_names", "MISSING", "STATELESS", "MAX_STATE_DEPTH"]
 
 # ---------------------------------------------------------------- finding state
 
@@ -117,10 +118,35 @@ class Reach:
     iterators: list[Any] = field(default_factory=list)  # cannot be rewound
     functions: list[Any] = field(default_factory=list)  # the functions it runs through
     cells: list[Any] = field(default_factory=list)  # their closure cells (`nonlocal n`)
+    slotted: list[Any] = field(default_factory=list)  # objects with __slots__ fields
+    arrays: list[Any] = field(default_factory=list)  # numpy arrays (changed in place)
+    # where the walk stopped at MAX_STATE_DEPTH with something there: not checked
+    too_deep: list[str] = field(default_factory=list)
     names: dict[int, str] = field(default_factory=dict)  # id -> where it was found
 
     def name(self, obj: Any) -> str:
         return self.names.get(id(obj), type(obj).__name__)
+
+
+def slot_names(obj: Any) -> list[str]:
+    """The `__slots__` fields of `obj`'s class and its bases (`__dict__` and
+    `__weakref__` slots excluded: they hold no field of their own)."""
+    names: list[str] = []
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for n in (slots,) if isinstance(slots, str) else slots:
+            if n not in ("__dict__", "__weakref__") and n not in names:
+                names.append(n)
+    return names
+
+
+@functools.lru_cache(maxsize=1)
+def _module_internals() -> frozenset[str]:
+    """The attributes torch.nn.Module keeps for itself (parameters, buffers, children,
+    hooks, flags): a module's other attributes are its author's."""
+    import torch
+
+    return frozenset(vars(torch.nn.Module()))
 
 
 def walk(fn: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
@@ -128,15 +154,23 @@ def walk(fn: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = No
     """What `fn(*args, **kwargs)` can reach: through closures, default values,
     `functools.partial` arguments, bound `self`, the module globals its code names (and,
     recursively, the functions it calls that way), containers (list, tuple, dict, set),
-    dataclasses and object attributes, to `max_depth` links. Modules, optimizers and
-    tensors end a path (their insides are enumerated when they are snapshotted)."""
+    dataclasses, object attributes and `__slots__` fields, to `max_depth` links.
+    Modules, optimizers and tensors end a path (their insides are enumerated when they
+    are snapshotted), except the attributes a module's author added (`self.calls`,
+    `self.cache = {}`, a tensor that is not a buffer, a torch.Generator), which are
+    walked on for every module whose class is not a library's."""
     import torch
 
     reach = Reach()
     seen: set[int] = set()
+    np = sys.modules.get("numpy")  # never imported just to look for its arrays
 
     def visit(obj: Any, path: str, depth: int) -> None:
-        if isinstance(obj, STATELESS) or id(obj) in seen or depth > max_depth:
+        if isinstance(obj, STATELESS) or id(obj) in seen:
+            return
+        if depth > max_depth:
+            if len(reach.too_deep) < 8:
+                reach.too_deep.append(path)
             return
         seen.add(id(obj))
         reach.names.setdefault(id(obj), path)
@@ -144,6 +178,14 @@ def walk(fn: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = No
             reach.tensors.append(obj)
         elif isinstance(obj, torch.nn.Module):
             reach.modules.append(obj)
+            internals = _module_internals()
+            for name, sub in obj.named_modules():
+                if _library_module(type(sub).__module__):
+                    continue  # torch's and a library's modules keep state in tensors
+                where = f"{path}.{name}" if name else path
+                for k, v in list(vars(sub).items()):
+                    if k not in internals:
+                        visit(v, f"{where}.{k}", depth + 1)
         elif isinstance(obj, torch.optim.Optimizer):
             reach.optimizers.append(obj)
             for i, group in enumerate(obj.param_groups):  # lr may be a tensor
@@ -196,12 +238,22 @@ def walk(fn: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = No
             reach.containers.append(obj)
             for k, v in list(obj.items()):
                 visit(v, f"{path}[{k!r}]", depth + 1)
-        elif isinstance(getattr(obj, "__dict__", None), dict):
+        elif np is not None and isinstance(obj, np.ndarray):
+            reach.arrays.append(obj)
+        elif isinstance(getattr(obj, "__dict__", None), dict) or slot_names(obj):
             if _library_module(type(obj).__module__) and not _is_torch_state(obj):
                 return  # a logger, a lock, a library's cache: not the user's state
-            reach.objects.append(obj)  # a trainer, an LR scheduler, a GradScaler, ...
-            for k, v in list(vars(obj).items()):
-                visit(v, f"{path}.{k}", depth + 1)
+            if isinstance(getattr(obj, "__dict__", None), dict):
+                reach.objects.append(obj)  # a trainer, an LR scheduler, a GradScaler, ...
+                for k, v in list(vars(obj).items()):
+                    visit(v, f"{path}.{k}", depth + 1)
+            slots = slot_names(obj)
+            if slots:
+                reach.slotted.append(obj)
+                for k in slots:
+                    v = getattr(obj, k, MISSING)
+                    if v is not MISSING:
+                        visit(v, f"{path}.{k}", depth + 1)
 
     visit(fn, getattr(fn, "__name__", type(fn).__name__), 0)
     for i, a in enumerate(args):
