@@ -414,3 +414,28 @@ def test_terminal_table_shows_unverifiable_after_usable_results(monkeypatch, cap
     assert out.index("channels_last") < out.index("unverifiable") < out.index("rejected")
     assert "1 unverifiable: outputs that could not be judged against eager's" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_graph_breaks_come_from_the_compile_itself(monkeypatch):
+    # torch._dynamo.explain ran once per search outside any deadline (~50 s on a loaded
+    # 2-core CPU for a step logging loss.item(); a probe's runs never finished): the
+    # breaks and their reasons are now dynamo's own counts while the variant compiles
+    import torch._dynamo
+
+    def no_explain(*a, **k):
+        raise AssertionError("torch._dynamo.explain was called")
+
+    monkeypatch.setattr(torch._dynamo, "explain", no_explain)
+    log = []
+
+    def step(x):
+        y = (x * 2).sin()
+        log.append(y.sum().item())  # a graph break
+        return y.cos()
+
+    res = optimize_workload(from_callable(step, (torch.randn(64),)), diagnose=False,
+                            budget_s=60, only=["compile"], ab_budget_s=0.3,
+                            compile_backend="eager")
+    r = {row.name: row for row in res.remedies}["compile"]
+    assert r.compile_s is not None and r.checks["graph_breaks"] >= 1, r.checks
+    assert any("item()" in reason for reason in r.checks["break_reasons"])

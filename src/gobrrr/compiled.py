@@ -51,8 +51,9 @@ if TYPE_CHECKING:
     from gobrrr.run import ProfiledRun
     from gobrrr.workload import Workload
 
-__all__ = ["CompileInfo", "DynamoCounts", "is_compiled", "dynamo_counts", "warm_up",
-           "read_compile", "profile_compiled", "graph_replay_note"]
+__all__ = ["CompileInfo", "DynamoCounts", "is_compiled", "dynamo_counts",
+           "graph_breaks_between", "warm_up", "read_compile", "profile_compiled",
+           "graph_replay_note"]
 
 
 def _compiled_object(obj: Any) -> bool:
@@ -144,19 +145,26 @@ def warm_up(w: Workload) -> tuple[float, float, DynamoCounts, DynamoCounts]:
     return times[0], times[1], before, dynamo_counts()
 
 
+def graph_breaks_between(before: DynamoCounts, after: DynamoCounts) -> tuple[int, list[str]]:
+    """(graph breaks, their reasons most frequent first, one line each) dynamo counted
+    between two moments: what a compile of the user's code broke on, read from the
+    compile itself (no separate torch._dynamo.explain run, which no deadline bounds)."""
+    breaks = {k: v - before.graph_breaks.get(k, 0) for k, v in after.graph_breaks.items()
+              if v > before.graph_breaks.get(k, 0)}
+    reasons = sorted(breaks, key=lambda k: -breaks[k])
+    return sum(breaks.values()), [r.splitlines()[0][:160] for r in reasons]
+
+
 def read_compile(first_s: float, steady_s: float, before: DynamoCounts,
                  warm: DynamoCounts, after_timing: DynamoCounts,
                  timed_calls: int) -> CompileInfo:
-    breaks = {k: v - before.graph_breaks.get(k, 0) for k, v in after_timing.graph_breaks.items()
-              if v > before.graph_breaks.get(k, 0)}
-    reasons = sorted(breaks, key=lambda k: -breaks[k])
+    n_breaks, reasons = graph_breaks_between(before, after_timing)
     return CompileInfo(
         first_call_s=first_s, steady_call_s=steady_s,
         compile_s=max(0.0, first_s - steady_s),
         frames_compiled=warm.frames - before.frames,
         graphs=after_timing.graphs - before.graphs,
-        graph_breaks=sum(breaks.values()),
-        break_reasons=[r.splitlines()[0][:160] for r in reasons],
+        graph_breaks=n_breaks, break_reasons=reasons,
         recompiles_during_timing=after_timing.frames - warm.frames,
         timed_calls=timed_calls,
         recompile_limit_hit=after_timing.recompile_limit_hit and not before.recompile_limit_hit)

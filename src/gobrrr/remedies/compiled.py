@@ -12,8 +12,9 @@ add (they come out of different ops of the budget).
 
 Health checks (verify.compile_problems): dynamo is reset before each variant (the
 recompile-limit trap (docs/reference.md) accumulates cache entries on one code object),
-graph breaks come from torch._dynamo.explain once per run, and recompiles or an eager
-fallback during timing void the measurement.
+graph breaks are dynamo's own counts while each variant compiles (no separate
+torch._dynamo.explain run: on a step with an `.item()` it took ~50 s on this loaded CPU, outside
+any deadline), and recompiles or an eager fallback during timing void the measurement.
 """
 
 from __future__ import annotations

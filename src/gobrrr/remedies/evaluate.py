@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gobrrr.compiled import dynamo_counts, graph_breaks_between
 from gobrrr.errors import WorkloadError, first_line
 from gobrrr.finite import nonfinite_summary
 from gobrrr.remedies.attention import rewrite_fired
@@ -151,6 +152,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
             cand = s.apply(cand, ctx)
         start = snapshot(cand.modules, cand.optimizers, cand.tensors)
         plain = plain_state(cand)  # an LR scheduler's step count, the LR it wrote
+        compiling = dynamo_counts() if cand.compile_mode else None
         t0 = time.perf_counter()
         with switches_on(cand):
             for prep in cand.prepare:
@@ -173,6 +175,11 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
         _free(ctx.device)
         return res, None
     res.checks["notes"] = list(cand.notes)
+    if compiling is not None:
+        compiled_now = dynamo_counts()
+        res.checks["graphs"] = compiled_now.graphs - compiling.graphs
+        res.checks["graph_breaks"], res.checks["break_reasons"] = graph_breaks_between(
+            compiling, compiled_now)
     warm = dynamo_snapshot() if cand.compile_mode else None
     if cand.compile_info.get("require_attention_rewrite"):
 

@@ -98,22 +98,6 @@ def _prime(base: Copied, w: Workload) -> list[bool]:
     return calls
 
 
-def _graph_breaks(base: Copied) -> dict[str, Any]:
-    """torch._dynamo.explain on a throwaway copy: graphs and the reasons for breaks."""
-    import torch._dynamo
-
-    probe = copy_workload(base.fn, base.args, base.kwargs)
-    try:
-        ex = torch._dynamo.explain(probe.fn)(*probe.args, **probe.kwargs)
-    except Exception as exc:  # noqa: BLE001 - explain failing is itself a finding
-        return {"explain_error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    finally:
-        torch._dynamo.reset()
-    reasons = [str(getattr(r, "reason", r)).splitlines()[0][:160] for r in ex.break_reasons]
-    return {"graphs": ex.graph_count, "graph_breaks": ex.graph_break_count,
-            "break_reasons": reasons[:5]}
-
-
 def search_workload(w: Workload, *, deadline: float, report: Any = None,
                     only: list[str] | None = None, ab_budget_s: float = 1.5,
                     compile_backend: str = "inductor",
@@ -235,25 +219,16 @@ def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
             notes: list[str]) -> tuple[list[RemedyResult], Candidate | None,
                                        RemedyResult | None]:
     """One process's search: each candidate through evaluate.py."""
-    breaks: dict[str, Any] | None = None
-
-    def graph_breaks() -> dict[str, Any]:
-        nonlocal breaks
-        if breaks is None:
-            breaks = _graph_breaks(base)
-        return breaks
-
     return search(specs, ctx, lambda combo: evaluate(combo, base, ref, ctx, ab_budget_s,
                                                      deadline),
                   call_s=ref.call_s, ab_budget_s=ab_budget_s, deadline=deadline, say=say,
-                  notes=notes, graph_breaks=graph_breaks)
+                  notes=notes)
 
 
 def search(specs: list[RemedySpec], ctx: Context,
            run_one: Callable[[list[RemedySpec]], tuple[RemedyResult, Candidate | None]], *,
            call_s: float, ab_budget_s: float, deadline: float, say: Progress,
-           notes: list[str], graph_breaks: Callable[[], dict[str, Any]] | None = None,
-           coordinator: Coordinator = SOLO
+           notes: list[str], coordinator: Coordinator = SOLO
            ) -> tuple[list[RemedyResult], Candidate | None, RemedyResult | None]:
     """Plan (plan.py), run the first option (`run_one`), plan again with what it
     measured, until nothing fits; what never ran is "skipped" with the plan's reason.
@@ -282,15 +257,12 @@ def search(specs: list[RemedySpec], ctx: Context,
             f"({TIER_NAMES[opt.tier]}: {pred}~{opt.cost_s:.1f} s): apply to a copy, "
             "verify, time A/B")
         compiles = any(s.prep == PREP_COMPILE for s in combo)
-        breaks = graph_breaks() if compiles and graph_breaks is not None else None
         got, cand = run_one(combo)
         got.predicted_speedup = opt.predicted
         got.prediction_basis = _basis(ctx, opt.components, gains)
         got.snippet = _row(opt.name, opt.components, by_name, "", "").snippet
         got.checks["plan"] = {"tier": TIER_NAMES[opt.tier], "estimated_prep_s": opt.prep_s,
                               "estimated_s": opt.cost_s, "prep_basis": opt.prep_basis}
-        if breaks:
-            got.checks.update(breaks)
         ran += 1
         results.append(got)
         meas = f" {got.measured_speedup:.2f}x" if got.measured_speedup else ""
