@@ -102,3 +102,38 @@ def test_a_json_that_is_no_trace_is_one_line(tmp_path):
     (tmp_path / "y.json").write_text('{"a": 1}')
     with pytest.raises(UserError, match="not a torch.profiler trace"):
         read_header(tmp_path / "y.json")
+
+
+def _huge_trace(tmp_path, value):
+    """A .json.gz whose one event carries `value` (bytes) as its name."""
+    path = tmp_path / "huge.json.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": ' + value +
+                b', "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}')
+    return path
+
+
+@pytest.mark.parametrize("value", [b'"' + b"a" * (40 * 2**20) + b'"',  # a 40 MiB string
+                                   b"1" * (40 * 2**20)])  # a 40 MiB number
+def test_a_huge_token_is_refused_in_one_line(tmp_path, value):
+    # issue 28: a 4 MB .json.gz holding a 4 GiB string ran for hours (ijson's scan of a
+    # token grows with its square); any token over MAX_TOKEN_BYTES (16 MiB) is refused
+    import time
+
+    from gobrrr.tracefile.read import MAX_TOKEN_BYTES
+
+    assert len(value) > 2 * MAX_TOKEN_BYTES
+    path = _huge_trace(tmp_path, value)
+    t0 = time.perf_counter()
+    with pytest.raises(UserError, match="holds a token of over 16 MiB"):
+        stream_trace(path)
+    # refused within a buffer or two of the limit: ~0.2 s here; 10 s is the issue's bound
+    assert time.perf_counter() - t0 < 10
+
+
+def test_whitespace_and_long_names_below_the_limit_are_read(tmp_path):
+    # whitespace outside strings is no token; a name of 1 MiB (far above any kernel's)
+    # is a token below the limit
+    path = _huge_trace(tmp_path, b" " * (20 * 2**20) + b'"' + b"k" * 2**20 + b'"')
+    c = stream_trace(path)
+    assert c.names and max(len(n) for n in c.names) == 2**20

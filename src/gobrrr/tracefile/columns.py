@@ -41,7 +41,7 @@ import numpy as np
 
 from gobrrr.errors import UserError
 from gobrrr.phases import launches_collective
-from gobrrr.tracefile.read import ijson_backend, open_trace, reading
+from gobrrr.tracefile.read import READ_BUFFER_BYTES, ijson_backend, open_trace, reading
 
 __all__ = ["RecordedArgs", "TraceColumns", "stream_trace", "columns_of", "CPU_OP",
            "ANNOTATION", "DEVICE_KINDS", "STEP_PREFIX"]
@@ -134,7 +134,8 @@ def stream_trace(path: str | Path) -> TraceColumns:
     p = Path(path)
     backend, note = ijson_backend()
     with reading(p), open_trace(p) as f:
-        out = _reduce(backend.items(f, "traceEvents.item", use_float=True), p)
+        out = _reduce(backend.items(f, "traceEvents.item", use_float=True,
+                                    buf_size=READ_BUFFER_BYTES), p)
     if note:
         out.notes.append(note)
     return out

@@ -21,26 +21,92 @@ from typing import IO, Any, cast
 
 from gobrrr.errors import UserError
 
-__all__ = ["TraceHeader", "read_header", "open_trace", "reading", "ijson_backend"]
+__all__ = ["TraceHeader", "read_header", "open_trace", "reading", "ijson_backend",
+           "TokenBoundedReader", "MAX_TOKEN_BYTES", "READ_BUFFER_BYTES"]
 
 
 # ---------------------------------------------------------------- files, errors, header
 
 
+# The longest token a trace may hold: a kernel's templated C++ name or a recorded
+# argument's text is kilobytes; a "token" of megabytes is no profiler's. ijson holds a
+# token whole and its C backend's scan of one grows with the square of its length
+# (8 MiB 5.3 s, 64 MiB 17.9 s, 256 MiB 209 s with its 64 KiB buffer, seen here): a
+# compressed trace of 4 MB holding a 4 GiB string ran for hours.
+MAX_TOKEN_BYTES = 16 * 2**20
+# What ijson reads at a time: with its default 64 KiB a 64 MiB string took 14.9 s, with
+# 16 MiB 0.24 s (a token is scanned once per buffer refill).
+READ_BUFFER_BYTES = 16 * 2**20
+_QUOTE = ord('"')
+_WHITESPACE = frozenset(b" \t\r\n")
+
+
+class TokenBoundedReader:
+    """A trace's decompressed bytes, read through a check of the longest token so far: a
+    string (the bytes between two quotes) or, outside strings, a run of bytes that are
+    neither whitespace nor quotes (a number, a bare word) longer than MAX_TOKEN_BYTES is
+    a UserError, raised within one buffer of reaching it. Whitespace outside strings is
+    no token: a file padded with it is read (slowly) to its end. An escaped quote is
+    taken for a quote, which can only shorten the runs it sees."""
+
+    def __init__(self, raw: IO[bytes], path: Path,
+                 max_token_bytes: int = MAX_TOKEN_BYTES) -> None:
+        import numpy as np
+
+        self._np = np
+        self.raw = raw
+        self.path = path
+        self.max_token = max_token_bytes
+        self.inside = False  # inside a string
+        self.run = 0  # bytes of the current token so far
+        self.space = np.zeros(256, dtype=bool)
+        self.space[list(_WHITESPACE)] = True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        if data:
+            self._check(data)
+        return data
+
+    def _check(self, data: bytes) -> None:
+        """One buffer, vectorised (traces run to gigabytes): a token ends at a quote,
+        and outside strings at whitespace; the longest token so far, across buffers."""
+        np = self._np
+        buf = np.frombuffer(data, dtype=np.uint8)
+        quote = buf == _QUOTE
+        # inside a string after an odd count of quotes (uint8 wraps at 256: parity kept)
+        inside = (np.cumsum(quote, dtype=np.uint8) + np.uint8(self.inside)) & 1
+        breaks = np.flatnonzero(quote | (self.space[buf] & (inside == 0)))
+        if not len(breaks):
+            self.run += len(buf)
+        else:
+            longest = self.run + int(breaks[0])
+            if len(breaks) > 1:
+                longest = max(longest, int(np.diff(breaks).max()) - 1)
+            self.run = max(longest, len(buf) - int(breaks[-1]) - 1)
+            if longest <= self.max_token:
+                self.run = len(buf) - int(breaks[-1]) - 1
+        self.inside = bool(inside[-1])
+        if self.run > self.max_token:
+            raise UserError(f"{self.path} holds a token of over "
+                            f"{self.max_token // 2**20} MiB (a string or number no "
+                            "profiler writes): not a torch.profiler trace; refused")
+
+
 @contextmanager
 def open_trace(path: Path) -> Iterator[IO[bytes]]:
     """The trace's bytes, decompressed when the file is gzip (by its magic number, whatever
-    its suffix)."""
+    its suffix), through TokenBoundedReader."""
     if path.is_dir():
         raise UserError(f"{path} is a directory, not a trace file")
     with path.open("rb") as raw:
         if raw.read(2) == b"\x1f\x8b":
             raw.seek(0)
             with gzip.GzipFile(fileobj=raw) as gz:
-                yield cast(IO[bytes], gz)
+                yield cast(IO[bytes], TokenBoundedReader(gz, path))
         else:
             raw.seek(0)
-            yield raw
+            yield cast(IO[bytes], TokenBoundedReader(raw, path))
 
 
 @contextmanager
@@ -118,7 +184,7 @@ def read_header(path: str | Path) -> TraceHeader:
     meta: dict[str, Any] = {}
     backend, _note = ijson_backend()
     with reading(p), open_trace(p) as f:
-        events = backend.parse(f)
+        events = backend.parse(f, buf_size=READ_BUFFER_BYTES)
         first = next(events, None)
         if first is None or first[:2] != ("", "start_map"):
             raise UserError(f"{p} is not a torch.profiler trace (not a JSON object)")
