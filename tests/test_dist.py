@@ -420,3 +420,49 @@ def test_doctor_lists_the_ddp_remedies_with_their_predictions(dist_env, tmp_path
     # gradient_as_bucket_view: 4 x 8.4 MB of gradient copies at the calibrated bandwidth
     assert rows["gradient_as_bucket_view"]["predicted_speedup"] > 1
     assert "DDP's bucket copies go" in rows["gradient_as_bucket_view"]["basis"]
+
+
+def _pids_with(marker):
+    """The processes whose environment holds `marker` (the launcher's children do)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    out.append(int(d))
+        except OSError:  # gone, or not ours
+            continue
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_stopping_the_launcher_stops_the_job(dist_env, sig):
+    # issue 28: SIGTERM or SIGKILL to `gobrrr doctor --nproc-per-node 2` left torchrun
+    # and both workers running (they printed the report later)
+    import signal
+    import uuid
+
+    marker = f"GOBRRR_TEST_LAUNCH={uuid.uuid4().hex}"
+    env = dict(dist_env, GOBRRR_TEST_LAUNCH=marker.split("=")[1])
+    p = subprocess.Popen([sys.executable, "-m", "gobrrr", "doctor", "--nproc-per-node", "2",
+                          "examples:ddp_comm", "--device", "cpu", "--time-budget", "30",
+                          "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while len(_pids_with(marker)) < 4 and time.monotonic() < deadline:  # launcher,
+        time.sleep(0.2)  # torchrun, 2 workers
+    assert len(_pids_with(marker)) >= 4, "the job never started"
+    time.sleep(2)  # the workers are diagnosing
+    p.send_signal(getattr(signal, sig))
+    p.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while _pids_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _pids_with(marker)
+    assert not left, f"{len(left)} process(es) of the job still running after {sig}"
+    assert p.stdout.read() == b""  # no report printed after the stop
+    if sig == "SIGTERM":
+        assert p.returncode == 128 + signal.SIGTERM

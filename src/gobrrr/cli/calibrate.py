@@ -105,9 +105,10 @@ def _distributed(force: bool, as_json: bool, quiet: bool, nproc_per_node: int | 
 def _launch(nproc: int, force: bool, as_json: bool, quiet: bool, min_size: str,
             max_size: str | None, timeout_s: float) -> None:
     """Start the same command on `nproc` ranks through torch's own launcher and exit with
-    its status (rank 0's output passes through)."""
-    import subprocess
+    its status (rank 0's output passes through); stopping this process stops them."""
     import sys
+
+    from gobrrr.dist.launch import run_child
 
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={nproc}", "-m", "gobrrr", "calibrate", "--distributed",
@@ -115,7 +116,7 @@ def _launch(nproc: int, force: bool, as_json: bool, quiet: bool, min_size: str,
     args += ["--max-size", max_size] if max_size is not None else []
     args += [flag for flag, on in (("--force", force), ("--json", as_json),
                                    ("-q", quiet)) if on]
-    sys.exit(subprocess.run(args, check=False).returncode)
+    sys.exit(run_child(args))
 
 
 def _measure_on_ranks(force: bool, as_json: bool, quiet: bool, lo: int, hi: int | None,
