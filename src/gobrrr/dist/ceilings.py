@@ -32,14 +32,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gobrrr.errors import UserError
 from gobrrr import datasheet
 from gobrrr.dist.lockstep import keep_stdout_for_results
-from gobrrr.dist.topology import topology
-from gobrrr.dist.topology import topology_key
-from gobrrr.hardware import cache_dir
-from gobrrr.hardware import read_cache
-from gobrrr.hardware import write_cache
+from gobrrr.dist.topology import topology, topology_key
+from gobrrr.errors import UserError
+from gobrrr.hardware import cache_dir, read_cache, write_cache
 from gobrrr.schema import SchemaError, validate
 
 __all__ = [

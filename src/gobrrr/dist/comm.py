@@ -15,9 +15,10 @@ commread.read_trace):
   records no `record_param_comms`, group name or sequence number (seen with torch 2.13).
   Communication is those ranges and the time the step's thread spends inside a
   collective op (`c10d::*`: blocked handing work to gloo); compute is the union of the
-  `aten::` ops on the thread that ran the step, minus the collective ops launched from it (`c10d::*`, which block
-  while gloo's queue is busy). A worker thread is the CPU's "communication stream", the
-  step's thread its "compute stream", and the same interval arithmetic applies: exposed
+  `aten::` ops on the thread that ran the step, minus the collective ops launched from
+  it (`c10d::*`, which block while gloo's queue is busy). A worker thread is the CPU's
+  "communication stream", the step's thread its "compute stream", and the same interval
+  arithmetic applies: exposed
   communication is gloo time during which the step's thread ran no op (it was waiting in
   DDP's end-of-backward or in Python). Matching key: (group, order in the window): every
   rank profiles the same calls and a process group's collectives are issued in the same

@@ -29,8 +29,7 @@ from gobrrr.dist.comm import (
 )
 from gobrrr.intervals import Interval, as_list, clip, subtract, union
 from gobrrr.phases import launches_collective
-from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, columns_of
-from gobrrr.tracefile.columns import stream_trace
+from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, columns_of, stream_trace
 from gobrrr.tracefile.read import read_header
 
 __all__ = ["read_trace", "read_columns", "group_name"]

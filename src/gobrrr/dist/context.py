@@ -25,9 +25,18 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from typing import Any
+
 from gobrrr import datasheet
 from gobrrr.dist.experiments import find_ddp
-from gobrrr.dist.projection import Links, StepInputs, check_projection, gbps_to_bytes_per_s, links_from_ceilings, overlap_from, project
+from gobrrr.dist.projection import (
+    Links,
+    StepInputs,
+    check_projection,
+    gbps_to_bytes_per_s,
+    links_from_ceilings,
+    overlap_from,
+    project,
+)
 from gobrrr.remedies.comm import CommFacts
 from gobrrr.remedies.ddp import DEFAULT_BUCKET_CAP_MB, find_ddps
 from gobrrr.remedies.fsdp import find_fsdp

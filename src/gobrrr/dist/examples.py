@@ -36,9 +36,9 @@ def _require_group() -> Any:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        raise UserError("the ddp_* and fsdp_* examples need torchrun: gobrrr doctor --nproc-per-node 2 "
-                        "examples:ddp_comm (or torchrun --nproc-per-node 2 -m gobrrr doctor "
-                        "examples:ddp_comm)")
+        raise UserError("the ddp_* and fsdp_* examples need torchrun: gobrrr doctor "
+                        "--nproc-per-node 2 examples:ddp_comm (or torchrun "
+                        "--nproc-per-node 2 -m gobrrr doctor examples:ddp_comm)")
     return dist
 
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gobrrr.dist.lockstep import Lockstep
-from gobrrr.timing import measure
 from gobrrr.remedies.fsdp import find_fsdp
 from gobrrr.state import walk
+from gobrrr.timing import measure
 
 __all__ = ["NoSync", "find_ddp", "find_fsdp_units", "fsdp_settings", "no_sync_times",
            "ROUNDS", "DDP_METHOD", "FSDP_METHOD"]

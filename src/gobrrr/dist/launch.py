@@ -11,8 +11,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gobrrr.errors import UserError
 from gobrrr.dist.lockstep import DistError
+from gobrrr.errors import UserError
 
 __all__ = ["launch", "strip_option", "run_rank", "run_child"]
 

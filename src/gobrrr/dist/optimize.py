@@ -51,8 +51,8 @@ from gobrrr.remedies.base import Candidate, Context, RemedyResult, RemedySpec
 from gobrrr.remedies.ddp import find_ddps, rewrap
 from gobrrr.remedies.evaluate import SEED, WARM_CALLS, out_dtype
 from gobrrr.remedies.fsdp import apply_fsdp, find_fsdp
-from gobrrr.remedies.result import OptimizeResult, snippet_for
 from gobrrr.remedies.plan import diagnose_budget
+from gobrrr.remedies.result import OptimizeResult, snippet_for
 from gobrrr.remedies.runner import search
 from gobrrr.remedies.verify import (
     Comparison,
@@ -71,8 +71,8 @@ from gobrrr.state import (
 )
 from gobrrr.timing import device_sync, time_call
 
-__all__ = ["DistOptimizeOptions", "optimize_distributed", "facts_from",
-           "RunOut", "judge"]
+__all__ = ["DistOptimizeOptions", "optimize_distributed", "RunOut", "judge",
+           "update_error", "nondeterminism"]
 
 Progress = Callable[[str], None]
 

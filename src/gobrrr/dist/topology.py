@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from typing import Any
+
 from gobrrr.hardware import fingerprint
 
 __all__ = ["topology", "parse_topo_matrix", "link_summary", "nccl_env", "topology_key",

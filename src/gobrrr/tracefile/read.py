@@ -103,7 +103,7 @@ def open_trace(path: Path) -> Iterator[IO[bytes]]:
         if raw.read(2) == b"\x1f\x8b":
             raw.seek(0)
             with gzip.GzipFile(fileobj=raw) as gz:
-                yield cast(IO[bytes], TokenBoundedReader(gz, path))
+                yield cast(IO[bytes], TokenBoundedReader(cast(IO[bytes], gz), path))
         else:
             raw.seek(0)
             yield cast(IO[bytes], TokenBoundedReader(raw, path))
