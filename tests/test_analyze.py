@@ -416,3 +416,52 @@ def test_analyze_without_ijson_is_one_line(monkeypatch):
     assert res.output.strip().splitlines()[-1] == (
         "gobrrr: error: gobrrr analyze needs ijson, which is not installed here: "
         "pip install 'ijson>=3.1' (a dependency of gobrrr)")
+
+
+def _one_trace(tmp_path, edit):
+    """The pointwise-chain trace with `edit` applied to its events (a list)."""
+    doc = json.loads(gzip.open(DATA / "pointwise_chain.json.gz", "rt").read())
+    edit(doc["traceEvents"])
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("field,value", [("args", "oops"), ("cat", {}), ("pid", [1]),
+                                         ("dur", -5.0), ("ts", "soon")])
+def test_a_malformed_event_is_left_out_with_a_note(tmp_path, field, value):
+    # issue 28: one malformed field in one event crashed the reader (traceback, exit 1);
+    # a negative duration gave "OVERHEAD-BOUND: 21267%" and a report its own schema
+    # refuses
+    from gobrrr.schema import validate
+
+    def edit(events):
+        op = next(e for e in events if e.get("cat") == "cpu_op")
+        op[field] = value
+
+    r = analyze([_one_trace(tmp_path, edit)]).to_dict()
+    validate(r, "report")
+    assert any("1 malformed event(s) left out" in n for n in r["notes"]), r["notes"]
+    assert sum(r["fractions"].values()) == pytest.approx(1.0)
+    assert all(0 <= f <= 1 for f in r["fractions"].values())
+
+
+def test_a_malformed_recorded_shape_is_no_shape(tmp_path):
+    def edit(events):
+        for e in events:
+            if e.get("cat") == "cpu_op" and "Input type" in e.get("args", {}):
+                e["args"]["Input type"] = 7
+                e["args"]["Input Strides"] = 5
+
+    r = analyze([_one_trace(tmp_path, edit)])
+    assert r.budget.wall_s > 0  # read, the ops counted as recorded without shapes
+
+
+def test_an_integer_beyond_int64_is_named(tmp_path):
+    # issue 28: an External id of 10^30 was called "not JSON" (ijson's C parser stops on
+    # it: "integer overflow"); a number past 64 bits is no profiler's
+    def edit(events):
+        next(e for e in events if e.get("cat") == "cpu_op")["args"]["External id"] = 10**30
+
+    with pytest.raises(UserError, match="holds an integer beyond 64 bits"):
+        analyze([_one_trace(tmp_path, edit)])

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from gobrrr.analyze import analyze, check_traces
+from gobrrr.errors import UserError
 from gobrrr.cli import cli
 from gobrrr.dist.analyze import FROM_TRACES_NOTE, rank_comm, without_communication
 from gobrrr.dist.comm import WINDOW
@@ -272,3 +273,14 @@ def test_h200_trimmed_traces_have_no_ops_to_count(tmp_path):
     res = CliRunner().invoke(cli, ["analyze", *map(str, paths), "-q"])
     assert res.exit_code == 2, res.output
     assert "has no operator events" in res.stderr
+
+
+def test_traces_of_two_jobs_are_not_merged(gloo_ranks, tmp_path):
+    # issue 28: rank traces of two runs 20 s apart were merged and a straggler invented;
+    # Kineto's baseTimeNanoseconds says when each was recorded
+    doc = json.loads(gloo_ranks[1].read_text())
+    doc["baseTimeNanoseconds"] = int(doc["baseTimeNanoseconds"]) + 20 * 10**9
+    later = tmp_path / "rank1_later.json"
+    later.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match=r"recorded 2\d s apart: not ranks of one job"):
+        analyze([gloo_ranks[0], later], ceilings=ceilings())

@@ -44,7 +44,8 @@ from gobrrr.tracefile.analysis import TraceAnalysis, analyse_trace
 from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, stream_trace
 from gobrrr.tracefile.read import TraceHeader
 
-__all__ = ["analyze_ranks", "without_communication", "rank_comm", "FROM_TRACES_NOTE"]
+__all__ = ["analyze_ranks", "without_communication", "rank_comm", "FROM_TRACES_NOTE",
+           "SAME_JOB_GAP_S"]
 
 Progress = Callable[[str], None]
 
@@ -110,6 +111,39 @@ def rank_comm(header: TraceHeader, cols: TraceColumns, rank: int, steps: int,
                         "them)") from None
 
 
+# Ranks of one job profile the same steps at the same moments; traces whose recorded
+# spans lie further apart than this are two runs (the probe merged two jobs 20 s apart
+# and invented a straggler). Generous: hosts' clocks are NTP-synchronised to
+# milliseconds, and a rank may start its profiler a few steps late.
+SAME_JOB_GAP_S = 10.0
+
+
+def _span_s(header: TraceHeader, cols: TraceColumns) -> tuple[float, float] | None:
+    """(first, last) moment of the trace's events in seconds since the epoch, from
+    Kineto's `baseTimeNanoseconds` (its events' `ts` are microseconds after it); None
+    where the trace does not say it (a trace trimmed by hand)."""
+    base = header.meta.get("baseTimeNanoseconds")
+    parts = [(p["ts_us"], p["ts_us"] + p["dur_us"]) for p in (cols.cpu, cols.device)
+             if len(p["ts_us"])]
+    if not isinstance(base, (int, float)) or isinstance(base, bool) or not parts:
+        return None
+    lo = min(float(a.min()) for a, _ in parts)
+    hi = max(float(b.max()) for _, b in parts)
+    return base * 1e-9 + lo * 1e-6, base * 1e-9 + hi * 1e-6
+
+
+def _check_one_job(spans: list[tuple[int, str, tuple[float, float] | None]]) -> None:
+    """One UserError line when two ranks' traces were recorded apart in time."""
+    known = [(r, name, s) for r, name, s in spans if s is not None]
+    for i, (r1, n1, (lo1, hi1)) in enumerate(known):
+        for r2, n2, (lo2, hi2) in known[i + 1:]:
+            gap = max(lo1, lo2) - min(hi1, hi2)
+            if gap > SAME_JOB_GAP_S:
+                raise UserError(f"{n1} (rank {r1}) and {n2} (rank {r2}) were recorded "
+                                f"{gap:.0f} s apart: not ranks of one job; analyze one "
+                                "trace at a time")
+
+
 def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = None,
                   progress: Progress | None = None) -> Report:
     """The merged Report of the ranks' traces (module docstring); `headers` in rank
@@ -121,11 +155,14 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
     files = [h.path.name for h in headers]
     analyses: list[TraceAnalysis] = []
     traces: list[RankTrace] = []
+    spans: list[tuple[int, str, tuple[float, float] | None]] = []
     for h in headers:
         rank = int((h.distributed or {})["rank"])
         say(f"rank {rank}: {h.path.name}")
         say(f"reading {h.path.name}")
         cols = stream_trace(h.path)  # once: the per-op pass and the communication pass
+        spans.append((rank, h.path.name, _span_s(h, cols)))
+        _check_one_job(spans)
         a = analyse_trace(h, ceilings, say, prepare=without_communication, cols=cols,
                           files=files)
         ceilings = ceilings or a.ceilings  # one job, one kind of GPU: rank 0's choice

@@ -31,6 +31,7 @@ same way, so one reader serves both.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -110,8 +111,23 @@ def _shape_concrete(concrete: Any) -> str:
         "True", "False")) else str(c) for c in concrete)
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _int(x: Any) -> int:
-    return x if isinstance(x, int) and not isinstance(x, bool) else -1
+    """An id as written, or -1 (absent, not an integer, or beyond int64: no id of a
+    profiler's; an External id of 10^30 was once taken for malformed JSON)."""
+    if isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= _INT64_MAX:
+        return x
+    return -1
+
+
+def _key(e: dict[str, Any]) -> tuple[Any, Any] | None:
+    """(pid, tid) of an event, or None when either is not an int or a string (a list: a
+    malformed event)."""
+    pid, tid = e.get("pid"), e.get("tid")
+    ok = (int, str, type(None))
+    return (pid, tid) if isinstance(pid, ok) and isinstance(tid, ok) else None
 
 
 class _Columns:
@@ -180,19 +196,30 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
         kept_args.append({k: args[k] for k in COMM_ARG_KEYS if k in args})
         return len(kept_args) - 1
 
+    malformed = 0
     for e in events:
         n_events += 1
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         ts = e.get("ts")
-        if not isinstance(ts, (int, float)):
-            continue
         dur = e.get("dur", 0.0)
-        dur = float(dur) if isinstance(dur, (int, float)) else 0.0
         cat = e.get("cat")
+        key = _key(e)
+        args = e.get("args")
+        if args is None:
+            args = {}
+        # A field of the wrong type, a negative or non-finite time: no profiler writes
+        # it, and a negative duration read as time made "21267%" shares. Left out, and
+        # counted in a note, instead of a traceback or a budget that does not add up.
+        if (not isinstance(ts, (int, float)) or not isinstance(dur, (int, float))
+                or isinstance(ts, bool) or isinstance(dur, bool) or not math.isfinite(ts)
+                or not math.isfinite(dur) or dur < 0 or not isinstance(cat, str)
+                or key is None or not isinstance(args, dict)):
+            malformed += 1
+            continue
+        dur = float(dur)
         if cat == "cpu_op" or cat == "user_annotation":
             name = str(e.get("name", ""))
-            key = (e.get("pid"), e.get("tid"))
             if cat == "user_annotation" and name.startswith(STEP_PREFIX):
                 number = name[len(STEP_PREFIX):]
                 steps.append((int(number) if number.isdigit() else len(steps),
@@ -203,14 +230,17 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
             thread = threads.get(key)
             if thread is None:
                 thread = threads[key] = len(threads)
-            args = e.get("args") or {}
             sig = -1
             dims = args.get("Input Dims") if cat == "cpu_op" else None
+            types = args.get("Input type")
+            if not isinstance(dims, list) or not isinstance(types, (list, type(None))):
+                dims = None  # shapes recorded wrongly: the op counts as recorded without
             if dims is not None:
                 nid = name_id(name)
-                types = args.get("Input type")
                 strides = args.get("Input Strides")
+                strides = strides if isinstance(strides, list) else None
                 concrete = args.get("Concrete Inputs")
+                concrete = concrete if isinstance(concrete, list) else None
                 skey = (nid, repr(dims), repr(types), repr(strides),
                         _shape_concrete(concrete))
                 sig = sig_ids.get(skey, -1)
@@ -227,8 +257,6 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
             c_kind(CPU_OP if cat == "cpu_op" else ANNOTATION)
             c_args(keep(args) if _describes_communication(name) else -1)
         elif cat in _LAUNCH_CATS:
-            args = e.get("args") or {}
-            key = (e.get("pid"), e.get("tid"))
             thread = threads.get(key)
             if thread is None:
                 thread = threads[key] = len(threads)
@@ -239,7 +267,6 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
             cols["corr"].append(_int(args.get("correlation")))
             cols["ext"].append(_int(args.get("External id")))
         elif cat in _DEVICE_KIND:
-            args = e.get("args") or {}
             comm = "Collective name" in args
             cols = dev.cols
             cols["ts_us"].append(float(ts))
@@ -263,5 +290,9 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
                        args=kept_args)
     if not len(out.cpu["ts_us"]) and not len(out.device["ts_us"]):
         raise UserError(f"{p} is not a torch.profiler trace (no cpu_op, user_annotation or "
-                        "kernel events)")
+                        "kernel events" + (f"; {malformed} malformed event(s)" if malformed
+                                           else "") + ")")
+    if malformed:
+        out.notes.append(f"{malformed} malformed event(s) left out (a field of the wrong "
+                         "type, a negative or non-finite time): no profiler writes them")
     return out

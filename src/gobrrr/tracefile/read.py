@@ -128,6 +128,9 @@ def reading(path: Path) -> Iterator[None]:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if "premature EOF" in first:
             raise UserError(f"{path}: the JSON ends early (a file cut short?)") from None
+        if "integer overflow" in first:  # yajl's: a valid JSON number past 64 bits
+            raise UserError(f"{path} holds an integer beyond 64 bits, which no profiler "
+                            "writes: not a torch.profiler trace") from None
         raise UserError(f"{path} is not JSON ({first})") from None
 
 
