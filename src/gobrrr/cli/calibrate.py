@@ -47,6 +47,7 @@ def calibrate(device: str, force: bool, as_json: bool, quiet: bool, distributed:
         progress_printer,
         resolve_device,
         run_guarded,
+        stdout_guarded,
     )
 
     if distributed:
@@ -69,7 +70,8 @@ def calibrate(device: str, force: bool, as_json: bool, quiet: bool, distributed:
             emit_json(ceilings.to_dict())
         else:
             finish_progress()
-            print_ceilings(ceilings)
+            with stdout_guarded():
+                print_ceilings(ceilings)
 
     run_guarded(body)
 

@@ -8,10 +8,11 @@ stderr and exit code 2. A workload that raises: the user's own traceback and exi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -134,6 +135,11 @@ def progress_printer(quiet: bool) -> Callable[[str], None]:
     return lambda msg: console.print(f"[dim]gobrrr: {escape(msg)}[/dim]", highlight=False)
 
 
+# Exit code of a command stopped by Ctrl-C: 128 + SIGINT, the shells' convention (click's
+# own "Aborted!" exited 1).
+INTERRUPTED_EXIT = 130
+
+
 def run_guarded(action: Callable[[], Any]) -> Any:
     """Run a command body, mapping our error types to one style of message and exit."""
     try:
@@ -145,13 +151,18 @@ def run_guarded(action: Callable[[], Any]) -> Any:
         finish_progress()
         click.echo(user_traceback(exc.original), err=True)
         _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        finish_progress()
+        _fail("interrupted (Ctrl-C); the user's state was put back", INTERRUPTED_EXIT)
 
 
 def show_notes(notes: Sequence[str], say: Callable[[str], None], quiet: bool) -> None:
     """Notes as progress lines; warnings (failures the run survived) on stderr also with
     -q, which silences progress, never warnings. Without -q a warning was already said
     as progress when it happened, so it is not repeated."""
-    for note in notes:
+    from gobrrr.show.terminal import printable
+
+    for note in map(printable, notes):
         if not note.startswith(WARNING):
             say(note)
         elif quiet:
@@ -166,9 +177,70 @@ def finish_progress() -> None:
 
 
 
+# Where a command's result goes inside `results_only_on_stdout`: stdout as it was.
+_RESULTS: Any = None
+
+
+@contextlib.contextmanager
+def results_only_on_stdout(on: bool = True) -> Iterator[None]:
+    """While on, stdout carries the command's result alone (--json: one document): the
+    workload's own output, its Python prints and what C code writes to descriptor 1 (an
+    `os.system` echo, NCCL's banner), goes to stderr. 3,848 lines of a workload's prints
+    once came before the JSON, which then did not parse. Put back on exit."""
+    global _RESULTS
+    if not on or _RESULTS is not None:
+        yield
+        return
+    import io
+
+    out = sys.stdout
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):  # a test runner's capture
+        fd = None
+    kept = None
+    if fd == 1:
+        out.flush()
+        kept = os.dup(1)
+        os.dup2(2, 1)
+        _RESULTS = io.TextIOWrapper(os.fdopen(os.dup(kept), "wb"),
+                                    encoding=out.encoding or "utf-8", line_buffering=True)
+    else:
+        _RESULTS = out
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        results, _RESULTS = _RESULTS, None
+        sys.stdout = out
+        if kept is not None:
+            try:
+                results.flush()
+            except OSError:  # stdout is gone (a closed pipe): delivery said so already
+                pass
+            os.dup2(kept, 1)
+            os.close(kept)
+
+
 def emit_json(data: Any) -> None:
     finish_progress()
-    click.echo(json.dumps(data, indent=2, default=str))
+    with stdout_guarded():
+        click.echo(json.dumps(data, indent=2, default=str), file=_RESULTS)
+
+
+@contextlib.contextmanager
+def stdout_guarded() -> Iterator[None]:
+    """Writing (and flushing) the result to stdout: a stdout that fails (`--json >
+    /dev/full`, a closed pipe) is one line and exit 2, not a traceback."""
+    try:
+        yield
+        for stream in (sys.stdout, _RESULTS):
+            if stream is not None:
+                stream.flush()
+    except OSError as exc:
+        # nothing more can go there: the interpreter's own flush at exit would fail again
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until the process ends
+        raise UserError(f"cannot write the result to stdout: {exc.strerror or exc}") from None
 
 
 def check_writable(*paths: Path | str | None) -> None:
@@ -210,7 +282,8 @@ def deliver(writes: Sequence[tuple[Path, Callable[[Path], Any]]],
             show: Callable[[], None], say: Callable[[str], None]) -> None:
     """Write each file (creating its folder), then show the result on stdout; a write
     that fails (disk full) still lets stdout have the result, then exits 2 with one line
-    naming what could not be written."""
+    naming what could not be written. stdout itself failing (`--json > /dev/full`, a
+    closed pipe) is one line too, not a traceback."""
     failed: list[str] = []
     for path, write in writes:
         try:
@@ -219,7 +292,8 @@ def deliver(writes: Sequence[tuple[Path, Callable[[Path], Any]]],
             say(f"wrote {path}")
         except OSError as exc:
             failed.append(f"cannot write {path}: {exc.strerror or exc}")
-    show()
+    with stdout_guarded():
+        show()
     if failed:
         raise UserError("; ".join(failed) + " (the result is on stdout)")
 

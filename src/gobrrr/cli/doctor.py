@@ -62,6 +62,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         deliver_report,
         progress_printer,
         resolve_device,
+        results_only_on_stdout,
         run_guarded,
         show_notes,
     )
@@ -105,9 +106,11 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
     if world is not None and world.size > 1:
         from gobrrr.dist.launch import run_rank
 
-        run_guarded(lambda: run_rank(body, rank))
+        with results_only_on_stdout(as_json):
+            run_guarded(lambda: run_rank(body, rank))
     else:
-        run_guarded(body)
+        with results_only_on_stdout(as_json):
+            run_guarded(body)
 
 
 def _distributed(world: Any, target: str | None, dev: str, batch_size: int | None,

@@ -58,10 +58,12 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
              dist_timeout_s: float | None = None) -> None:
     """Apply remedies to a copy of a workload, verify, rank (help: _HELP)."""
     from gobrrr.cli.common import (
+        INTERRUPTED_EXIT,
         check_writable,
         deliver,
         progress_printer,
         resolve_device,
+        results_only_on_stdout,
         run_guarded,
         show_notes,
         shower,
@@ -81,6 +83,7 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
         from gobrrr.api import optimize_workload
         from gobrrr.models import ModelOptions
         from gobrrr.remedies import catalog
+        from gobrrr.remedies.runner import INTERRUPTED
 
         if not distributed:
             catalog.select(list(only))  # unknown names: one line, exit 2, before any work
@@ -111,13 +114,17 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
         from gobrrr.show.terminal import print_optimize
 
         deliver(writes, shower(as_json, res.to_dict, lambda: print_optimize(res)), say)
+        if any(n.startswith(INTERRUPTED) for n in res.notes):
+            raise SystemExit(INTERRUPTED_EXIT)  # what was measured is above
 
     if distributed:
         from gobrrr.dist.launch import run_rank
 
-        run_guarded(lambda: run_rank(body, rank))
+        with results_only_on_stdout(as_json):
+            run_guarded(lambda: run_rank(body, rank))
     else:
-        run_guarded(body)
+        with results_only_on_stdout(as_json):
+            run_guarded(body)
 
 
 def _distributed(world: Any, target: str | None, dev: str, batch_size: int | None,

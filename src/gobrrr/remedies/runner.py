@@ -39,8 +39,11 @@ from gobrrr.remedies.plan import (
     TIER_NAMES,
     Entry,
     MeasuredCompile,
+    Option,
     Outcome,
+    Plan,
     SearchState,
+    Skip,
     compile_factor,
     options,
     plan,
@@ -57,7 +60,10 @@ from gobrrr.state import (
 )
 from gobrrr.workload import Workload
 
-__all__ = ["search_workload", "search", "best_callable"]
+__all__ = ["search_workload", "search", "best_callable", "INTERRUPTED"]
+
+# The reason of every candidate a Ctrl-C left unmeasured (and the note that says it).
+INTERRUPTED = "interrupted (Ctrl-C)"
 
 Progress = Callable[[str], None]
 
@@ -247,34 +253,24 @@ def search(specs: list[RemedySpec], ctx: Context,
                         ctx.budget)
     ran = 0
     while True:
-        now = plan(options(state), deadline - time.perf_counter())
-        opt = coord.decide(now.order[0] if now.order else None, "the next candidate")
-        if opt is None:
+        try:
+            now = plan(options(state), deadline - time.perf_counter())
+            opt = coord.decide(now.order[0] if now.order else None, "the next candidate")
+            if opt is None:
+                break
+            got, cand = _run_option(opt, by_name, run_one, ctx, gains, state, results, say)
+            ran += 1
+            if cand is not None and got.status == "verified" and (
+                    best_res is None or (got.measured_speedup or 0) > (
+                        best_res.measured_speedup or 0)):
+                best_cand, best_res = cand, got
+        except KeyboardInterrupt:
+            # Ctrl-C, wherever it lands: what was measured is kept and shown; the
+            # candidate it stopped and what never ran are skipped
+            notes.append(f"{INTERRUPTED}: {ran} candidate(s) measured, the rest not run")
+            say(f"interrupted: {ran} candidate(s) measured; the rest are skipped")
+            now = Plan((), tuple(Skip(o.name, INTERRUPTED) for o in options(state)))
             break
-        combo = [by_name[n] for n in opt.components]
-        pred = f"predicted {opt.predicted:.2f}x, " if opt.predicted else ""
-        say(f"{'remedy' if len(combo) == 1 else 'combination'} {opt.name} "
-            f"({TIER_NAMES[opt.tier]}: {pred}~{opt.cost_s:.1f} s): apply to a copy, "
-            "verify, time A/B")
-        compiles = any(s.prep == PREP_COMPILE for s in combo)
-        got, cand = run_one(combo)
-        got.predicted_speedup = opt.predicted
-        got.prediction_basis = _basis(ctx, opt.components, gains)
-        got.snippet = _row(opt.name, opt.components, by_name, "", "").snippet
-        got.checks["plan"] = {"tier": TIER_NAMES[opt.tier], "estimated_prep_s": opt.prep_s,
-                              "estimated_s": opt.cost_s, "prep_basis": opt.prep_basis}
-        ran += 1
-        results.append(got)
-        meas = f" {got.measured_speedup:.2f}x" if got.measured_speedup else ""
-        say(f"  -> {got.status}{meas}" + ("" if got.status == "verified"
-                                          else f": {got.reason[:120]}"))
-        if cand is not None and got.status == "verified" and (
-                best_res is None or (got.measured_speedup or 0) > (
-                    best_res.measured_speedup or 0)):
-            best_cand, best_res = cand, got
-        state.done[opt.name] = Outcome(got.status, got.measured_speedup, got.compile_s)
-        if compiles and got.compile_s and state.measured_compile is None:
-            state.measured_compile = _measured_compile(combo, got.compile_s)
     remaining = {o.name: o for o in options(state)}
     for skip in now.skipped:
         found = remaining[skip.name]
@@ -287,6 +283,36 @@ def search(specs: list[RemedySpec], ctx: Context,
         notes.append(f"search: {ran} candidate(s) run, {len(now.skipped)} skipped for "
                      "time or worth (docs/optimize.md: the search)")
     return results, best_cand, best_res
+
+
+def _run_option(opt: Option, by_name: dict[str, RemedySpec],
+                run_one: Callable[[list[RemedySpec]], tuple[RemedyResult, Candidate | None]],
+                ctx: Context, gains: dict[str, Gain], state: SearchState,
+                results: list[RemedyResult], say: Progress
+                ) -> tuple[RemedyResult, Candidate | None]:
+    """One candidate of the search: its row appended to `results` and its outcome to
+    `state` as soon as it is measured (a Ctrl-C a moment later keeps it); (the row, the
+    live candidate when verified faster)."""
+    combo = [by_name[n] for n in opt.components]
+    pred = f"predicted {opt.predicted:.2f}x, " if opt.predicted else ""
+    say(f"{'remedy' if len(combo) == 1 else 'combination'} {opt.name} "
+        f"({TIER_NAMES[opt.tier]}: {pred}~{opt.cost_s:.1f} s): apply to a copy, "
+        "verify, time A/B")
+    compiles = any(s.prep == PREP_COMPILE for s in combo)
+    got, cand = run_one(combo)
+    got.predicted_speedup = opt.predicted
+    got.prediction_basis = _basis(ctx, opt.components, gains)
+    got.snippet = _row(opt.name, opt.components, by_name, "", "").snippet
+    got.checks["plan"] = {"tier": TIER_NAMES[opt.tier], "estimated_prep_s": opt.prep_s,
+                          "estimated_s": opt.cost_s, "prep_basis": opt.prep_basis}
+    results.append(got)
+    state.done[opt.name] = Outcome(got.status, got.measured_speedup, got.compile_s)
+    if compiles and got.compile_s and state.measured_compile is None:
+        state.measured_compile = _measured_compile(combo, got.compile_s)
+    meas = f" {got.measured_speedup:.2f}x" if got.measured_speedup else ""
+    say(f"  -> {got.status}{meas}" + ("" if got.status == "verified"
+                                      else f": {got.reason[:120]}"))
+    return got, cand
 
 
 def _measured_compile(combo: list[RemedySpec], compile_s: float) -> MeasuredCompile:

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from gobrrr.lab import LabReport
     from gobrrr.remedies.result import OptimizeResult
 
-__all__ = ["console", "print_ceilings", "print_report", "print_optimize", "print_comparison",
-           "print_lab", "print_comm_ceilings", "print_projection", "print_distributed"]
+__all__ = ["printable", "console", "print_ceilings", "print_report", "print_optimize",
+           "print_comparison", "print_lab", "print_comm_ceilings", "print_projection",
+           "print_distributed"]
 
 
 
@@ -270,12 +271,37 @@ def print_distributed(d: dict[str, Any]) -> None:
                       f"({100 * chk['rel_error']:+.0f}%)")
 
 
+# C0 and C1 control characters but tab and newline: what a name from a trace or the
+# user's code may carry that a terminal would act on (an ESC[2J clears the screen).
+_CONTROL = dict.fromkeys([*range(0, 9), *range(11, 32), 127, *range(128, 160)])
+
+
+def printable(text: str) -> str:
+    """`text` with each control character shown as its escape (\\x1b), so that a
+    module name from a trace cannot move the cursor or clear the screen."""
+    if not any(ord(c) in _CONTROL for c in text):
+        return text
+    return "".join(f"\\x{ord(c):02x}" if ord(c) in _CONTROL else c for c in text)
+
+
+def _printable_tree(x: Any) -> Any:
+    if isinstance(x, str):
+        return printable(x)
+    if isinstance(x, dict):
+        return {k: _printable_tree(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_printable_tree(v) for v in x]
+    return x
+
+
 def print_report(report: dict[str, Any]) -> None:
     """The doctor (or analyze) report on stdout, from its dict (`Report.to_dict()`, or a
-    saved --json of any 1.x version): every number is read from it."""
+    saved --json of any 1.x version): every number is read from it; every string made
+    printable (control characters escaped)."""
     from rich.markup import escape
 
     out = console()
+    report = _printable_tree(report)
     d, b, v = report, report["budget"], report["verdict"]
     machine = d["machine"]
     fp = machine["fingerprint"]
