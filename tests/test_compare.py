@@ -307,3 +307,20 @@ def test_bad_inputs_are_one_line_errors(tmp_path, base):
         assert r.exit_code == 2, r.output
         lines = [x for x in r.output.splitlines() if x.strip()]
         assert len(lines) == 1 and match in lines[0], r.output
+
+
+@pytest.mark.parametrize("edit, says", [
+    # issue 28: the median edited +30% with the samples unchanged read "30.0% slower
+    # (95% interval -9.4% to +11.5%)"; NaN samples passed on the medians alone; a median
+    # of 0 read "100.0% faster"
+    (lambda t: t.update(median_s=t["median_s"] * 1.3), "is not the median of its samples"),
+    (lambda t: t["samples_s"].__setitem__(0, float("nan")), "not a positive time"),
+    (lambda t: t.update(median_s=0.0), "timing.median_s is 0.0, not a positive time"),
+])
+def test_a_doctored_report_is_refused(tmp_path, base, edit, says):
+    new = copy.deepcopy(base)
+    edit(new["timing"])
+    r = run_compare(tmp_path, base, new)
+    assert r.exit_code == 2, r.output
+    errors = [x for x in r.stderr.splitlines() if x.startswith("gobrrr: error")]
+    assert len(errors) == 1 and says in errors[0], r.stderr

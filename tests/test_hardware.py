@@ -91,6 +91,10 @@ _DELETE = object()
     (("bandwidth_by_kernel", "sum"), 0, "bandwidth_by_kernel/sum"),
     (("device",), "cuda", "device 'cuda', not 'cpu'"),
     (("fingerprint",), "x", "fingerprint"),
+    # issue 28: figures no machine measures were used as measured
+    (("peak_flops_per_s", "fp32"), 1e-300, "peak_flops_per_s/fp32 is 1e-300, outside"),
+    (("bandwidth_bytes_per_s",), 1e30, "bandwidth_bytes_per_s is 1e+30, outside"),
+    (("op_overhead_s",), 5.0, "op_overhead_s is 5, outside"),
 ])
 def test_invalid_cache_is_remeasured_and_overwritten(counted_measure, tmp_path, path, value,
                                                      says):
@@ -107,6 +111,19 @@ def test_invalid_cache_is_remeasured_and_overwritten(counted_measure, tmp_path, 
     # overwritten with the fresh measurement: the next run reads it
     third = hardware.calibrate("cpu")
     assert counted_measure == ["cpu", "cpu"] and third.source == "cache"
+
+
+def test_a_cache_naming_another_machine_is_remeasured(counted_measure, tmp_path):
+    # issue 28: a cache file at this machine's path whose fingerprint named another CPU
+    # was used, and the report said "on Intel Xeon"
+    hardware.calibrate("cpu")
+    cache = _cache_file(tmp_path)
+    data = json.loads(cache.read_text())
+    data["fingerprint"]["name"] = "Another CPU"
+    cache.write_text(json.dumps(data))
+    again = hardware.calibrate("cpu")
+    assert counted_measure == ["cpu", "cpu"] and again.source == "measured"
+    assert any("was measured on 'Another CPU'" in n for n in again.notes)
 
 
 def test_cache_that_is_not_an_object_is_remeasured(counted_measure, tmp_path):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,9 +48,9 @@ from gobrrr.errors import UserError
 from gobrrr.schema import kind_of, validate
 from gobrrr.units import fmt_change
 
-__all__ = ["OpChange", "Comparison", "load_report", "compare", "parse_percent",
-           "ratio_interval", "REGIMES", "CONFIDENCE", "RESAMPLES", "SEED", "MIN_SAMPLES",
-           "SCHEMA_VERSION"]
+__all__ = ["timing_problem", "OpChange", "Comparison", "load_report", "compare",
+           "parse_percent", "ratio_interval", "REGIMES", "CONFIDENCE", "RESAMPLES", "SEED",
+           "MIN_SAMPLES", "SCHEMA_VERSION"]
 
 REGIMES = ("overhead", "memory", "compute")
 SCHEMA_VERSION = "1.1"  # 1.1: change_low/high, significant, method, sample counts
@@ -224,7 +225,27 @@ def load_report(path: str | Path) -> dict[str, Any]:
         validate(data, "report")
     except UserError as exc:
         raise UserError(f"{p}: {exc}") from None
+    problem = timing_problem(data["timing"])
+    if problem is not None:
+        raise UserError(f"{p}: {problem}: not the timing gobrrr wrote; measure again")
     return data
+
+
+def timing_problem(t: dict[str, Any]) -> str | None:
+    """Why a report's timing cannot be believed, or None: every sample a positive finite
+    number, and the median the samples' median (a doctored report, its median edited
+    +30% with the samples unchanged, was read "30.0% slower" outside its own interval;
+    NaN samples passed "on the medians alone"; a median of 0 read "100.0% faster")."""
+    samples = t.get("samples_s") or []
+    med = t.get("median_s")
+    if not isinstance(med, (int, float)) or not math.isfinite(med) or med <= 0:
+        return f"timing.median_s is {med}, not a positive time"
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in samples):
+        return "timing.samples_s holds a value that is not a positive time"
+    if samples and not math.isclose(statistics.median(samples), med, rel_tol=1e-9):
+        return (f"timing.median_s {med:.6g} s is not the median of its samples "
+                f"({statistics.median(samples):.6g} s)")
+    return None
 
 
 def _rows(d: dict[str, Any]) -> dict[str, dict[str, Any]]:

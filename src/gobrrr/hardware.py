@@ -214,6 +214,38 @@ def _non_finite(value: Any, where: str = "") -> str | None:
     return None
 
 
+# What a measured ceiling can be on any machine of today or the next decade, by wide
+# margins: a cached value outside them is a corrupt or doctored file (a cached fp32 peak
+# of 1e-300 or a bandwidth of 1e30 was used as measured, and flipped ops' regimes).
+PLAUSIBLE = {
+    "flops_per_s": (1e6, 1e17),  # a microcontroller .. 100 PFLOP/s on one device
+    "bytes_per_s": (1e6, 1e14),  # 1 MB/s .. 100 TB/s
+    "elems_per_s": (1e5, 1e15),
+    "op_overhead_s": (1e-8, 1e-1),  # 10 ns .. 100 ms for one tiny eager op
+    "python_ops_per_s": (1e3, 1e10),
+}
+
+
+def _implausible(data: dict[str, Any]) -> str | None:
+    """The first measured figure outside PLAUSIBLE, in words, or None."""
+    checks: list[tuple[str, Any, str]] = [
+        *((f"peak_flops_per_s/{k}", v, "flops_per_s")
+          for k, v in (data.get("peak_flops_per_s") or {}).items()),
+        ("bandwidth_bytes_per_s", data.get("bandwidth_bytes_per_s"), "bytes_per_s"),
+        *((f"bandwidth_by_kernel/{k}", v, "bytes_per_s")
+          for k, v in (data.get("bandwidth_by_kernel") or {}).items()),
+        *((f"{kind}_elems_per_s/{k}", v, "elems_per_s") for kind in MATH_KINDS
+          for k, v in (data.get(f"{kind}_elems_per_s") or {}).items()),
+        ("op_overhead_s", data.get("op_overhead_s"), "op_overhead_s"),
+        ("python_ops_per_s", data.get("python_ops_per_s"), "python_ops_per_s"),
+    ]
+    for where, value, kind in checks:
+        lo, hi = PLAUSIBLE[kind]
+        if isinstance(value, (int, float)) and not lo <= value <= hi:
+            return f"{where} is {value:g}, outside what any machine measures ({lo:g}-{hi:g})"
+    return None
+
+
 def _cache_problem(data: Any, device: str) -> str | None:
     """Why a cache file's contents cannot be used, in one line, or None when they can.
 
@@ -236,7 +268,7 @@ def _cache_problem(data: Any, device: str) -> str | None:
             return f"{key} is {data[key]}, not a positive number"
     if data["device"] != device:
         return f"device {data['device']!r}, not {device!r}"
-    return None
+    return _implausible(data)
 
 
 def read_cache(path: Path, schema_version: int, notes: list[str]) -> dict[str, Any] | None:
@@ -631,6 +663,12 @@ def calibrate(
     path = _cache_path(fp)
     if not force:
         cached = _load_cache(path, device, notes)
+        if cached is not None and cached.fingerprint != fp:
+            # the file at this machine's path names another machine (copied, or edited):
+            # its figures are not this machine's
+            notes.append(f"cache {path} was measured on {cached.fingerprint.get('name')!r}"
+                         f", not this {fp.get('name')!r}; re-measuring")
+            cached = None
         if cached is not None:
             return cached
     ceil = _measure(device, progress or (lambda _msg: None))
