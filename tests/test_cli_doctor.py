@@ -133,3 +133,59 @@ def test_a_write_that_fails_at_the_end_still_prints_the_report(tmp_path, monkeyp
     assert r.exit_code == 2
     assert json.loads(r.stdout)["schema"] == "gobrrr.report"  # the result is not lost
     assert "No space left on device" in r.stderr and "the result is on stdout" in r.stderr
+
+
+SIGS = '''
+import torch
+def three(a, b, c):
+    return (lambda x: x), (torch.ones(1),)
+def kwonly(*, size):
+    return (lambda x: x), (torch.ones(1),)
+def fortytwo():
+    return 42, (torch.ones(1),)
+'''
+
+
+@pytest.mark.parametrize("name,says", [
+    # issue 28: gobrrr called these wrongly and the error read as the user's
+    ("three", "takes (a, b, c): gobrrr calls NAME() or NAME(batch_size)"),
+    ("kwonly", "give size a default"),
+    ("fortytwo", "got (int, tuple): its first item is not callable"),
+])
+def test_a_target_gobrrr_cannot_call_says_why(tmp_path, name, says):
+    f = tmp_path / "sigs.py"
+    f.write_text(SIGS)
+    r = run(f"{f}:{name}", "-q", "--device", "cpu")
+    assert r.exit_code == 2
+    lines = error_lines(r)
+    assert len(lines) == 1 and says in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_bare_script_names_every_kind_of_target(tmp_path):
+    f = tmp_path / "train.py"
+    f.write_text("x = 1\n")
+    r = run(str(f), "-q", "--device", "cpu")
+    (line,) = error_lines(r)
+    assert "hf:NAME, timm:NAME or torchvision:NAME" in line and f"{f}:NAME" in line
+
+
+@pytest.mark.parametrize("option,value", [("--time-budget", "nan"), ("--time-budget", "inf"),
+                                          ("--batch-size", "99999999999999999999")])
+def test_numbers_no_run_can_use_are_refused(option, value):
+    r = run("examples:mlp", option, value, "--device", "cpu")
+    assert r.exit_code == 2 and "Invalid value" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_the_nproc_shortcut_checks_the_target_first(tmp_path):
+    # issue 28: a missing file or a syntax error became exit 1 and torch's traceback,
+    # once per rank
+    bad = tmp_path / "bad.py"
+    bad.write_text("def make(:\n")
+    for target, says in ((f"{bad}:make", "bad.py:1: invalid syntax"),
+                         (f"{tmp_path}/none.py:make", "no such file")):
+        r = run("--nproc-per-node", "2", target, "--device", "cpu")
+        assert r.exit_code == 2, r.output
+        lines = error_lines(r)
+        assert len(lines) == 1 and says in lines[0], r.stderr

@@ -439,3 +439,9 @@ def test_graph_breaks_come_from_the_compile_itself(monkeypatch):
     r = {row.name: row for row in res.remedies}["compile"]
     assert r.compile_s is not None and r.checks["graph_breaks"] >= 1, r.checks
     assert any("item()" in reason for reason in r.checks["break_reasons"])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_budget_that_never_ends_is_refused(value):
+    r = CliRunner().invoke(cli, ["optimize", "examples:mlp", "--budget-s", value])
+    assert r.exit_code == 2 and "is not a finite number" in r.output

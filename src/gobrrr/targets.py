@@ -25,7 +25,7 @@ from gobrrr.examples import Example
 from gobrrr.models import ModelOptions
 from gobrrr.workload import Factory, Workload, call_factory
 
-__all__ = ["load_target", "example", "DEFAULT_EXAMPLE"]
+__all__ = ["load_target", "check_target", "example", "DEFAULT_EXAMPLE"]
 
 DEFAULT_EXAMPLE = "mlp"
 
@@ -65,6 +65,50 @@ def _load_module(path: Path) -> Any:
     return module
 
 
+def _check_signature(target: str, factory: Factory) -> list[inspect.Parameter]:
+    """The factory's parameters but `device`, when gobrrr can call it: NAME(),
+    NAME(batch_size) or NAME(batch_size, device=...), every other parameter with a
+    default. Otherwise one line saying so: gobrrr's call failing inside the user's code
+    read as the user's error ("the workload raised TypeError ... missing 2 required
+    positional arguments")."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin without a signature: call it as it is
+        return []
+    params = [p for p in sig.parameters.values() if p.name != "device"]
+    required = [p for p in params if p.default is inspect.Parameter.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    bad = required[1:] + [p for p in required[:1] if p.kind is p.KEYWORD_ONLY]
+    if bad:
+        raise UserError(f"{target} takes {sig}: gobrrr calls NAME() or NAME(batch_size), "
+                        f"with device= when it takes one; give "
+                        f"{', '.join(p.name for p in bad)} a default, or wrap it in a "
+                        "function of the batch size")
+    return params
+
+
+def check_target(target: str | None) -> None:
+    """What can be checked of a target without running it, in one UserError line:
+    before `--nproc-per-node` starts torchrun, whose ranks would each fail on it with
+    torch's traceback and exit 1. A file must exist and compile; an example must exist;
+    the rest is checked where the target loads."""
+    if target is None or models.is_model_target(target):
+        return
+    if target.startswith("examples:"):
+        example(target.split(":", 1)[1])
+        return
+    if ":" not in target:
+        load_target(target, "cpu")  # raises its one line
+    path = Path(target.rpartition(":")[0])
+    if not path.is_file():
+        raise UserError(f"no such file: {path}")
+    try:
+        compile(path.read_bytes(), str(path), "exec")
+    except SyntaxError as exc:
+        raise UserError(f"{path}:{exc.lineno}: {exc.msg} (a syntax error in the target's "
+                        "file)") from None
+
+
 def load_target(target: str | None, device: str, batch_size: int | None = None,
                 model_options: ModelOptions | None = None) -> Workload:
     """Resolve a target string to a Workload on `device` (see module docstring).
@@ -79,7 +123,10 @@ def load_target(target: str | None, device: str, batch_size: int | None = None,
         return call_factory(f"examples:{name}", ex.factory,
                              batch_size or ex.default_batch(device), device, ex.description)
     if ":" not in target:
-        raise UserError(f"target {target!r} must be FILE.py:NAME or examples:NAME")
+        hint = (f"; for a script, name the function that builds the workload: "
+                f"{target}:NAME" if target.endswith(".py") else "")
+        raise UserError(f"target {target!r} must be FILE.py:NAME, examples:NAME, hf:NAME, "
+                        f"timm:NAME or torchvision:NAME{hint}")
     file_part, _, attr = target.rpartition(":")
     path = Path(file_part)
     if not path.is_file():
@@ -90,7 +137,7 @@ def load_target(target: str | None, device: str, batch_size: int | None = None,
     factory = getattr(module, attr)
     if not callable(factory):
         raise UserError(f"{target} is not callable")
-    params = [p for p in inspect.signature(factory).parameters.values() if p.name != "device"]
+    params = _check_signature(target, factory)
     if params:
         return call_factory(target, factory, batch_size or _default_batch(factory), device)
     if batch_size is not None:

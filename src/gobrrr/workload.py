@@ -126,8 +126,13 @@ def from_callable(fn: Callable[..., Any], args: tuple[Any, ...] = (),
 def check_pair(name: str, got: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     if (not isinstance(got, tuple) or len(got) != 2 or not callable(got[0])
             or not isinstance(got[1], (tuple, list))):
-        raise UserError(f"{name} must return (callable, args_tuple), got "
-                        f"{type(got).__name__}")
+        shown = (f"({', '.join(type(x).__name__ for x in got)})" if isinstance(got, tuple)
+                 and len(got) <= 4 else type(got).__name__)
+        why = (": its first item is not callable" if isinstance(got, tuple) and len(got) == 2
+               and not callable(got[0]) else
+               ": its second item is not a tuple of arguments" if isinstance(got, tuple)
+               and len(got) == 2 else "")
+        raise UserError(f"{name} must return (callable, args_tuple), got {shown}{why}")
     return got[0], tuple(got[1])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from gobrrr.cli.common import DEVICE
+from gobrrr.cli.common import DEVICE, FiniteFloat
 
 __all__ = ["register"]
 
@@ -27,7 +27,7 @@ __all__ = ["register"]
 @click.option("--max-size", default=None,
               help="--distributed: largest collective size, powers of 2 in between "
                    "(default 1GiB with NCCL, 64MiB with gloo on CPU).")
-@click.option("--timeout-s", type=click.FloatRange(min=1), default=300.0,
+@click.option("--timeout-s", type=FiniteFloat(min=1), default=300.0,
               show_default=True,
               help="--distributed: timeout of every collective, so a lost rank ends the "
                    "job instead of hanging it.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -20,11 +21,28 @@ import click
 
 from gobrrr.errors import WARNING, UserError, WorkloadError, user_traceback
 
-__all__ = ["DEVICE", "resolve_device", "progress_printer", "run_guarded", "finish_progress",
-           "emit_json", "check_writable", "deliver", "show_notes", "model_options",
-           "load_announced", "TARGET_HELP"]
+__all__ = ["DEVICE", "FiniteFloat", "BATCH", "resolve_device", "progress_printer",
+           "run_guarded", "finish_progress", "emit_json", "check_writable", "deliver",
+           "deliver_report", "show_notes", "model_options", "load_announced", "TARGET_HELP",
+           "results_only_on_stdout", "stdout_guarded", "INTERRUPTED_EXIT"]
 
 DEVICE = click.Choice(["auto", "cpu", "cuda"])
+
+
+class FiniteFloat(click.FloatRange):
+    """A FloatRange that refuses nan and inf (nan passes every bound; an infinite time
+    budget never ends)."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        out = super().convert(value, param, ctx)
+        if not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return out
+
+
+# A batch that fits an int32 (torch's sizes are int64, but no batch past 2^31 fits any
+# device): 99999999999999999999 was handed to the workload and failed with a C++ dump.
+BATCH = click.IntRange(1, 2**31 - 1)
 
 # Shared by doctor's and optimize's --help. \b keeps click from rewrapping the lines.
 TARGET_HELP = """TARGET is one of (default examples:mlp):
@@ -49,10 +67,10 @@ random token ids or images. They run inference (eval mode, no_grad) unless --tra
 def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--seq-len, --image-size, --dtype and --train: for model targets only."""
     options = [
-        click.option("--seq-len", type=click.IntRange(min=1), default=None,
+        click.option("--seq-len", type=BATCH, default=None,
                      help="Tokens per sequence of an hf: target (default 128 on CPU, "
                           "512 on CUDA, at most the model's positions)."),
-        click.option("--image-size", type=click.IntRange(min=1), default=None,
+        click.option("--image-size", type=BATCH, default=None,
                      help="Image height and width of a timm: or torchvision: target "
                           "(default: the model's own, else 224)."),
         click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,

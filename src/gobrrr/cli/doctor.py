@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gobrrr.cli.common import TARGET_HELP, load_announced, model_options
+from gobrrr.cli.common import BATCH, TARGET_HELP, FiniteFloat, load_announced, model_options
 
 __all__ = ["register"]
 
@@ -20,12 +20,12 @@ _HELP = f"Split a workload's time into compute, memory and overhead.\n\n{TARGET_
 @click.argument("target", required=False)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+@click.option("--batch-size", type=BATCH, default=None,
               help="Batch size for a factory target (default: its own default).")
 @model_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--no-experiments", is_flag=True, help="Skip batch scaling and graph replay.")
-@click.option("--time-budget", "time_budget_s", type=click.FloatRange(min=0.05), default=2.0,
+@click.option("--time-budget", "time_budget_s", type=FiniteFloat(min=0.05), default=2.0,
               show_default=True,
               help="Sampling seconds per measurement (warm-up included, the first call "
                    "not); a call longer than this is made 3 times. Per measurement, not "
@@ -39,14 +39,14 @@ _HELP = f"Split a workload's time into compute, memory and overhead.\n\n{TARGET_
               help="Run this diagnosis under torchrun with N processes (python -m "
                    "torch.distributed.run --standalone): the same as torchrun "
                    "--nproc-per-node N -m gobrrr doctor ...")
-@click.option("--dist-timeout", "dist_timeout_s", type=click.FloatRange(min=1), default=None,
+@click.option("--dist-timeout", "dist_timeout_s", type=FiniteFloat(min=1), default=None,
               help="Under torchrun: seconds before any collective gobrrr issues (and the "
                    "default process group gobrrr creates) times out [default: "
                    "GOBRRR_DIST_TIMEOUT_S, else 60].")
 @click.option("--rank-traces", "rank_traces", type=click.Path(file_okay=False,
                                                                path_type=Path),
               help="Under torchrun: keep each rank's profiled trace here (rankN.json).")
-@click.option("--inter-node-gbps", "inter_node_gbps", type=click.FloatRange(min=0, min_open=True),
+@click.option("--inter-node-gbps", "inter_node_gbps", type=FiniteFloat(min=0, min_open=True),
               default=None,
               help="Under torchrun: the projection's inter-node bandwidth per node and "
                    "direction, in Gb/s [default: 8 x 400 Gb/s InfiniBand NDR = 3200].")
@@ -70,7 +70,9 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
 
     if nproc is not None:
         from gobrrr.dist.launch import launch
+        from gobrrr.targets import check_target
 
+        run_guarded(lambda: check_target(target))  # one line now, not one per rank
         raise SystemExit(run_guarded(lambda: launch(nproc)))
     world = run_guarded(World.from_env)
     rank = world.rank if world is not None else 0

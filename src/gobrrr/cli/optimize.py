@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gobrrr.cli.common import TARGET_HELP, load_announced, model_options
+from gobrrr.cli.common import BATCH, TARGET_HELP, FiniteFloat, load_announced, model_options
 
 __all__ = ["register"]
 
@@ -24,10 +24,10 @@ benchmark, channels_last, fused optimizers, set_to_none, CUDA graphs, torch.comp
 @click.argument("target", required=False)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+@click.option("--batch-size", type=BATCH, default=None,
               help="Batch size for a factory target (default: its own default).")
 @model_options
-@click.option("--budget-s", type=click.FloatRange(min=1), default=120.0, show_default=True,
+@click.option("--budget-s", type=FiniteFloat(min=1), default=120.0, show_default=True,
               help="Seconds for the whole run of remedies, diagnosis included (it gets a "
                    "quarter): a candidate starts only when its estimated cost fits, one "
                    "still timing at the deadline is abandoned; the command ends within "
@@ -48,7 +48,7 @@ benchmark, channels_last, fused optimizers, set_to_none, CUDA graphs, torch.comp
                    "optimize ... The distributed remedies (DDP buckets, bucket views, "
                    "static graph, bf16 gradient compression; FSDP2 resharding and "
                    "prefetch) run on every rank in lockstep.")
-@click.option("--dist-timeout", "dist_timeout_s", type=click.FloatRange(min=1), default=None,
+@click.option("--dist-timeout", "dist_timeout_s", type=FiniteFloat(min=1), default=None,
               help="Under torchrun: seconds before any collective gobrrr issues times out "
                    "[default: GOBRRR_DIST_TIMEOUT_S, else 60].")
 def optimize(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
@@ -73,7 +73,9 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
 
     if nproc is not None:
         from gobrrr.dist.launch import launch
+        from gobrrr.targets import check_target
 
+        run_guarded(lambda: check_target(target))  # one line now, not one per rank
         raise SystemExit(run_guarded(lambda: launch(nproc, command="optimize")))
     world = run_guarded(World.from_env)
     rank = world.rank if world is not None else 0
