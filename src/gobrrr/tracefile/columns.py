@@ -122,6 +122,22 @@ def _int(x: Any) -> int:
     return -1
 
 
+def _dims_ok(x: Any, depth: int = 0) -> bool:
+    """A recorded dims entry: an int, or a list of them (a TensorList: lists of lists)."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return True
+    return isinstance(x, list) and depth < 3 and all(_dims_ok(v, depth + 1) for v in x)
+
+
+def _shapes_ok(dims: Any, types: Any) -> bool:
+    """Whether an op's recorded shapes are as the profiler writes them ("Input Dims": a
+    list of lists of ints, "Input type": a list of strings), so opcount can rebuild the
+    op from them; anything else is an op recorded without shapes."""
+    return (isinstance(dims, list) and all(isinstance(d, list) and _dims_ok(d) for d in dims)
+            and (types is None or isinstance(types, list)
+                 and all(isinstance(t, str) for t in types)))
+
+
 def _key(e: dict[str, Any]) -> tuple[Any, Any] | None:
     """(pid, tid) of an event, or None when either is not an int or a string (a list: a
     malformed event)."""
@@ -233,14 +249,16 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
             sig = -1
             dims = args.get("Input Dims") if cat == "cpu_op" else None
             types = args.get("Input type")
-            if not isinstance(dims, list) or not isinstance(types, (list, type(None))):
+            if not _shapes_ok(dims, types):
                 dims = None  # shapes recorded wrongly: the op counts as recorded without
             if dims is not None:
                 nid = name_id(name)
                 strides = args.get("Input Strides")
-                strides = strides if isinstance(strides, list) else None
+                strides = strides if isinstance(strides, list) and all(
+                    isinstance(d, list) and _dims_ok(d) for d in strides) else None
                 concrete = args.get("Concrete Inputs")
-                concrete = concrete if isinstance(concrete, list) else None
+                concrete = concrete if isinstance(concrete, list) and all(
+                    isinstance(c, (str, int, float)) for c in concrete) else None
                 skey = (nid, repr(dims), repr(types), repr(strides),
                         _shape_concrete(concrete))
                 sig = sig_ids.get(skey, -1)
