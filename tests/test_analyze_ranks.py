@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from gobrrr.analyze import analyze, check_traces
-from gobrrr.errors import UserError
 from gobrrr.cli import cli
 from gobrrr.dist.analyze import FROM_TRACES_NOTE, rank_comm, without_communication
 from gobrrr.dist.comm import WINDOW
 from gobrrr.dist.commread import read_trace
+from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
 from gobrrr.phases import is_collective
 from gobrrr.schema import validate

@@ -76,11 +76,16 @@ def test_control_characters_in_names_are_escaped(tmp_path):
 
 def test_ctrl_c_exits_130_and_optimize_keeps_what_it_measured(tmp_path):
     f = tmp_path / "slow.py"
-    f.write_text("import torch\n"
+    # 20 ms a call: every candidate takes seconds (a warm-up, two checked calls, A/B
+    # rounds), so the search is still running when the first result line is read
+    f.write_text("import time, torch\n"
                  "def make(batch_size=64):\n"
                  "    x = torch.randn(batch_size, 256)\n"
                  "    w = torch.randn(256, 256)\n"
-                 "    return (lambda a: (a @ w).relu()), (x,)\n")
+                 "    def step(a):\n"
+                 "        time.sleep(0.02)\n"
+                 "        return (a @ w).relu()\n"
+                 "    return step, (x,)\n")
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), NO_COLOR="1")
     p = subprocess.Popen([sys.executable, "-m", "gobrrr", "optimize", f"{f}:make",
                           "--device", "cpu", "--no-diagnose", "--budget-s", "120",
@@ -92,6 +97,7 @@ def test_ctrl_c_exits_130_and_optimize_keeps_what_it_measured(tmp_path):
     while "->" not in seen and time.monotonic() < deadline:
         seen += p.stderr.readline()
     assert "->" in seen, seen
+    assert p.poll() is None, "the search ended before it could be interrupted"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-2000:]

@@ -5,6 +5,8 @@ changed in place, reached through the module itself or through a closure: after
 `diagnose` and after `optimize` each is as it was, byte for byte; what the walk cannot
 reach is named in a `warning:` line."""
 
+import collections
+
 import numpy as np
 import pytest
 import torch
@@ -31,6 +33,7 @@ class Counting(torch.nn.Module):
         self.plain = torch.zeros(2)  # a tensor attribute, not a registered buffer
         self.g = torch.Generator().manual_seed(7)
         self.hist = np.zeros(4)
+        self.recent = collections.deque(maxlen=8)
 
     def forward(self, x):
         self.calls += 1
@@ -38,6 +41,7 @@ class Counting(torch.nn.Module):
         self.cache["t"].add_(1)
         self.plain.add_(1)
         self.hist[0] += 1
+        self.recent.append(self.calls)
         noise = torch.rand(1, generator=self.g)
         return self.lin(x) + noise
 
@@ -53,9 +57,9 @@ class Slotted:
 
 
 def _state(m):
-    return (m.calls, list(m.log), m.cache["t"].clone(), m.plain.clone(),
-            m.g.get_state().clone(), m.hist.copy(), id(m.log), id(m.cache["t"]),
-            id(m.plain))
+    return (m.calls, list(m.log) + ["|"] + list(m.recent), m.cache["t"].clone(),
+            m.plain.clone(), m.g.get_state().clone(), m.hist.copy(), id(m.log),
+            id(m.cache["t"]), id(m.plain), id(m.recent))
 
 
 def _same(a, b):

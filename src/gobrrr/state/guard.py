@@ -6,6 +6,7 @@ reachable tensor byte for byte (StateCheck says what it could not restore).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -117,7 +118,7 @@ class _Guard:
                 if g is not None:
                     named.append((f"{name}.grad", g))
         self.objects = [(o, dict(vars(o))) for o in [*reach.objects, *reach.optimizers]]
-        self.containers = [(c, list(c) if isinstance(c, list) else
+        self.containers = [(c, list(c) if isinstance(c, (list, collections.deque)) else
                             set(c) if isinstance(c, set) else dict(c))
                            for c in reach.containers]
         self.globals = [(g, n, g.get(n, MISSING)) for g, n in reach.globals]
@@ -233,7 +234,12 @@ class _Guard:
             except TypeError as exc:  # a read-only __dict__
                 warn.append(f"{self.reach.name(obj)} could not be restored: {exc}")
         for c, saved_c in self.containers:
-            if isinstance(c, list):
+            if isinstance(c, collections.deque):
+                if len(c) != len(saved_c) or any(a is not b for a, b in zip(c, saved_c,
+                                                                             strict=False)):
+                    c.clear()
+                    c.extend(saved_c)
+            elif isinstance(c, list):
                 if len(c) != len(saved_c) or any(a is not b for a, b in zip(c, saved_c,
                                                                              strict=False)):
                     c[:] = saved_c

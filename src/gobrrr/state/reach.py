@@ -7,6 +7,7 @@ names. One walker (`walk`) finds them for every use: preserving the user's state
 
 from __future__ import annotations
 
+import collections
 import functools
 import io
 import sys
@@ -113,7 +114,7 @@ class Reach:
     tensors: list[Any] = field(default_factory=list)  # outside modules and optimizers
     generators: list[Any] = field(default_factory=list)  # torch.Generator
     objects: list[Any] = field(default_factory=list)  # other objects with a __dict__
-    containers: list[Any] = field(default_factory=list)  # mutable list, dict, set
+    containers: list[Any] = field(default_factory=list)  # mutable list, dict, set, deque
     globals: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     iterators: list[Any] = field(default_factory=list)  # cannot be rewound
     functions: list[Any] = field(default_factory=list)  # the functions it runs through
@@ -229,8 +230,8 @@ def walk(fn: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = No
         elif _is_iterator(obj):
             if not isinstance(obj, io.IOBase):  # a file is not a data position to rewind
                 reach.iterators.append(obj)
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            if isinstance(obj, (list, set)):
+        elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
+            if isinstance(obj, (list, set, collections.deque)):
                 reach.containers.append(obj)
             for i, x in enumerate(obj):
                 visit(x, f"{path}[{i}]", depth + 1)
