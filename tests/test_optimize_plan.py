@@ -276,3 +276,40 @@ def test_after_the_probes_the_stack_multiplies_with_every_execution():
     assert opts[f"{st}+compile_max_autotune"].prep_s == pytest.approx(400.0)
     # what max-autotune must beat is now the measured compile (3.5x), not a prediction
     assert opts[f"{st}+compile_max_autotune"].worth_over == (f"{st}+compile", 3.5)
+
+
+def test_a_ctrl_c_a_library_swallowed_still_stops_the_search():
+    # dynamo wraps what its tracing raises: a KeyboardInterrupt inside a compile came
+    # back as the candidate's failure, and the search went on to exit 0
+    import os
+    import signal
+    import time
+
+    from gobrrr.remedies.base import STAGE_MUTATE, Context, RemedyResult, RemedySpec
+    from gobrrr.remedies.runner import INTERRUPTED, search
+
+    def spec(name):
+        return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
+                          lambda ctx: Gain.none("no diagnosis"), lambda c, ctx: c, "")
+
+    ran = []
+
+    def run_one(combo):
+        ran.append(combo[0].name)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs here
+        except KeyboardInterrupt:
+            pass  # swallowed, as dynamo did
+        return RemedyResult(combo[0].name, "overhead", "failed", "preparing: Internal"), None
+
+    notes = []
+    rows, best, _ = search([spec("a"), spec("b"), spec("c")], Context("cpu"), run_one,
+                           call_s=1e-3, ab_budget_s=1.0, deadline=time.perf_counter() + 60,
+                           say=lambda m: None, notes=notes)
+    assert ran == ["a"] and best is None
+    by = {r.name: r for r in rows}
+    assert by["a"].status == "skipped" and by["a"].reason == INTERRUPTED
+    assert {by["b"].reason, by["c"].reason} == {INTERRUPTED}
+    assert notes[0].startswith(INTERRUPTED)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -12,6 +12,7 @@ rank under torchrun) runs. Above workload.py, models.py and both example registr
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import inspect
 import sys
@@ -50,14 +51,21 @@ def _default_batch(factory: Factory) -> int | None:
 
 
 def _load_module(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"_gobrrr_target_{path.stem}", path)
+    # A name of its own per file (two train.py in different folders are two modules),
+    # registered in sys.modules as an import would: torch.compile imports a function's
+    # __module__ by name for some guards (under inference_mode it failed without it).
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
+    name = f"_gobrrr_target_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise UserError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(path.parent))
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
+        del sys.modules[name]
         raise WorkloadError(f"importing {path}", exc) from exc
     finally:
         with contextlib.suppress(ValueError):

@@ -14,8 +14,11 @@ state.preserved_state, which restores everything of the user's the workload reac
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gobrrr.coordinator import SOLO, Coordinator
@@ -252,25 +255,34 @@ def search(specs: list[RemedySpec], ctx: Context,
     state = SearchState(entries, ctx.device, working_ops(ctx.records), call_s, ab_budget_s,
                         ctx.budget)
     ran = 0
-    while True:
-        try:
-            now = plan(options(state), deadline - time.perf_counter())
-            opt = coord.decide(now.order[0] if now.order else None, "the next candidate")
-            if opt is None:
+    with _ctrl_c_recorded() as ctrl_c:
+        while True:
+            try:
+                now = plan(options(state), deadline - time.perf_counter())
+                opt = coord.decide(now.order[0] if now.order else None, "the next candidate")
+                if opt is None:
+                    break
+                got, cand = _run_option(opt, by_name, run_one, ctx, gains, state, results,
+                                        say)
+                ran += 1
+                if ctrl_c:
+                    # a Ctrl-C some library swallowed while this candidate ran (dynamo's
+                    # tracing did): its failure is the interrupt's
+                    if got.status == "failed":
+                        got.status, got.reason, ran = "skipped", INTERRUPTED, ran - 1
+                    raise KeyboardInterrupt
+                if cand is not None and got.status == "verified" and (
+                        best_res is None or (got.measured_speedup or 0) > (
+                            best_res.measured_speedup or 0)):
+                    best_cand, best_res = cand, got
+            except KeyboardInterrupt:
+                # Ctrl-C, wherever it lands: what was measured is kept and shown; the
+                # candidate it stopped and what never ran are skipped
+                notes.append(f"{INTERRUPTED}: {ran} candidate(s) measured, the rest not "
+                             "run")
+                say(f"interrupted: {ran} candidate(s) measured; the rest are skipped")
+                now = Plan((), tuple(Skip(o.name, INTERRUPTED) for o in options(state)))
                 break
-            got, cand = _run_option(opt, by_name, run_one, ctx, gains, state, results, say)
-            ran += 1
-            if cand is not None and got.status == "verified" and (
-                    best_res is None or (got.measured_speedup or 0) > (
-                        best_res.measured_speedup or 0)):
-                best_cand, best_res = cand, got
-        except KeyboardInterrupt:
-            # Ctrl-C, wherever it lands: what was measured is kept and shown; the
-            # candidate it stopped and what never ran are skipped
-            notes.append(f"{INTERRUPTED}: {ran} candidate(s) measured, the rest not run")
-            say(f"interrupted: {ran} candidate(s) measured; the rest are skipped")
-            now = Plan((), tuple(Skip(o.name, INTERRUPTED) for o in options(state)))
-            break
     remaining = {o.name: o for o in options(state)}
     for skip in now.skipped:
         found = remaining[skip.name]
@@ -283,6 +295,32 @@ def search(specs: list[RemedySpec], ctx: Context,
         notes.append(f"search: {ran} candidate(s) run, {len(now.skipped)} skipped for "
                      "time or worth (docs/optimize.md: the search)")
     return results, best_cand, best_res
+
+
+@contextlib.contextmanager
+def _ctrl_c_recorded() -> Iterator[list[bool]]:
+    """A list that holds True once SIGINT arrived, the KeyboardInterrupt raised as
+    before: a library that catches it (dynamo wraps what its tracing raises) cannot
+    make the search forget it. Outside the main thread, or where SIGINT is ignored:
+    never set (no handler)."""
+    seen: list[bool] = []
+    before = (signal.getsignal(signal.SIGINT)
+              if threading.current_thread() is threading.main_thread() else signal.SIG_IGN)
+    if before in (signal.SIG_IGN, None):
+        yield seen
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        seen.append(True)
+        if callable(before):
+            before(signum, frame)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _run_option(opt: Option, by_name: dict[str, RemedySpec],
