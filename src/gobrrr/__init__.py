@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gobrrr.marks import step, watch
 from gobrrr.version import __version__
 
-__all__ = ["__version__", "count", "calibrate", "diagnose", "optimize"]
+__all__ = ["__version__", "count", "calibrate", "diagnose", "optimize", "step", "watch",
+           "run_script"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,6 +24,10 @@ def __getattr__(name: str) -> Any:
         from gobrrr.hardware import calibrate
 
         return calibrate
+    if name == "run_script":
+        from gobrrr.script import run_script
+
+        return run_script
     if name in ("diagnose", "optimize"):
         from gobrrr import api
 

@@ -50,7 +50,7 @@ __all__ = ["RowBudget", "CallRow", "KernelRow", "Budget", "compute_budget", "pea
            "BELOW_ROOF_FRACTION", "LOW_ROOF_FRACTION", "INSTRUCTION_EXPLAINS_FRACTION",
            "REGIMES", "LIMITS", "FUSABLE_CLASSES", "fusable_bytes_saved", "OpBound",
            "classify", "math_floor", "roof_band", "likely_cause", "with_communication",
-           "COMMUNICATION"]
+           "with_data_loading", "COMMUNICATION"]
 
 # Ops achieving less than this fraction of their own roofline are flagged "<25%".
 BELOW_ROOF_FRACTION = 0.25
@@ -322,6 +322,10 @@ class Budget:
     # exposed communication per call (distributed runs only; None: a single process,
     # whose budget has exactly three parts)
     communication_s: float | None = None
+    # of overhead_s: the wait for the next batch with the device idle (run.DataLoading's
+    # exposed_s), measured, not estimated; None: no DataLoader was seen. Not a part of
+    # its own: the device idles as it does for any host time (the essay's overhead)
+    data_loading_s: float | None = None
 
     @property
     def regimes(self) -> tuple[str, ...]:
@@ -377,7 +381,8 @@ class Budget:
             "kernels": [k.to_dict() for k in self.kernels],
             "notes": self.notes,
         } | ({} if self.communication_s is None else
-             {"communication_s": self.communication_s})
+             {"communication_s": self.communication_s}) | (
+            {} if self.data_loading_s is None else {"data_loading_s": self.data_loading_s})
 
 
 def peak_for(rec: OpRecord, ceil: Ceilings) -> float:
@@ -538,6 +543,25 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
     )
 
 
+def _fit_busy(b: Budget, kept_s: float, what: str) -> tuple[float, float, float, list[str]]:
+    """(compute, memory, view) seconds scaled down so that busy + `kept_s` (a measured
+    part of the overhead: exposed communication, the wait for data) fit T_wall, and the
+    notes: the op times come from other steps (replayed or profiled), the kept part and
+    T_wall from the same timed steps, so the op times give way."""
+    view_s = max(0.0, b.busy_s - b.compute_s - b.memory_s)
+    notes = list(b.notes)
+    compute_s, memory_s = b.compute_s, b.memory_s
+    room = b.wall_s - kept_s
+    if room <= 0:
+        return 0.0, 0.0, 0.0, notes
+    if b.busy_s > room and b.busy_s > 0:
+        k = room / b.busy_s
+        compute_s, memory_s, view_s = compute_s * k, memory_s * k, view_s * k
+        notes.append(f"op times plus {what} summed to {(b.busy_s + kept_s) / b.wall_s:.2f}x "
+                     "the wall time; compute and memory scaled down to fit")
+    return compute_s, memory_s, view_s, notes
+
+
 def with_communication(b: Budget, communication_s: float) -> Budget:
     """The budget with exposed communication as its fourth part: it comes out of what
     the three-part budget called overhead (T_wall - busy, the device idle), since a rank
@@ -545,22 +569,26 @@ def with_communication(b: Budget, communication_s: float) -> Budget:
     runs: the replayed or profiled ops and the profiled steps), compute and memory are
     scaled down to fit and the note says so; per-op rows keep their measured times."""
     comm = max(0.0, min(communication_s, b.wall_s))
-    view_s = max(0.0, b.busy_s - b.compute_s - b.memory_s)
-    notes = list(b.notes)
-    compute_s, memory_s = b.compute_s, b.memory_s
-    room = b.wall_s - comm
-    if b.busy_s > room > 0 and b.busy_s > 0:
-        k = room / b.busy_s
-        compute_s, memory_s, view_s = compute_s * k, memory_s * k, view_s * k
-        notes.append(f"op times plus exposed communication summed to "
-                     f"{(b.busy_s + comm) / b.wall_s:.2f}x the wall time; compute and memory "
-                     "scaled down to fit")
-    elif room <= 0:
-        compute_s = memory_s = view_s = 0.0
+    compute_s, memory_s, view_s, notes = _fit_busy(b, comm, "exposed communication")
     busy = compute_s + memory_s + view_s
     overhead_s = max(0.0, b.wall_s - busy - comm) + view_s
     return replace(b, busy_s=busy, compute_s=compute_s, memory_s=memory_s,
                    overhead_s=overhead_s, communication_s=comm, notes=notes)
+
+
+def with_data_loading(b: Budget, exposed_s: float) -> Budget:
+    """The budget with the measured wait for data named inside its overhead (the device
+    idles as it does for any host time: no part of its own). The wait and T_wall come
+    from the same timed steps, the op times from others: where busy + wait exceed
+    T_wall, compute and memory are scaled down to fit (as with_communication does), and
+    the note says so; per-op rows keep their measured times."""
+    comm = b.communication_s or 0.0
+    loading = max(0.0, min(exposed_s, b.wall_s - comm))
+    compute_s, memory_s, view_s, notes = _fit_busy(b, loading + comm, "the wait for data")
+    busy = compute_s + memory_s + view_s
+    overhead_s = max(0.0, b.wall_s - busy - comm) + view_s
+    return replace(b, busy_s=busy, compute_s=compute_s, memory_s=memory_s,
+                   overhead_s=overhead_s, data_loading_s=loading, notes=notes)
 
 
 def _kernel_rows(run: ProfiledRun, calls: dict[int, CallRow]) -> list[KernelRow]:

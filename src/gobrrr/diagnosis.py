@@ -23,7 +23,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from gobrrr.budget import Budget, compute_budget, with_communication
+from gobrrr.budget import Budget, compute_budget, with_communication, with_data_loading
 from gobrrr.compiled import CompileInfo
 from gobrrr.experiments import Measured
 from gobrrr.hardware import Ceilings
@@ -37,9 +37,14 @@ __all__ = ["budget_for", "report_for"]
 
 def budget_for(run: MeasuredRun, ceilings: Ceilings) -> Budget:
     """The run's budget: three parts, four with the exposed communication of a
-    distributed source."""
+    distributed source; the measured wait for data, where a DataLoader was seen, named
+    inside its overhead."""
     b = compute_budget(run.profile, run.wall_s, ceilings)
-    return b if run.communication_s is None else with_communication(b, run.communication_s)
+    if run.communication_s is not None:
+        b = with_communication(b, run.communication_s)
+    if run.data_loading is not None:
+        b = with_data_loading(b, run.data_loading.exposed_s)
+    return b
 
 
 def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | None = None,
@@ -55,10 +60,10 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
     if distributed is not None:
         verdict = replace(verdict, evidence=[*distributed.evidence(), *verdict.evidence])
     remedies = remedies_for(budget, run.counts, ceilings, run.device, batch, graph,
-                            **(facts or {}))
+                            data_loading=run.data_loading, **(facts or {}))
     return Report(
         workload=run.workload, ceilings=ceilings, timing=run.timing, counts=run.counts,
         budget=budget, verdict=verdict, remedies=remedies, batch=batch, graph=graph,
         diagnose_s=0.0 if started_s is None else time.perf_counter() - started_s,
         notes=run.notes + budget.notes, state=state, compiled=compiled,
-        distributed=distributed, steps=run.steps_dict())
+        distributed=distributed, steps=run.steps_dict(), data_loading=run.data_loading)

@@ -95,14 +95,17 @@ class HostTime:
 
     n_ops: int  # dispatched aten ops of one call, views included (each is a dispatch)
     dispatch_s: float  # n_ops x the measured per-op cost, at most the overhead
-    outside_s: float  # the rest: host time outside PyTorch ops (Python, sleep, loading)
+    outside_s: float  # the rest: host time outside PyTorch ops (Python, sleep, ...)
+    loading_s: float = 0.0  # the measured wait for data (budget.data_loading_s), apart
 
 
 def host_time(b: Budget, records: Sequence[Any], ceil: Ceilings) -> HostTime:
     """What torch.compile or CUDA graphs can remove is the dispatch (and launch) work of
     the ops that ran: n_ops x the measured cost of one tiny op is a fair upper estimate
-    of it. Overhead beyond that (on CUDA, GPU-idle time beyond it) is host time that is
-    not PyTorch dispatch, such as a sleep or data loading: no remedy here removes it."""
+    of it. The measured wait for data comes off first (it is measured; the dispatch is
+    estimated); overhead beyond both (on CUDA, GPU-idle time beyond them) is host time
+    that is not PyTorch dispatch, such as a sleep: no remedy here removes it."""
     n_ops = dispatched_ops(records)
-    dispatch_s = min(b.overhead_s, n_ops * ceil.op_overhead_s)
-    return HostTime(n_ops, dispatch_s, b.overhead_s - dispatch_s)
+    loading_s = min(b.overhead_s, b.data_loading_s or 0.0)
+    dispatch_s = min(b.overhead_s - loading_s, n_ops * ceil.op_overhead_s)
+    return HostTime(n_ops, dispatch_s, b.overhead_s - loading_s - dispatch_s, loading_s)

@@ -14,8 +14,10 @@ The vocabulary:
   `evaluate_function` ranges and the `Optimizer.step#...` ranges the optimizer records.
 - COMPILED: ops of a compiled graph, read from the profiled run of the compiled code
   (compiled.py), where autograd's split is not visible.
-- DATA_LOADING, PREFILL, DECODE: phases a source knows from what a step is (a data
-  loader's next batch; a generation's forward over many new positions, then over one).
+- DATA_LOADING: the ops inside a DataLoader iterator's `__next__` (collate, pinning),
+  which torch marks with an `enumerate(DataLoader)#...` range in every trace.
+- PREFILL, DECODE: phases a source knows from what a step is (a generation's forward over
+  many new positions, then over one).
 - COMMUNICATION: collectives (torch.distributed's dispatcher ops, NCCL kernels): never
   compute or memory.
 - any other string: the name of the user's `torch.profiler.record_function` range the
@@ -29,7 +31,8 @@ from typing import Any
 
 __all__ = ["FORWARD", "BACKWARD", "OPTIMIZER", "COMPILED", "DATA_LOADING", "PREFILL",
            "DECODE", "COMMUNICATION", "KNOWN", "COLLECTIVE_NAMESPACES", "is_collective",
-           "launches_collective", "AUTOGRAD_RANGE", "OPTIMIZER_RANGE", "range_label",
+           "launches_collective", "AUTOGRAD_RANGE", "OPTIMIZER_RANGE", "DATA_LOADER_RANGE",
+           "range_label", "OTHER_HOST",
            "dispatched_ops", "working_ops", "is_inference"]
 
 FORWARD = "forward"
@@ -58,18 +61,27 @@ def launches_collective(name: str) -> bool:
     return name == "record_param_comms" or is_collective(name)
 
 
-# The ranges a trace marks the backward pass and the optimizer step with.
+# The ranges a trace marks the backward pass, the optimizer step and the wait for the
+# next batch with (torch/utils/data/dataloader.py: _BaseDataLoaderIter._profile_name).
 AUTOGRAD_RANGE = "autograd::engine::evaluate_function"
 OPTIMIZER_RANGE = "Optimizer."
+DATA_LOADER_RANGE = "enumerate(DataLoader)#"
+
+# The report's `phases` (step_phases.py) name the rest of a step this way: host time in
+# no phase's ops (Python, dispatch, launches, waiting), never an op's phase.
+OTHER_HOST = "other host time"
 
 
 def range_label(name: str, module: str, phase: str) -> tuple[str, str]:
     """The (module, phase) of what runs inside a profiler range named `name`, given
     those outside it: autograd's engine marks the backward pass, an optimizer's
-    `Optimizer.step#Adam.step` (or `Optimizer.zero_grad#...`) its step, and any other
-    range names the module inside it and keeps the phase."""
+    `Optimizer.step#Adam.step` (or `Optimizer.zero_grad#...`) its step, a DataLoader
+    iterator's `__next__` the data loading, and any other range names the module inside
+    it and keeps the phase."""
     if name.startswith(AUTOGRAD_RANGE):
         return BACKWARD, BACKWARD
+    if name.startswith(DATA_LOADER_RANGE):
+        return "DataLoader", DATA_LOADING
     if name.startswith(OPTIMIZER_RANGE):
         cls = name.split("#", 1)[1].split(".")[0] if "#" in name else "optimizer"
         return f"optimizer.{cls}", OPTIMIZER
@@ -78,19 +90,21 @@ def range_label(name: str, module: str, phase: str) -> tuple[str, str]:
 
 def dispatched_ops(records: Iterable[Any]) -> int:
     """The ops a call dispatches, views included: each costs one trip through the
-    dispatcher, which is what torch.compile and CUDA graphs remove (gains.host_time)."""
-    return sum(1 for _ in records)
+    dispatcher, which is what torch.compile and CUDA graphs remove (gains.host_time).
+    The data loader's ops (collate) are not among them: neither remedy reaches them."""
+    return sum(1 for r in records if r.phase != DATA_LOADING)
 
 
 def working_ops(records: Iterable[Any]) -> int:
-    """The ops that do work, views excluded: on CUDA each launches at least one kernel,
-    and a compiler lowers about one graph node per such op (the compile-time estimate,
-    remedies/plan.py; the launch-bound reading of the verdict)."""
-    return sum(1 for r in records if r.op_class != "view")
+    """The ops that do work, views and the data loader's excluded: on CUDA each launches
+    at least one kernel, and a compiler lowers about one graph node per such op (the
+    compile-time estimate, remedies/plan.py; the launch-bound reading of the verdict)."""
+    return sum(1 for r in records if r.op_class != "view" and r.phase != DATA_LOADING)
 
 
 def is_inference(records: Iterable[Any]) -> bool:
     """A call that runs no backward and no optimizer step: outputs are all it makes.
-    Only FORWARD counts: a compiled workload's records (COMPILED) cannot tell."""
-    recs = list(records)
-    return bool(recs) and all(r.phase == FORWARD for r in recs)
+    Only FORWARD counts (beside the data loader's ops): a compiled workload's records
+    (COMPILED) cannot tell."""
+    phases = {r.phase for r in records}
+    return FORWARD in phases and phases <= {FORWARD, DATA_LOADING}

@@ -17,6 +17,7 @@ from gobrrr.counting import CountResult
 from gobrrr.experiments import BatchScaling, GraphReplay
 from gobrrr.hardware import Ceilings
 from gobrrr.state import StateCheck
+from gobrrr.step_phases import step_phases
 from gobrrr.timing import Timing
 from gobrrr.verdict import Remedy, Verdict
 from gobrrr.version import __version__
@@ -35,7 +36,10 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #      DDP's bucket copies, the no_sync comparison, topology, ceilings, the projection.
 # 1.7: steps (the measured run's steps); budget.per_phase, total_s, parts_s; each
 #      budget.kernels row's phase
-SCHEMA_VERSION = "1.7"
+# 1.8: phases (each phase's seconds and share of the step: step_phases.py);
+#      data_loading and budget.data_loading_s (a DataLoader's wait); verdict.cause;
+#      steps.series (every step a script ran, warm-up included)
+SCHEMA_VERSION = "1.8"
 
 
 @dataclass
@@ -61,6 +65,8 @@ class Report:
     distributed: Any | None = None
     # the steps the source measured (run.MeasuredRun.steps_dict): how many, which
     steps: dict[str, Any] | None = None
+    # the wait for data (run.DataLoading); None: the source saw no DataLoader
+    data_loading: Any | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
                          .isoformat(timespec="seconds"))
 
@@ -98,6 +104,7 @@ class Report:
                        "ops": len(self.counts.records),
                        "uncounted_ops": self.counts.uncounted_ops},
             "budget": self.budget.to_dict(),
+            "phases": step_phases(self.budget),
             "experiments": {
                 "batch_scaling": self.batch.to_dict() if self.batch else None,
                 "graph_replay": self.graph.to_dict() if self.graph else None,
@@ -108,7 +115,8 @@ class Report:
             "state": self.state.to_dict() if self.state is not None else None,
             "compiled": self.compiled.to_dict() if self.compiled is not None else None,
         } | ({} if self.steps is None else {"steps": self.steps}) | (
-            {} if self.distributed is None else {"distributed": self.distributed.to_dict()})
+            {} if self.distributed is None else {"distributed": self.distributed.to_dict()}) | (
+            {} if self.data_loading is None else {"data_loading": self.data_loading.to_dict()})
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)

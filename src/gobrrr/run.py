@@ -12,7 +12,10 @@ traces (dist/analyze.py). Each says what it measured in the same terms:
   time and the kernels they launched (ProfiledRun); each op carries its phase
   (phases.py), each kernel the op that launched it;
 - `timing`: T_wall's statistics per step, and `wall_s`, the T_wall the budget splits;
-- `communication_s`: the exposed communication per step (distributed sources only).
+- `communication_s`: the exposed communication per step (distributed sources only);
+- `data_loading`: the time spent waiting for the next batch inside DataLoader iterators
+  (a script run in place: timed unprofiled; a trace: its DataLoader ranges), and how
+  much of it the device sat idle: None where the source saw no DataLoader.
 
 Kernel and ProfiledRun, the data the live profiled run (profile.py), the compiled run
 (compiled.py) and a trace's steps (tracefile/steps.py) fill, are defined here too.
@@ -26,7 +29,7 @@ from typing import Any
 from gobrrr.counting import CountResult
 from gobrrr.timing import Timing
 
-__all__ = ["Kernel", "ProfiledRun", "Step", "MeasuredRun"]
+__all__ = ["Kernel", "ProfiledRun", "Step", "DataLoading", "MeasuredRun"]
 
 
 @dataclass
@@ -93,6 +96,33 @@ class Step:
         return {"name": self.name, "wall_s": self.wall_s, "phase": self.phase}
 
 
+@dataclass(frozen=True)
+class DataLoading:
+    """Per step, the wait for the next batch: `host_s`, the mean time inside DataLoader
+    iterators' `__next__` (the main process loading, or waiting on its workers), of
+    which `exposed_s` ran with the device idle (all of it on CPU: the host is the
+    device). `per_step_s`: each measured step's host_s, in order; `first_batch_s`: the
+    first batch of each iterator that started among them (worker start-up, an epoch's
+    first shuffle), apart; `source` says how it was measured."""
+
+    host_s: float
+    exposed_s: float
+    per_step_s: tuple[float, ...] = ()
+    first_batch_s: tuple[float, ...] = ()
+    source: str = ""
+
+    @property
+    def device_busy_share(self) -> float:
+        """The share of the wait the device spent running work queued before it."""
+        return 1.0 - self.exposed_s / self.host_s if self.host_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host_s": self.host_s, "exposed_s": self.exposed_s,
+                "device_busy_share": self.device_busy_share,
+                "per_step_s": list(self.per_step_s),
+                "first_batch_s": list(self.first_batch_s), "source": self.source}
+
+
 @dataclass
 class MeasuredRun:
     """What a source measured (module docstring)."""
@@ -106,6 +136,11 @@ class MeasuredRun:
     steps: list[Step] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     communication_s: float | None = None  # exposed, per step; None: one process
+    data_loading: DataLoading | None = None  # None: no DataLoader seen
+    # every step the source saw, in order, with the part of the run it fell in
+    # ("warm-up", "timed", "profiled"): a script's warm-up, drift and spikes (a plot in
+    # the HTML); empty where the source saw only its measured steps
+    series: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def counts(self) -> CountResult:
@@ -116,5 +151,9 @@ class MeasuredRun:
         its first and last few)."""
         shown = self.steps if len(self.steps) <= 20 else [*self.steps[:10],
                                                           *self.steps[-10:]]
-        return {"count": len(self.steps), "source": self.source,
-                "shown": [s.to_dict() for s in shown]}
+        out = {"count": len(self.steps), "source": self.source,
+               "shown": [s.to_dict() for s in shown]}
+        if self.series:
+            out["series"] = {"part": [p for p, _ in self.series],
+                             "wall_s": [t for _, t in self.series]}
+        return out

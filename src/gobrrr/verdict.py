@@ -14,7 +14,7 @@ from gobrrr.counting import CountResult
 from gobrrr.experiments import BatchScaling, GraphReplay
 from gobrrr.gains import HostTime, host_time
 from gobrrr.hardware import Ceilings
-from gobrrr.phases import working_ops
+from gobrrr.phases import DATA_LOADING, working_ops
 from gobrrr.remedies.base import Context
 from gobrrr.remedies.catalog import predictions
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_pct, fmt_s
@@ -47,6 +47,9 @@ class Verdict:
     share: float
     evidence: list[str]
     agreement: str
+    # what most of an overhead-bound step's overhead is, where it is measured apart:
+    # "data loading" (the wait for the next batch: input-bound); None otherwise
+    cause: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -71,14 +74,25 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         ev.append(f"GPU idle {fmt_pct(idle)} of wall time ({fmt_s(b.wall_s)} per call, "
                   f"{fmt_s(b.busy_s)} of kernels from {n_ops} ops{comm})")
     else:
+        rest = ("the host's: waiting for data, Python and dispatch"
+                if b.data_loading_s else "Python and dispatch")
         ev.append(f"ops execute {fmt_pct(b.busy_s / b.total_s if b.total_s else 0)} of "
-                  f"wall time ({fmt_s(b.wall_s)} per call){comm}; the rest is Python and "
-                  f"dispatch ({n_ops} ops; one tiny op costs {fmt_s(ceil.op_overhead_s)} "
-                  "here)")
+                  f"wall time ({fmt_s(b.wall_s)} per call){comm}; the rest is {rest} "
+                  f"({n_ops} ops; one tiny op costs {fmt_s(ceil.op_overhead_s)} here)")
     host = host_time(b, counts.records, ceil)
+    cause: str | None = None
+    if b.data_loading_s is not None and b.total_s > 0 and host.loading_s > 0:
+        waiting = "the GPU idle" if device == "cuda" else "nothing else running"
+        ev.append(f"{fmt_s(host.loading_s)} per step ({fmt_pct(host.loading_s / b.total_s)}"
+                  f" of T_wall) is the wait for the next batch, with {waiting}: inside "
+                  "DataLoader iterators' __next__")
+        if regime == "overhead" and host.loading_s >= max(host.dispatch_s, host.outside_s):
+            cause = DATA_LOADING
     if b.total_s > 0 and host.outside_s >= HOST_NOTE_FRACTION * b.total_s:
+        what = "Python, sleep" if b.data_loading_s is not None else \
+            "Python, sleep, data loading"
         ev.append(f"{fmt_s(host.outside_s)} per call is host time outside PyTorch ops "
-                  "(Python, sleep, data loading): no GPU or compiler remedy removes it")
+                  f"({what}): no GPU or compiler remedy removes it")
     if regime == "memory" and b.memory_s > 0:
         mem_bytes = sum(r.bytes for r in b.per_op if r.memory_s > 0)
         ev.append(f"memory-bound ops moved {fmt_num(mem_bytes, 'B')} at "
@@ -125,25 +139,29 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         agreement = "experiments agree with the budget"
     else:
         agreement = "no experiment could check the budget"
-    return Verdict(regime, fr[regime], ev, agreement)
+    return Verdict(regime, fr[regime], ev, agreement, cause)
 
 
 def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                  batch: BatchScaling | None, graph: GraphReplay | None, *,
                  module_types: set[str] | None = None, optimizers: list[Any] | None = None,
                  param_storages: frozenset[int] = frozenset(),
-                 comm: Any | None = None) -> list[Remedy]:
+                 comm: Any | None = None, loaders: list[Any] | None = None,
+                 data_loading: Any | None = None) -> list[Remedy]:
     """The catalog's remedies that apply to this workload and for which the budget
     predicts a gain, sorted by predicted gain. Each prediction is its remedy's own
     (`RemedySpec.predict`), the very number `gobrrr optimize` starts from.
     module_types, optimizers: what the workload reaches (read only), for the remedies
     that apply only to some (a cast needs a module, a fused optimizer an optimizer);
     comm: a torchrun job's communication facts (remedies/comm.py), for the DDP and FSDP2
-    remedies."""
+    remedies; loaders, data_loading: the DataLoaders a script iterated and its measured
+    wait for data (remedies/data.py)."""
 
     ctx = Context(device, b, ceil, counts.records, batch, graph,
                   module_types=module_types or set(), optimizers=optimizers or [],
-                  param_storages=param_storages, comm=comm)
+                  param_storages=param_storages, comm=comm, loaders=loaders or [],
+                  data_loading=data_loading)
     return [Remedy(spec.title or spec.name, spec.regime, gain.speedup, gain.basis,
-                   spec.how or spec.snippet, spec.name)
+                   spec.snippet_in(ctx) if spec.snippet_for else spec.how or spec.snippet,
+                   spec.name)
             for spec, gain in predictions(ctx)]

@@ -1,5 +1,5 @@
 """Command line: argument parsing only; the work is in the API modules. One module per
-command (`doctor`, `analyze`, `show`, `optimize`, `lab`, `compare`, `calibrate`), each with
+command (`doctor`, `run`, `analyze`, `show`, `optimize`, `lab`, `compare`, `calibrate`), each with
 `register(group)` and nothing heavy imported at module level; what they share is in
 common.py."""
 
@@ -21,8 +21,8 @@ def cli() -> None:
 
 # Commands that live in their own modules (one job each); each module has
 # `register(group)` and imports nothing heavy at module level.
-_COMMAND_MODULES: tuple[str, ...] = ("doctor", "analyze", "show", "optimize", "lab",
-                                     "compare", "calibrate")
+_COMMAND_MODULES: tuple[str, ...] = ("doctor", "run", "analyze", "show", "optimize",
+                                     "lab", "compare", "calibrate")
 
 
 def _register_optional_commands() -> None:

@@ -71,6 +71,10 @@ class Context:
     # a torchrun job's communication facts (remedies/comm.CommFacts), for the DDP and
     # FSDP2 remedies; None in one process
     comm: Any | None = None
+    # the DataLoaders the workload iterated (remedies/data.LoaderFacts, in the order
+    # first seen) and the measured wait for data (run.DataLoading): a script run in place
+    loaders: list[Any] = field(default_factory=list)
+    data_loading: Any | None = None
 
     @classmethod
     def from_report(cls, device: str, report: Any | None, records: list[Any],
@@ -164,6 +168,12 @@ class RemedySpec:
     # setters it changes; the lockstep harness rebuilds a wrapper once with the union of
     # a combination's settings (dist/optimize.py)
     settings: Mapping[str, Any] | None = None
+    # The snippet written for the user's own objects (their DataLoader's arguments),
+    # where the context holds them; `snippet` is the generic one
+    snippet_for: Callable[[Context], str] | None = None
+
+    def snippet_in(self, ctx: Context) -> str:
+        return self.snippet_for(ctx) if self.snippet_for is not None else self.snippet
 
 
 @dataclass

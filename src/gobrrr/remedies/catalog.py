@@ -1,8 +1,10 @@
 """The remedy catalog: one list of RemedySpecs, the single-process remedies first, then
 those of a torchrun job (DDP: ddp.py, FSDP2: fsdp.py), which apply only where the
-diagnosis found that job's communication (Context.comm). The search (plan.py) orders the
-remedies by cost class and predicted gain; the catalog order breaks ties and orders a
-run without predictions (--no-diagnose): cheap switches first, the slow compiles last.
+diagnosis found that job's communication (Context.comm), then the input pipeline's
+(data.py), which apply only where a DataLoader was seen (Context.loaders). The search
+(plan.py) orders the remedies by cost class and predicted gain; the catalog order breaks
+ties and orders a run without predictions (--no-diagnose): cheap switches first, the
+slow compiles last.
 
 `predictions` is the doctor report's list (every remedy that applies, single-process or
 distributed); `select` picks the remedies a search tries: one process tries the
@@ -17,6 +19,7 @@ from gobrrr.remedies import (
     batch,
     compiled,
     cudnn,
+    data,
     ddp,
     fsdp,
     grad,
@@ -27,7 +30,7 @@ from gobrrr.remedies import (
 )
 from gobrrr.remedies.base import Context, RemedySpec
 
-__all__ = ["ALL", "SINGLE", "DISTRIBUTED", "names", "select", "by_name", "predictions"]
+__all__ = ["ALL", "SINGLE", "DISTRIBUTED", "INPUT", "names", "select", "by_name", "predictions"]
 
 SINGLE: list[RemedySpec] = [
     grad.SPEC,
@@ -41,7 +44,10 @@ SINGLE: list[RemedySpec] = [
     batch.SPEC,
 ]
 DISTRIBUTED: list[RemedySpec] = [*ddp.SPECS, *fsdp.SPECS]
-ALL: list[RemedySpec] = [*SINGLE, *DISTRIBUTED]
+# The input pipeline's (data.py): advice for a script's own DataLoader, which no search
+# rebuilds; they apply only where a DataLoader was seen (Context.loaders)
+INPUT: list[RemedySpec] = list(data.SPECS)
+ALL: list[RemedySpec] = [*SINGLE, *DISTRIBUTED, *INPUT]
 
 
 def names(pool: list[RemedySpec] | None = None) -> list[str]:

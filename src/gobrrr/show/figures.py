@@ -23,7 +23,10 @@ from gobrrr.show.colors import REGIME_COLORS
 from gobrrr.units import fmt_flops, fmt_s
 
 __all__ = ["svg_of", "budget_bar_svg", "roofline_svg",
-           "batch_scaling_svg", "plottable_rows"]
+           "batch_scaling_svg", "step_series_svg", "plottable_rows"]
+
+# The parts of a script's run (script.py), in order, each its own marker color.
+SERIES_COLORS = {"warm-up": "#999999", "timed": "#000000", "profiled": "#e69f00"}
 
 _GID = "gobrrr-pt-"
 
@@ -220,4 +223,34 @@ def batch_scaling_svg(batch: dict[str, Any]) -> str | None:
         ax.set_ylabel("time per call (ms)")
         ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, frameon=False)
         ax.grid(True, which="both", alpha=0.2)
+        return svg_of(fig)
+
+
+def step_series_svg(series: dict[str, Any]) -> str | None:
+    """Every step's time in order (a script run in place: warm-up, timed, profiled),
+    with the timed steps' mean: compile and warm-up, drift and spikes at a glance.
+    None with fewer than two steps."""
+    parts, walls = list(series.get("part", [])), list(series.get("wall_s", []))
+    if len(walls) < 2 or len(parts) != len(walls):
+        return None
+    with figure_style():
+        fig = new_figure(6.5, 2.6)
+        ax = fig.add_axes((0.11, 0.18, 0.66, 0.74))
+        xs = list(range(1, len(walls) + 1))
+        for part, color in SERIES_COLORS.items():
+            pts = [(x, w * 1e3) for x, p, w in zip(xs, parts, walls, strict=True)
+                   if p == part]
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], "o", ms=3.5,
+                        color=color, label=part)
+        timed = [w for p, w in zip(parts, walls, strict=True) if p == "timed"]
+        if timed:
+            mean = sum(timed) / len(timed) * 1e3
+            ax.axhline(mean, ls="--", lw=1, color="#0072b2", label="timed mean")
+        if max(walls) > 20 * min(w for w in walls if w > 0):  # a compile step: log scale
+            ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("step time (ms)")
+        ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, frameon=False)
+        ax.grid(True, alpha=0.2)
         return svg_of(fig)

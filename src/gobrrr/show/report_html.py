@@ -16,6 +16,7 @@ from gobrrr.show.figures import (
     budget_bar_svg,
     plottable_rows,
     roofline_svg,
+    step_series_svg,
 )
 from gobrrr.show.page import Section, environment, figure, paragraph, render_page, table
 from gobrrr.units import fmt_num, fmt_s
@@ -73,6 +74,27 @@ def _phases_body(rows: list[dict[str, Any]], total_s: float) -> Any:
                   "dispatch) is in no phase: the phases add up to the ops' time, not to "
                   "T.", "note"),
         rows_table(rows, total_s)])
+
+
+def _step_body(d: dict[str, Any]) -> Any:
+    """The step as the script ran it: its phases (seconds and share, summing to T_wall)
+    and, for a script, every step's time in order."""
+    from markupsafe import Markup
+
+    out = [paragraph("One step's wall time by phase: each op phase's busy time, the wait "
+                     "for the next batch with the device idle (data loading), and the "
+                     "rest of the step's host time.", "note"),
+           table(["phase", "time", "share of the step", "measured as"],
+                 [(name, (fmt_s(p["seconds"]), p["seconds"]),
+                   (f"{100 * p['share']:.1f}%", p["share"]), p.get("source", ""))
+                  for name, p in d["phases"].items()], text_columns=(0, 3))]
+    series = (d.get("steps") or {}).get("series")
+    svg = step_series_svg(series) if series else None
+    if svg:
+        out.append(figure(svg, "Every step's time in the order the script ran them: the "
+                               "warm-up (run as it is), the timed steps (T_wall is their "
+                               "mean), the profiled ones (slower: the profiler's cost)."))
+    return Markup("").join(out)
 
 
 def _below_roof_table(d: dict[str, Any], total_s: float) -> Any:
@@ -284,6 +306,10 @@ def _distributed_body(dd: dict[str, Any]) -> Any:
 
 def title_of(d: dict[str, Any]) -> tuple[str, str]:
     w, fp = d["workload"], d["machine"]["fingerprint"]
+    if w.get("source") == "script":  # gobrrr run: the user's script in place
+        return (f"gobrrr run: {w['name']}",
+                f"{w.get('description') or ''} on {fp.get('name', w['device'])} "
+                f"({w['device']}), torch {fp.get('torch')}, {d['created']}")
     if w.get("source") == "trace":  # gobrrr analyze: a profiler trace, not a run
         return (f"gobrrr analyze: {w['name']}",
                 f"{w.get('description') or ''} ({w['device']}), torch {fp.get('torch')}, "
@@ -300,7 +326,9 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
     parts: Any = environment().get_template("report.html.j2").module  # its macros
     b = d["budget"]
     total_s, parts_s = budget_parts(b)
-    per = "step" if d["workload"].get("source") == "trace" else "call"
+    per = "step" if d["workload"].get("source") in ("trace", "script") else "call"
+    show_step = bool(d.get("phases")) and (d["workload"].get("source") == "script"
+                                           or bool(d.get("data_loading")))
     phases = phase_rows(b)
     per_op = b["per_op"]
     on, off = plottable_rows(per_op)
@@ -335,6 +363,7 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
         Section("verdict", "Verdict", parts.verdict(d, total_s, per)),
         Section("budget", "Time budget",
                 parts.budget(b, total_s, parts_s, per, Markup(budget_bar_svg(b)))),
+        *([Section("step", "The step", _step_body(d))] if show_step else []),
         *([Section("phases", "Time by phase", _phases_body(phases, total_s))]
           if phases else []),
         Section("roofline", "Roofline", roof),

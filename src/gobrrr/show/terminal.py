@@ -309,16 +309,23 @@ def print_report(report: dict[str, Any]) -> None:
     total_s, parts_s = budget_parts(b)
     # Names from the user's code are escaped: "[x]" in a module name is not rich markup.
     trace = w.get("trace") if w.get("source") == "trace" else None
-    what = (f"({trace['steps']} profiled steps)" if trace
-            else f"(batch {w['batch_size']})")
-    out.print(f"[bold]gobrrr {'analyze' if trace else 'doctor'}[/bold]  "
+    script = w.get("script") if w.get("source") == "script" else None
+    if trace:
+        command, what = "analyze", f"({trace['steps']} profiled steps)"
+    elif script:
+        command, what = "run", (f"({script['timed']} steps timed in place, "
+                                f"{script['steps_from']} steps)")
+    else:
+        command, what = "doctor", f"(batch {w['batch_size']})"
+    out.print(f"[bold]gobrrr {command}[/bold]  "
               f"{escape(w['name'])} {what} on {fp.get('name')} "
               f"[dim]torch {fp.get('torch')}[/dim]")
     if w.get("model"):  # a model target: dtype, mode and sizes matter to read it
         out.print(f"[dim]{escape(w['description'])}[/dim]")
+    cause = f" (most of it {v['cause']}: input-bound)" if v.get("cause") else ""
     out.print(f"[bold {REGIME_COLORS[v['regime']]}]{v['regime'].upper()}-BOUND[/]: "
               f"{100 * v['share']:.0f}% of {fmt_s(total_s)} per "
-              f"{'step' if trace else 'call'}")
+              f"{'step' if trace or script else 'call'}{cause}")
     for line in v["evidence"]:
         out.print(f"  - {escape(line)}")
     out.print(f"  [dim]{v['agreement']}[/dim]")
@@ -327,6 +334,10 @@ def print_report(report: dict[str, Any]) -> None:
     out.print("  ".join(
         f"[{REGIME_COLORS[k]}]{k} {fmt_s(s)} ({100 * b['fractions'][k]:.0f}%)[/]"
         for k, s in parts_s.items()))
+    if d.get("phases") and (script or d.get("data_loading")):  # report 1.8+
+        out.print("step: " + " · ".join(
+            f"{escape(name)} {fmt_s(p['seconds'])} ({100 * p['share']:.0f}%)"
+            for name, p in d["phases"].items()))
     low_s = b.get("low_roof_s")  # report 1.5+
     if b["below_roof_s"] > 0 or (low_s or 0) > 0:
         low = ("" if low_s is None else

@@ -3,7 +3,8 @@
 
 header (read.py: which GPU) -> events streamed into columns (columns.py) -> the averaged
 profiled step (steps.py: counted ops, kernels, T_wall and busy time per step; opcount.py:
-FLOPs and bytes from recorded shapes) -> ceilings (ceilings.py) -> MeasuredRun.
+FLOPs and bytes from recorded shapes) and the wait for data (loading.py: the DataLoader
+ranges) -> ceilings (ceilings.py) -> MeasuredRun.
 
 Nothing is timed here: T_wall is the steps' span in the trace, so it carries the
 profiler's own cost (a note says so), and no experiment can check the budget.
@@ -23,10 +24,18 @@ from gobrrr.run import MeasuredRun, Step
 from gobrrr.timing import from_samples
 from gobrrr.tracefile.ceilings import ceilings_for_trace
 from gobrrr.tracefile.columns import TraceColumns, stream_trace
+from gobrrr.tracefile.loading import data_loading_in
 from gobrrr.tracefile.read import TraceHeader
 from gobrrr.tracefile.steps import TraceRun, analyse_steps
 
-__all__ = ["TraceAnalysis", "analyse_trace"]
+__all__ = ["TraceAnalysis", "analyse_trace", "PROFILED_WALL_NOTE"]
+
+# Where T_wall is the profiled steps' span (a source that timed its steps unprofiled,
+# script.py, drops this note)
+PROFILED_WALL_NOTE = ("times come from a profiled run: the profiler (more so with "
+                      "record_shapes) adds CPU time to every op, so this overhead is an "
+                      "upper bound of the unprofiled loop's (gobrrr doctor times it "
+                      "unprofiled)")
 
 Progress = Callable[[str], None]
 
@@ -76,17 +85,18 @@ def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
         notes.insert(0, "the trace has no device activity: analysed on its CPU side; each "
                         "op's busy time is its recorded duration (with what it calls "
                         "inside), the rest of each step is overhead")
-    notes.append("times come from a profiled run: the profiler (more so with "
-                 "record_shapes) adds CPU time to every op, so this overhead is an upper "
-                 "bound of the unprofiled loop's (gobrrr doctor times it unprofiled)")
+    notes.append(PROFILED_WALL_NOTE)
     notes += _flow_notes(tr.run.counts.records)
+    loading = data_loading_in(cols)
+    if loading is not None:
+        notes.append(f"data loading: {loading.source}")
     run = MeasuredRun(
         source="trace", workload=_workload(header, tr.steps, device, tr.kernels_per_step,
                                            files),
         device=device, timing=from_samples(tr.samples_s), wall_s=tr.wall_s, profile=tr.run,
         steps=[Step(name, wall_s) for name, wall_s in zip(tr.step_names, tr.samples_s,
                                                           strict=True)],
-        notes=notes)
+        notes=notes, data_loading=loading)
     return TraceAnalysis(header, tr, run, ceil)
 
 

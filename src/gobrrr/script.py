@@ -1,0 +1,523 @@
+"""The script source: the user's own script run in place, unchanged (`gobrrr run
+train.py`), its steps found from what it calls -> the measured run (run.py).
+
+The script runs in this process as `__main__` (runpy), with its own argv, `sys.path[0]`
+and `__file__`. Its steps come from its own calls, nothing added to its code:
+- each `step()` of the first optimizer that steps ends a training step (torch's global
+  optimizer-step hooks): gradient accumulation and a second optimizer (a GAN's) make no
+  extra steps;
+- with no optimizer step, each completed forward of the first outermost module ends a
+  step (an inference loop): chosen once WARMUP + 2 such forwards ran without producing a
+  gradient, or FORWARD_FALLBACK forwards ran without an optimizer step (a loop that
+  updates its weights by hand);
+- `gobrrr.step()`, called by the script, ends a step by hand and overrides both;
+  `with gobrrr.watch():` limits the steps to a region (its first entry restarts the
+  warm-up).
+Once the source is chosen the global module hooks come off (a hook on every module
+call costs microseconds); a forward source keeps one hook, on its module.
+
+The window over those steps, in order:
+1. `warmup` steps run as they are (compile, cuDNN autotuning, the first batches);
+2. `steps` steps timed unprofiled: T_wall is the window's mean step, with one device
+   synchronization at each end (CUDA); each step's host time inside DataLoader
+   iterators' `__next__` is its wait for data;
+3. one profiler warm-up step, then `profiled` steps under torch.profiler (CPU and CUDA
+   activity, recorded shapes): the trace `gobrrr analyze` reads, so the counted ops, their
+   FLOPs and bytes and their phases are the trace source's (tracefile/), and the part of
+   the wait for data the device sat idle is read from its DataLoader ranges.
+Then every hook comes off, the report is made and delivered, and the script runs on to
+its end (or stops there: `exit_after`). Nothing here changes what the script computes:
+no dispatch mode runs on its steps, no hook returns a value, and the calibration that
+the report needs keeps the script's RNG (state.preserved_globals).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import runpy
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gobrrr.diagnosis import report_for
+from gobrrr.errors import WARNING, UserError, first_line
+from gobrrr.hardware import calibrate
+from gobrrr.marks import ACTIVE
+from gobrrr.remedies.base import workload_facts
+from gobrrr.remedies.data import loader_facts
+from gobrrr.report import Report
+from gobrrr.run import DataLoading, MeasuredRun, Step
+from gobrrr.state import preserved_globals
+from gobrrr.timing import device_sync, from_samples
+from gobrrr.tracefile.analysis import PROFILED_WALL_NOTE, analyse_trace
+from gobrrr.tracefile.columns import stream_trace
+from gobrrr.tracefile.loading import data_loading_in
+from gobrrr.tracefile.read import read_header
+
+__all__ = ["ScriptOptions", "ScriptResult", "run_script", "script_traceback",
+           "STEP_SOURCES", "FORWARD_FALLBACK", "IN_PLACE_NOTE"]
+
+Progress = Callable[[str], None]
+
+# How the steps were found, in the report's words.
+STEP_SOURCES = {"optimizer": "each step() of the first optimizer that stepped",
+                "forward": "each completed forward of the first outermost module",
+                "manual": "each gobrrr.step() call in the script"}
+
+# Forwards of the outermost module with gradients but no optimizer step after which
+# each forward is taken for a step (far past any gradient accumulation people use).
+FORWARD_FALLBACK = 64
+
+# The report's word on its remedies: they were not tried on a copy.
+IN_PLACE_NOTE = ("remedies in place are predictions: gobrrr cannot verify them without "
+                 "a copy of the workload. Verify one with `gobrrr optimize` on a target "
+                 "(FILE.py:NAME returning the step and its inputs), or run the script "
+                 "again with the change, `--json` both times, and `gobrrr compare` them")
+
+
+@dataclass
+class ScriptOptions:
+    warmup: int = 3
+    steps: int = 20
+    profiled: int = 3
+    exit_after: bool = False
+
+
+@dataclass
+class ScriptResult:
+    """What running the script gave: its exit code, the exception it ended with (its
+    own; None: it ended normally or by sys.exit), and the report once its window closed
+    (None: the script ended first, `why` says how far it got)."""
+
+    exit_code: int
+    report: Report | None = None
+    why: str = ""
+    error: BaseException | None = None
+    script_file: str | None = None  # the file its traceback starts in
+    progress: list[str] = field(default_factory=list)
+
+
+class _Watcher:
+    """The step boundaries and the window over them (module docstring)."""
+
+    WARMUP, TIMED, PROFILED, DONE = range(4)
+
+    def __init__(self, opts: ScriptOptions, on_done: Callable[[_Watcher], None],
+                 say: Progress) -> None:
+        self.opts = opts
+        self.on_done = on_done
+        self.say = say
+        self.source: str | None = None  # a key of STEP_SOURCES
+        self.lead_optimizer: int | None = None  # id of the optimizer whose steps count
+        self.phase = self.WARMUP
+        self.count = 0  # boundaries of the chosen source in the current phase
+        self.forwards = 0  # forwards of the outer module before the source was chosen
+        self.depth = 0  # module forward nesting (the global hooks)
+        self.outer: Any = None  # the first outermost module
+        self.modules: dict[int, Any] = {}  # the outermost modules seen (facts)
+        self.optimizers: dict[int, Any] = {}
+        self.loaders: dict[int, weakref.ref[Any]] = {}
+        self.watching = 0  # depth of gobrrr.watch() regions
+        self.watch_used = False
+        self.device = "cpu"
+        self.t_last = 0.0
+        self.window_t0 = 0.0
+        self.window_s = 0.0
+        self.series: list[tuple[str, float]] = []
+        self.step_s: list[float] = []
+        self.loading_s: list[float] = []  # per timed step, inside __next__
+        self.loading_now = 0.0
+        self.first_batches: list[float] = []  # timed window: an iterator's first batch
+        self.fresh: weakref.WeakSet[Any] = weakref.WeakSet()  # iterators not yet read
+        self.prof: Any = None
+        self.trace_path: Path | None = None
+        self.module_hooks: list[Any] = []
+        self.hooks: list[Any] = []
+        self.patched: list[tuple[Any, str, Any]] = []
+
+    # ------------------------------------------------------------------ hooks
+
+    def install(self) -> None:
+        import torch.nn.modules.module as nn_module
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.utils.data import dataloader
+
+        me = self
+
+        def pre(module: Any, _args: Any) -> None:
+            me.depth += 1
+
+        def post(module: Any, _args: Any, _out: Any) -> None:
+            me.depth -= 1
+            if me.depth == 0:
+                me.outermost_done(module)
+
+        def opt_post(opt: Any, _args: Any, _kwargs: Any) -> None:
+            me.optimizers.setdefault(id(opt), opt)
+            me.optimizer_stepped(opt)
+
+        self.module_hooks = [nn_module.register_module_forward_pre_hook(pre),
+                             nn_module.register_module_forward_hook(post, always_call=True)]
+        self.hooks = [register_optimizer_step_post_hook(opt_post)]
+        cls = dataloader._BaseDataLoaderIter
+        orig_init, orig_next = cls.__init__, cls.__next__
+
+        def init(it: Any, loader: Any, *a: Any, **kw: Any) -> None:
+            orig_init(it, loader, *a, **kw)
+            me.loaders.setdefault(id(loader), weakref.ref(loader))
+            me.fresh.add(it)
+
+        def next_(it: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return orig_next(it)
+            finally:
+                dt = time.perf_counter() - t0
+                me.loading_now += dt
+                if it in me.fresh:
+                    me.fresh.discard(it)
+                    if me.phase == me.TIMED:
+                        me.first_batches.append(dt)
+
+        for name, new in (("__init__", init), ("__next__", next_)):
+            self.patched.append((cls, name, cls.__dict__[name]))
+            setattr(cls, name, new)
+        ACTIVE.append(self)
+
+    def uninstall(self) -> None:
+        for h in [*self.module_hooks, *self.hooks]:
+            h.remove()
+        self.module_hooks, self.hooks = [], []
+        for cls, name, orig in reversed(self.patched):
+            setattr(cls, name, orig)
+        self.patched = []
+        if self in ACTIVE:
+            ACTIVE.remove(self)
+
+    # ------------------------------------------------------------------ sources
+
+    def outermost_done(self, module: Any) -> None:
+        if len(self.modules) < 16:
+            self.modules.setdefault(id(module), module)
+        if self.outer is None:
+            self.outer = module
+        if module is not self.outer or self.source is not None:
+            return
+        self.forwards += 1
+        grads = any(p.grad is not None for p in module.parameters())
+        if (not grads and self.forwards >= self.opts.warmup + 2) or \
+                self.forwards >= FORWARD_FALLBACK:
+            self._choose("forward")
+
+    def optimizer_stepped(self, opt: Any) -> None:
+        if self.source in (None, "forward") and self.phase == self.WARMUP:
+            self.lead_optimizer = id(opt)
+            self._choose("optimizer")
+        if self.source == "optimizer" and id(opt) == self.lead_optimizer:
+            self.boundary()
+
+    def manual(self) -> None:
+        if self.source != "manual":
+            if self.phase != self.WARMUP:
+                return  # the window is under way on another source
+            self._choose("manual")
+        self.boundary()
+
+    def enter_watch(self) -> None:
+        self.watching += 1
+        if not self.watch_used:
+            self.watch_used = True
+            if self.phase == self.WARMUP:
+                self.count = 0  # the warm-up starts inside the region
+                self.say("gobrrr.watch(): steps counted inside the region only")
+
+    def exit_watch(self) -> None:
+        self.watching = max(0, self.watching - 1)
+
+    def _choose(self, source: str) -> None:
+        if self.source == source:
+            return
+        self.source = source
+        self.count = 0
+        self.say(f"steps: {STEP_SOURCES[source]}")
+        for h in self.module_hooks:  # the search is over: no hook on every module call
+            h.remove()
+        self.module_hooks = []
+        if source == "forward" and self.outer is not None:
+            self.module_hooks = [self.outer.register_forward_hook(
+                lambda _m, _a, _o: self.boundary())]
+
+    # ------------------------------------------------------------------ the window
+
+    def boundary(self) -> None:
+        """One step of the chosen source ended: advance the window."""
+        now = time.perf_counter()
+        if self.watch_used and not self.watching:
+            return
+        self.count += 1
+        if self.phase == self.WARMUP:
+            if self.t_last:
+                self.series.append(("warm-up", now - self.t_last))
+            self.t_last = now
+            if self.count >= self.opts.warmup:
+                self._start_timing()
+            return
+        dt = now - self.t_last
+        self.t_last = now
+        if self.phase == self.TIMED:
+            self.series.append(("timed", dt))
+            self.step_s.append(dt)
+            self.loading_s.append(self.loading_now)
+            self.loading_now = 0.0
+            if self.count >= self.opts.steps:
+                device_sync(self.device)()
+                self.window_s = time.perf_counter() - self.window_t0
+                self._start_profiler()
+            return
+        if self.phase == self.PROFILED:
+            self.series.append(("profiled", dt))
+            self.prof.step()
+            if self.count > self.opts.profiled:  # the profiler's warm-up step, then these
+                self.prof.stop()
+                self.prof = None
+                self.phase = self.DONE
+                self.uninstall()
+                self.on_done(self)
+
+    def _start_timing(self) -> None:
+        self.device = _device_of(self)
+        device_sync(self.device)()
+        self.phase, self.count = self.TIMED, 0
+        self.say(f"timing {self.opts.steps} steps, unprofiled")
+        self.window_t0 = self.t_last = time.perf_counter()
+        self.loading_now = 0.0
+
+    def _start_profiler(self) -> None:
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        self.phase, self.count = self.PROFILED, 0
+        self.say(f"profiling {self.opts.profiled} steps (after one warm-up step)")
+        activities = [ProfilerActivity.CPU]
+        if self.device == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        fd, name = tempfile.mkstemp(suffix=".json", prefix="gobrrr-run-")
+        os.close(fd)
+        self.trace_path = Path(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.prof = profile(
+                activities=activities, record_shapes=True,
+                schedule=schedule(wait=0, warmup=1, active=self.opts.profiled, repeat=1),
+                on_trace_ready=lambda p: p.export_chrome_trace(name))
+            self.prof.start()
+        self.t_last = time.perf_counter()
+
+
+def _device_of(w: _Watcher) -> str:
+    import torch
+
+    for m in w.modules.values():
+        for p in m.parameters():
+            return "cuda" if p.device.type == "cuda" else "cpu"
+    return "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
+
+
+class _ExitAfter(BaseException):
+    """Raised from a hook to stop the script once the report is delivered."""
+
+
+def _target(script: str | None, module: str | None) -> tuple[str, str, str]:
+    """(argv[0], sys.path[0], the file its traceback starts in) as Python gives them."""
+    if module is not None:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as exc:
+            raise UserError(f"no module named {module!r}: {exc}") from exc
+        if spec is None or spec.origin is None:
+            raise UserError(f"no module named {module!r}")
+        if spec.submodule_search_locations is not None:  # a package: its __main__
+            main = importlib.util.find_spec(f"{module}.__main__")
+            if main is None or main.origin is None:
+                raise UserError(f"{module!r} is a package without a __main__ module")
+            spec = main
+        return str(spec.origin), os.getcwd(), str(spec.origin)
+    path = Path(script or "")
+    if not path.is_file():
+        raise UserError(f"no such script: {script}")
+    return str(path), str(path.resolve().parent), str(path.resolve())
+
+
+def run_script(script: str | None, args: Sequence[str], *, module: str | None = None,
+               opts: ScriptOptions | None = None, progress: Progress | None = None,
+               deliver: Callable[[Report], None] | None = None) -> ScriptResult:
+    """Run `script` (or `-m module`) as `__main__` with `args`, measure its steps
+    (module docstring), and `deliver` the report as soon as its window closes. The
+    script's own exception (or exit status) comes back in the result, never raised."""
+    opts = opts or ScriptOptions()
+    say = progress or (lambda _m: None)
+    argv0, path0, origin = _target(script, module)
+    got: dict[str, Report] = {}
+
+    failed: list[str] = []
+
+    def done(w: _Watcher) -> None:
+        # gobrrr's failure must never become the script's: it is said, the script goes on
+        try:
+            report = _report(w, module or argv0, say)
+        except Exception as exc:
+            failed.append(f"gobrrr could not make the report: {type(exc).__name__}: "
+                          f"{first_line(exc)}")
+            say(f"{WARNING}{failed[-1]} (the script goes on)")
+        else:
+            got["report"] = report
+            if deliver is not None:
+                deliver(report)
+        if opts.exit_after:
+            raise _ExitAfter
+
+    watcher = _Watcher(opts, done, say)
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    sys.argv = [argv0, *args]
+    if sys.path:
+        sys.path[0] = path0
+    else:
+        sys.path.append(path0)
+    code = 0
+    error_: BaseException | None = None
+    watcher.install()
+    try:
+        if module is None:
+            runpy.run_path(argv0, run_name="__main__")
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except _ExitAfter:
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except KeyboardInterrupt as exc:
+        code, error_ = 130, exc
+    except BaseException as exc:  # the script's own: its traceback, exit 1, as Python
+        code, error_ = 1, exc
+    finally:
+        watcher.uninstall()
+        if watcher.prof is not None:  # the script ended inside the profiled steps
+            with contextlib.suppress(Exception):
+                watcher.prof.stop()
+        if watcher.trace_path is not None:
+            watcher.trace_path.unlink(missing_ok=True)
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+    result = ScriptResult(code, got.get("report"), error=error_, script_file=origin)
+    if result.report is None:
+        result.why = failed[0] if failed else _why_no_report(watcher, opts)
+    return result
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """sys.exit's argument as Python's own exit status: None 0, an int itself, anything
+    else printed on stderr and 1."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _why_no_report(w: _Watcher, opts: ScriptOptions) -> str:
+    need = opts.warmup + opts.steps + opts.profiled + 1
+    seen = {w.WARMUP: w.count, w.TIMED: opts.warmup + w.count,
+            w.PROFILED: opts.warmup + opts.steps + w.count, w.DONE: need}[w.phase]
+    how = (STEP_SOURCES[w.source] if w.source else
+           "no optimizer step, no module forward and no gobrrr.step() seen")
+    return (f"the script ended after {seen} step(s) ({how}); the window needs {need} "
+            f"({opts.warmup} warm-up, {opts.steps} timed, 1 + {opts.profiled} profiled: "
+            "--warmup, --steps, --profiled): no report")
+
+
+def script_traceback(result: ScriptResult) -> str:
+    """The script's exception as Python prints it, from the script's own first frame
+    (runpy's and gobrrr's frames above it left out)."""
+    exc = result.error
+    if exc is None:
+        return ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != result.script_file:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+def _report(w: _Watcher, name: str, say: Progress) -> Report:
+    """The measured run of the window and its report (the one end, diagnosis.py)."""
+    t0 = time.perf_counter()
+    assert w.trace_path is not None and w.source is not None
+    say("reading the profiled steps")
+    header = read_header(w.trace_path)
+    cols = stream_trace(w.trace_path)
+    w.trace_path.unlink(missing_ok=True)
+    with preserved_globals():  # the script's RNG is its own
+        ceil = calibrate(w.device, progress=say)
+    a = analyse_trace(header, ceil, say, cols=cols)
+    n = len(w.step_s)
+    wall_s = w.window_s / max(1, n)
+    loading = _loading(w, data_loading_in(cols))
+    clock = ("synchronized at its ends; each step alone is host time" if w.device == "cuda"
+             else "host clock")
+    notes = [f"steps: {STEP_SOURCES[w.source]}; {w.opts.warmup} warm-up step(s) run as "
+             f"they are, {n} timed unprofiled (T_wall: the window's mean step, {clock}), "
+             f"1 + {w.opts.profiled} profiled for the op counts and times",
+             *[x for x in a.run.notes if x != PROFILED_WALL_NOTE]]
+    if w.device == "cpu":
+        notes.append("op times come from the profiled steps (the profiler adds CPU time "
+                     "to each op): compute and memory are upper bounds, overhead a lower "
+                     "bound, of the unprofiled steps'")
+    if loading is not None:
+        notes.append(f"data loading: {loading.source}")
+    notes.append(IN_PLACE_NOTE)
+    loaders = [lf for ref in w.loaders.values() if (lf := ref()) is not None]
+    run = MeasuredRun(
+        source="script",
+        workload={"name": name, "description": f"the script {name}, run in place",
+                  "device": w.device,
+                  "batch_size": loaders[0].batch_size if loaders else None,
+                  "source": "script",
+                  "script": {"steps_from": w.source, "warmup": w.opts.warmup,
+                             "timed": n, "profiled": w.opts.profiled,
+                             "window_s": w.window_s}},
+        device=w.device, timing=from_samples(w.step_s), wall_s=wall_s,
+        profile=a.run.profile,
+        steps=[Step(f"step {i + 1}", s) for i, s in enumerate(w.step_s)],
+        notes=notes, data_loading=loading, series=list(w.series))
+    facts = workload_facts(list(w.modules.values()), list(w.optimizers.values()))
+    facts["loaders"] = [loader_facts(lf) for lf in loaders]
+    return report_for(run, ceil, facts=facts, started_s=t0)
+
+
+def _loading(w: _Watcher, in_trace: DataLoading | None) -> DataLoading | None:
+    """The timed steps' wait for data, its device-idle share read from the profiled
+    steps (all of it on CPU, and where the profiled steps saw no DataLoader range)."""
+    if not w.loaders:
+        return None
+    host = sum(w.loading_s) / max(1, len(w.loading_s))
+    idle = 1.0
+    how = "the host is the device: all of it"
+    if w.device == "cuda":
+        if in_trace is not None and in_trace.host_s > 0:
+            idle = in_trace.exposed_s / in_trace.host_s
+            how = (f"the GPU idle {idle:.0%} of it in the profiled steps' DataLoader "
+                   "ranges")
+        else:
+            how = "no DataLoader range in the profiled steps: taken as all idle (a bound)"
+    return DataLoading(host_s=host, exposed_s=host * idle,
+                       per_step_s=tuple(w.loading_s), first_batch_s=tuple(w.first_batches),
+                       source=f"time inside DataLoader iterators' __next__ in the "
+                              f"{len(w.loading_s)} timed steps (unprofiled); {how}")

@@ -1,0 +1,345 @@
+"""`gobrrr run SCRIPT.py`: the user's own script, in place and unchanged. Each script here
+is an ordinary one (argparse, a function-level main, a DataLoader, AdamW with two
+parameter groups); gobrrr finds its steps from its own calls, and the script's outputs,
+exit status and exceptions are its own."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gobrrr import hardware
+from gobrrr.hardware import Ceilings
+from gobrrr.schema import validate
+from gobrrr.script import ScriptOptions, run_script
+
+# A step of these scripts takes a millisecond or so of the ops; every run is small.
+FAST = ["--warmup", "2", "--steps", "6", "--profiled", "2"]
+
+
+@pytest.fixture(autouse=True)
+def cached_cpu_ceilings(_isolated_cache):
+    """Plausible CPU ceilings cached as this machine's: a report needs them, and a real
+    calibration (15-40 s on a loaded machine) is not what these tests check. The child
+    processes read the same cache (XDG_CACHE_HOME is set for them too)."""
+    fp = hardware.fingerprint("cpu")
+    ceil = Ceilings(device="cpu", fingerprint=fp,
+                    peak_flops_per_s={"fp32": 2e11, "bf16": 2e11},
+                    bandwidth_bytes_per_s=2e10, op_overhead_s=2e-6, python_ops_per_s=5e7,
+                    measured_at="2026-12-01T00:00:00+00:00", calibrate_s=0.0)
+    hardware._save_cache(hardware._cache_path(fp), ceil, [])
+    assert hardware.calibrate("cpu").op_overhead_s == 2e-6  # read, not measured
+
+
+TRAIN = textwrap.dedent('''
+    import argparse, time
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, Dataset
+
+    class Pairs(Dataset):
+        def __init__(self, n, delay_s):
+            self.n, self.delay_s = n, delay_s
+        def __len__(self):
+            return self.n
+        def __getitem__(self, i):
+            if self.delay_s:
+                time.sleep(self.delay_s)  # decoding, augmentation: slow on the host
+            g = torch.Generator().manual_seed(i)
+            return torch.randn(32, generator=g), torch.randint(0, 4, (), generator=g)
+
+    def main():
+        p = argparse.ArgumentParser()
+        p.add_argument("--out", required=True)
+        p.add_argument("--delay-s", type=float, default=0.0)
+        p.add_argument("--batches", type=int, default=40)
+        a = p.parse_args()
+        torch.set_num_threads(1)  # one thread: no OpenMP contention on a shared machine
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+        opt = torch.optim.AdamW([{"params": model[0].parameters(), "weight_decay": 0.1},
+                                 {"params": model[2].parameters(), "weight_decay": 0.0}],
+                                lr=1e-3)
+        loader = DataLoader(Pairs(8 * a.batches, a.delay_s), batch_size=8, shuffle=True)
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        torch.save(model.state_dict(), a.out)
+        print(f"final loss {loss.item():.6f}")
+
+    if __name__ == "__main__":
+        main()
+''')
+
+
+def write(tmp_path, name, text):
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+def gobrrr_run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "gobrrr", "run", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, NO_COLOR="1"))
+
+
+def test_a_training_script_runs_unchanged_and_its_outputs_are_byte_identical(tmp_path):
+    script = write(tmp_path, "train.py", TRAIN)
+    for d in ("plain", "gobrrr"):
+        (tmp_path / d).mkdir()
+    plain = subprocess.run([sys.executable, str(script), "--out", "plain/model.pt"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    r = gobrrr_run("--json", "r.json", *FAST, str(script), "--out", "gobrrr/model.pt",
+                   cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    # torch.save names its archive after the file: the same name in two folders
+    assert (tmp_path / "plain/model.pt").read_bytes() == \
+        (tmp_path / "gobrrr/model.pt").read_bytes()
+    assert r.stdout.startswith(plain.stdout)  # the script's own output, then the report
+    assert "gobrrr run" in r.stdout[len(plain.stdout):]
+    d = json.loads((tmp_path / "r.json").read_text())
+    validate(d, "report")
+    assert d["workload"]["source"] == "script"
+    assert d["workload"]["script"]["steps_from"] == "optimizer"
+    assert d["steps"]["count"] == 6
+    assert d["steps"]["series"]["part"] == ["warm-up"] + ["timed"] * 6 + ["profiled"] * 3
+    phases = d["phases"]
+    assert {"forward", "backward", "optimizer", "data loading",
+            "other host time"} <= set(phases)
+    # the phases split T_wall: the op phases were fitted beside the measured wait
+    assert sum(p["seconds"] for p in phases.values()) == pytest.approx(
+        d["budget"]["wall_s"], rel=1e-9)
+    assert d["data_loading"]["host_s"] > 0
+    assert len(d["data_loading"]["per_step_s"]) == 6
+    assert any(n.startswith("remedies in place are predictions") for n in d["notes"])
+
+
+def test_a_dataloader_bound_loop_is_data_loading_with_the_dataloader_remedies_first(
+        tmp_path, monkeypatch):
+    # 8 samples x 6 ms of sleep a batch against a step of ~1 ms of ops: input-bound by
+    # construction, whatever the machine's load
+    import gobrrr.remedies.data as data
+
+    monkeypatch.setattr(data, "usable_cpus", lambda: 8)  # the prediction's worker count
+    script = write(tmp_path, "train.py", TRAIN)
+    monkeypatch.chdir(tmp_path)
+    res = run_script(str(script), ["--out", "m.pt", "--delay-s", "0.006"],
+                     opts=ScriptOptions(warmup=2, steps=5, profiled=2))
+    assert res.exit_code == 0 and res.error is None
+    d = res.report.to_dict()
+    assert d["regime"] == "overhead"
+    assert d["verdict"]["cause"] == "data loading"
+    assert d["phases"]["data loading"]["share"] > 0.8
+    assert d["remedies"][0]["spec"] == "dataloader_workers"
+    how = d["remedies"][0]["how"]
+    # the user's own loader, its arguments read from the object
+    assert "batch_size=8" in how and "shuffle=True" in how and "num_workers=7" in how
+    assert "Pairs" in how
+    assert d["remedies"][0]["predicted_speedup"] > 3
+
+
+def test_gradient_accumulation_makes_one_step_per_optimizer_step(tmp_path):
+    # 1 warm-up + 3 timed + 1 + 1 profiled = 6 optimizer steps, each after 4 forwards
+    body = textwrap.dedent('''
+        import sys, torch
+        def main(n_steps):
+            model = torch.nn.Linear(8, 8)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(n_steps):
+                for _ in range(4):
+                    model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+            print("steps", n_steps)
+        main(int(sys.argv[1]))
+    ''')
+    script = write(tmp_path, "accum.py", body)
+    opts = ["--warmup", "1", "--steps", "3", "--profiled", "1", "--json", "r.json"]
+    r = gobrrr_run(*opts, str(script), "6", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert d["workload"]["script"]["steps_from"] == "optimizer"
+    assert d["steps"]["count"] == 3
+    short = gobrrr_run(*opts, str(script), "5", cwd=tmp_path)  # one step short
+    assert short.returncode == 0  # the script's own status
+    assert "steps 5" in short.stdout
+    assert "gobrrr run: the script ended after 5 step(s)" in short.stderr
+    assert "needs 6" in short.stderr
+
+
+def test_an_inference_loop_steps_on_its_outermost_forward(tmp_path):
+    body = textwrap.dedent('''
+        import torch
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                    torch.nn.Linear(32, 4)).eval()
+        with torch.no_grad():
+            for _ in range(30):
+                model(torch.randn(8, 16))
+    ''')
+    script = write(tmp_path, "infer.py", body)
+    r = gobrrr_run("--json", "r.json", *FAST, str(script), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert d["workload"]["script"]["steps_from"] == "forward"
+    assert "forward" in d["phases"] and "backward" not in d["phases"]
+    assert "data_loading" not in d  # no DataLoader: no wait measured, none invented
+
+
+def test_gobrrr_step_marks_steps_by_hand_and_does_nothing_without_gobrrr(tmp_path):
+    body = textwrap.dedent('''
+        import torch, gobrrr
+        model = torch.nn.Linear(8, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i in range(40):
+            model(torch.randn(4, 8)).sum().backward()
+            if i % 2:
+                opt.step()
+                opt.zero_grad()
+            gobrrr.step()
+        print("ok")
+    ''')
+    script = write(tmp_path, "manual.py", body)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           timeout=300)
+    assert plain.returncode == 0 and plain.stdout == "ok\n", plain.stderr
+    r = gobrrr_run("--json", "r.json", *FAST, str(script), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert d["workload"]["script"]["steps_from"] == "manual"
+
+
+def test_the_script_sees_its_own_argv_path_and_name(tmp_path):
+    sub = tmp_path / "proj"
+    sub.mkdir()
+    write(sub, "helper.py", "VALUE = 7\n")
+    body = textwrap.dedent('''
+        import sys
+        from pathlib import Path
+        import helper  # importable from the script's folder: sys.path[0]
+        assert __name__ == "__main__"
+        assert sys.argv[1:] == ["--x", "1", "--steps", "2"], sys.argv
+        assert Path(sys.argv[0]).name == "s.py" and Path(__file__).name == "s.py"
+        assert sys.path[0] == str(Path(__file__).resolve().parent)
+        print("argv ok", helper.VALUE)
+    ''')
+    script = write(sub, "s.py", body)
+    r = gobrrr_run(str(script), "--x", "1", "--steps", "2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("argv ok 7\n")
+
+
+def test_dash_m_runs_a_module_as_python_does(tmp_path):
+    write(tmp_path, "mymod.py", "import sys\nprint('module', sys.argv[1:])\n")
+    r = gobrrr_run("-m", "mymod", "a", "--b", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("module ['a', '--b']\n")
+    assert "gobrrr run: the script ended after 0 step(s)" in r.stderr
+
+
+def test_exit_status_and_exceptions_are_the_scripts_own(tmp_path, gobrrr_frames):
+    exits = write(tmp_path, "exits.py", "import sys\nprint('bye')\nsys.exit(3)\n")
+    r = gobrrr_run(str(exits), cwd=tmp_path)
+    assert r.returncode == 3 and r.stdout.startswith("bye\n")
+    raises = write(tmp_path, "raises.py", textwrap.dedent('''
+        def inner():
+            raise ValueError("boom in the script")
+        inner()
+    '''))
+    r = gobrrr_run(str(raises), cwd=tmp_path)
+    assert r.returncode == 1
+    assert "ValueError: boom in the script" in r.stderr
+    tb = r.stderr[r.stderr.index("Traceback"):]
+    first = [line for line in tb.splitlines() if line.lstrip().startswith("File ")][0]
+    assert "raises.py" in first  # the script's own frames, from its first
+    assert gobrrr_frames(tb) == []
+
+
+def test_bad_input_is_one_line(tmp_path):
+    r = gobrrr_run(str(tmp_path / "nope.py"), cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith(f"no such script: {tmp_path}/nope.py")
+    r = gobrrr_run(cwd=tmp_path)
+    assert r.returncode == 2 and "give a script" in r.stderr
+    r = gobrrr_run("-m", "no_such_module_here", cwd=tmp_path)
+    assert r.returncode == 2 and "no module named 'no_such_module_here'" in r.stderr
+
+
+def test_exit_after_stops_the_script_once_the_report_is_written(tmp_path):
+    script = write(tmp_path, "train.py", TRAIN)
+    r = gobrrr_run("--exit-after", "--json", "r.json", *FAST, str(script), "--out",
+                   "m.pt", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "r.json").is_file()
+    assert not (tmp_path / "m.pt").exists()  # stopped before the script saved
+    assert "final loss" not in r.stdout
+
+
+def test_hooks_come_off_and_the_process_is_as_before(tmp_path, monkeypatch):
+    import torch.nn.modules.module as nn_module
+    from torch.optim import optimizer as optim_module
+    from torch.utils.data import dataloader
+
+    before = (dict(nn_module._global_forward_hooks),
+              dict(nn_module._global_forward_pre_hooks),
+              dict(optim_module._global_optimizer_post_hooks),
+              dataloader._BaseDataLoaderIter.__next__,
+              dataloader._BaseDataLoaderIter.__init__)
+    argv, path = list(sys.argv), list(sys.path)
+    script = write(tmp_path, "train.py", TRAIN)
+    monkeypatch.chdir(tmp_path)
+    res = run_script(str(script), ["--out", "m.pt", "--batches", "12"],
+                     opts=ScriptOptions(warmup=1, steps=3, profiled=1))
+    assert res.report is not None and res.exit_code == 0
+    after = (dict(nn_module._global_forward_hooks),
+             dict(nn_module._global_forward_pre_hooks),
+             dict(optim_module._global_optimizer_post_hooks),
+             dataloader._BaseDataLoaderIter.__next__,
+             dataloader._BaseDataLoaderIter.__init__)
+    assert after == before
+    assert sys.argv == argv and sys.path == path
+
+
+@pytest.mark.cuda
+def test_a_cuda_script_reads_the_wait_for_data_against_the_gpu(tmp_path, monkeypatch):
+    import gobrrr.remedies.data as data
+
+    monkeypatch.setattr(data, "usable_cpus", lambda: 8)
+    body = textwrap.dedent('''
+        import time, torch
+        from torch.utils.data import DataLoader, Dataset
+        class Slow(Dataset):
+            def __len__(self):
+                return 8 * 30
+            def __getitem__(self, i):
+                time.sleep(0.004)
+                return torch.randn(256), torch.randint(0, 8, ())
+        model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(),
+                                    torch.nn.Linear(1024, 8)).cuda()
+        opt = torch.optim.AdamW(model.parameters())
+        for x, y in DataLoader(Slow(), batch_size=8):
+            x, y = x.cuda(), y.cuda()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    ''')
+    script = write(tmp_path, "cuda_train.py", body)
+    monkeypatch.chdir(tmp_path)
+    res = run_script(str(script), [], opts=ScriptOptions(warmup=2, steps=6, profiled=2))
+    assert res.exit_code == 0 and res.error is None, res.why
+    d = res.report.to_dict()
+    validate(d, "report")
+    assert d["workload"]["device"] == "cuda"
+    dl = d["data_loading"]
+    assert 0 <= dl["device_busy_share"] <= 1 and "GPU idle" in dl["source"]
+    assert d["verdict"]["cause"] == "data loading"
+    assert d["remedies"][0]["spec"] == "dataloader_workers"
+    # the batches came from pageable memory: the pinned-memory remedy is offered
+    copies = sorted({k["name"] for k in d["budget"]["kernels"] if "emcpy" in k["name"]})
+    assert "dataloader_pin_memory" in [r["spec"] for r in d["remedies"]], copies
