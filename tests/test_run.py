@@ -145,6 +145,36 @@ def test_a_dataloader_bound_loop_is_data_loading_with_the_dataloader_remedies_fi
     assert d["remedies"][0]["predicted_speedup"] > 3
 
 
+def test_a_loader_made_in_the_for_statement_still_gets_its_remedies(tmp_path, monkeypatch):
+    # `for x, y in DataLoader(...)`: the loader is a temporary no name holds; its
+    # arguments are read when its iterator starts (an H200 run lost them)
+    import gobrrr.remedies.data as data
+
+    monkeypatch.setattr(data, "usable_cpus", lambda: 8)
+    script = write(tmp_path, "tmp_loader.py", textwrap.dedent('''
+        import time, torch
+        from torch.utils.data import DataLoader, Dataset
+        class Slow(Dataset):
+            def __len__(self):
+                return 8 * 20
+            def __getitem__(self, i):
+                time.sleep(0.004)
+                return torch.randn(16), torch.randint(0, 4, ())
+        torch.set_num_threads(1)
+        model = torch.nn.Linear(16, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in DataLoader(Slow(), batch_size=8, drop_last=True):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    '''))
+    res = run_script(str(script), [], opts=ScriptOptions(warmup=2, steps=5, profiled=2))
+    d = res.report.to_dict()
+    assert d["remedies"][0]["spec"] == "dataloader_workers"
+    assert "DataLoader(dataset, batch_size=8, drop_last=True, num_workers=7" in \
+        d["remedies"][0]["how"]
+
+
 def test_gradient_accumulation_makes_one_step_per_optimizer_step(tmp_path):
     # 1 warm-up + 3 timed + 1 + 1 profiled = 6 optimizer steps, each after 4 forwards
     body = textwrap.dedent('''
@@ -339,7 +369,9 @@ def test_a_cuda_script_reads_the_wait_for_data_against_the_gpu(tmp_path, monkeyp
     dl = d["data_loading"]
     assert 0 <= dl["device_busy_share"] <= 1 and "GPU idle" in dl["source"]
     assert d["verdict"]["cause"] == "data loading"
-    assert d["remedies"][0]["spec"] == "dataloader_workers"
+    seen = (d["budget"]["wall_s"], d["budget"]["data_loading_s"], dl,
+            [(r["spec"], r["predicted_speedup"], r["basis"]) for r in d["remedies"]])
+    assert d["remedies"][0]["spec"] == "dataloader_workers", seen
     # the batches came from pageable memory: the pinned-memory remedy is offered
     copies = sorted({k["name"] for k in d["budget"]["kernels"] if "emcpy" in k["name"]})
     assert "dataloader_pin_memory" in [r["spec"] for r in d["remedies"]], copies

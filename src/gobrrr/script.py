@@ -53,7 +53,7 @@ from gobrrr.errors import WARNING, UserError, first_line
 from gobrrr.hardware import calibrate
 from gobrrr.marks import ACTIVE
 from gobrrr.remedies.base import workload_facts
-from gobrrr.remedies.data import loader_facts
+from gobrrr.remedies.data import LoaderFacts, loader_facts
 from gobrrr.report import Report
 from gobrrr.run import DataLoading, MeasuredRun, Step
 from gobrrr.state import preserved_globals
@@ -125,7 +125,10 @@ class _Watcher:
         self.outer: Any = None  # the first outermost module
         self.modules: dict[int, Any] = {}  # the outermost modules seen (facts)
         self.optimizers: dict[int, Any] = {}
-        self.loaders: dict[int, weakref.ref[Any]] = {}
+        # each DataLoader's arguments, read when one of its iterators starts: the loader
+        # itself may be a temporary (`for x in DataLoader(...)`), and gobrrr keeps no
+        # reference to it
+        self.loaders: dict[LoaderFacts, None] = {}
         self.watching = 0  # depth of gobrrr.watch() regions
         self.watch_used = False
         self.device = "cpu"
@@ -173,7 +176,8 @@ class _Watcher:
 
         def init(it: Any, loader: Any, *a: Any, **kw: Any) -> None:
             orig_init(it, loader, *a, **kw)
-            me.loaders.setdefault(id(loader), weakref.ref(loader))
+            if len(me.loaders) < 8:
+                me.loaders.setdefault(loader_facts(loader))
             me.fresh.add(it)
 
         def next_(it: Any) -> Any:
@@ -483,7 +487,7 @@ def _report(w: _Watcher, name: str, say: Progress) -> Report:
     if loading is not None:
         notes.append(f"data loading: {loading.source}")
     notes.append(IN_PLACE_NOTE)
-    loaders = [lf for ref in w.loaders.values() if (lf := ref()) is not None]
+    loaders = list(w.loaders)
     run = MeasuredRun(
         source="script",
         workload={"name": name, "description": f"the script {name}, run in place",
@@ -498,7 +502,7 @@ def _report(w: _Watcher, name: str, say: Progress) -> Report:
         steps=[Step(f"step {i + 1}", s) for i, s in enumerate(w.step_s)],
         notes=notes, data_loading=loading, series=list(w.series))
     facts = workload_facts(list(w.modules.values()), list(w.optimizers.values()))
-    facts["loaders"] = [loader_facts(lf) for lf in loaders]
+    facts["loaders"] = loaders
     return report_for(run, ceil, facts=facts, started_s=t0)
 
 
