@@ -8,12 +8,15 @@
   (7 x the parameter bytes) instead of every op's own reads and writes.
 - set_to_none=True: no memset per gradient before backward (backward writes the grad
   instead of accumulating into zeros). Predicted: the zeroing ops' time.
-All three change flags of the copy's optimizer (never the user's).
+All three change flags of the copy's optimizer (never the user's). The fused and foreach
+snippets are written for the workload's own optimizer (its class, its parameter groups
+and the arguments it was built with, read from the object: `optimizer_snippet`).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 from gobrrr.gains import Gain, gain_from_saved
@@ -26,10 +29,15 @@ from gobrrr.remedies.base import (
 )
 from gobrrr.units import fmt_s
 
-__all__ = ["SPECS", "set_group_flag"]
+__all__ = ["SPECS", "set_group_flag", "optimizer_snippet"]
 
 _FUSED_TYPES = {"Adam", "AdamW", "SGD", "Adagrad"}
 _ZERO_OPS = ("aten::zero_", "aten::fill_", "aten::_foreach_zero_")
+# the implementation flags the snippet sets (one of them), never copied from the object
+_IMPL_FLAGS = ("fused", "foreach")
+# a group's keys that are not constructor arguments: its tensors, and the lr a scheduler
+# started from (LRScheduler adds initial_lr; the group's lr is then the scheduled one)
+_GROUP_STATE = ("params", "initial_lr", "param_names")
 
 
 def set_group_flag(optimizers: list[Any], flag: str, value: bool) -> int:
@@ -51,6 +59,95 @@ def set_group_flag(optimizers: list[Any], flag: str, value: bool) -> int:
                 if isinstance(step, torch.Tensor) and step.device != p.device:
                     st["step"] = step.to(device=p.device, dtype=torch.float32)
     return changed
+
+
+def _class_path(cls: type) -> str:
+    """torch.optim.AdamW for torch's own optimizers, else module.QualName."""
+    import torch
+
+    if getattr(torch.optim, cls.__name__, None) is cls:
+        return f"torch.optim.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _signature(cls: type) -> tuple[dict[str, Any], set[str] | None]:
+    """The constructor's defaults, and its argument names (None: it takes **kwargs, or
+    cannot be read: every argument is kept)."""
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        return {}, None
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return defaults, None
+    return defaults, {p.name for p in params}
+
+
+def _constructor_values(group: dict[str, Any]) -> dict[str, Any]:
+    """A group's constructor arguments: its lr is the one it started from under a
+    scheduler (initial_lr), not the scheduled value of this step."""
+    out = {k: v for k, v in group.items() if k not in _GROUP_STATE}
+    if "initial_lr" in group:
+        out["lr"] = group["initial_lr"]
+    return out
+
+
+def _tensors(n: int) -> str:
+    return f"{n} tensor" + ("" if n == 1 else "s")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal plain values (a tensor lr is never taken for a default)."""
+    if hasattr(a, "shape") or hasattr(b, "shape"):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def optimizer_snippet(opt: Any, flag: str) -> str:
+    """The constructor call that builds `opt` again with `flag`=True: its class, its
+    parameter groups (each group's arguments that differ from the optimizer's own), the
+    arguments it was built with that differ from the class's defaults; the tensors are
+    `...` (the user's own, as now)."""
+    cls = type(opt)
+    defaults = {k: v for k, v in getattr(opt, "defaults", {}).items()
+                if k not in _IMPL_FLAGS}
+    groups = [_constructor_values(g) for g in opt.param_groups]
+    if len(groups) == 1:  # a scheduler's initial_lr is the constructor's lr
+        defaults.update({k: v for k, v in groups[0].items() if k in defaults})
+    sig, names = _signature(cls)
+    # a value the class sets itself (AdamW's decoupled_weight_decay) is no argument of it
+    defaults = {k: v for k, v in defaults.items() if names is None or k in names}
+    kwargs = [f"{k}={v!r}" for k, v in defaults.items()
+              if not (k in sig and _same(sig[k], v))]
+    kwargs.append(f"{flag}=True")
+    n_tensors = [len(g["params"]) for g in opt.param_groups]
+    if len(groups) == 1:
+        return (f"# your optimizer as built ({_tensors(n_tensors[0])}), with {flag}=True\n"
+                f"opt = {_class_path(cls)}(..., {', '.join(kwargs)})")
+    lines = [f"# your optimizer as built ({len(groups)} parameter groups), with {flag}=True",
+             f"opt = {_class_path(cls)}(["]
+    for i, g in enumerate(groups):
+        own = [f'"{k}": {v!r}' for k, v in g.items()
+               if k not in _IMPL_FLAGS and (names is None or k in names)
+               and not (k in defaults and _same(defaults[k], v))]
+        lines.append("    {" + ", ".join(['"params": ...', *own]) + "},"
+                     f"  # group {i}: {_tensors(n_tensors[i])}")
+    lines.append(f"], {', '.join(kwargs)})")
+    return "\n".join(lines)
+
+
+def _snippet(flag: str, generic: str) -> Any:
+    def snippet_for(ctx: Context) -> str:
+        opts = [o for o in ctx.optimizers if type(o).__name__ in _FUSED_TYPES
+                or flag == "foreach"]
+        if not opts:
+            return generic
+        return "\n".join(optimizer_snippet(o, flag) for o in opts)
+
+    return snippet_for
 
 
 def _opt_records(ctx: Context) -> list[Any]:
@@ -157,15 +254,19 @@ def _apply_zero(cand: Candidate, ctx: Context) -> Candidate:
     return cand
 
 
+_FUSED_GENERIC = "opt = torch.optim.Adam(model.parameters(), lr=..., fused=True)"
+_FOREACH_GENERIC = "opt = torch.optim.Adam(model.parameters(), lr=..., foreach=True)"
 SPECS = [
     RemedySpec("fused_optimizer", "optim", "overhead", STAGE_MUTATE, "optimizer",
                _applies_fused, lambda c: _predict_merge(c, True), _apply_fused,
-               "opt = torch.optim.Adam(model.parameters(), lr=..., fused=True)",
-               title="fused optimizer", how="construct the optimizer with fused=True"),
+               _FUSED_GENERIC, title="fused optimizer",
+               how="construct the optimizer with fused=True",
+               snippet_for=_snippet("fused", _FUSED_GENERIC)),
     RemedySpec("foreach_optimizer", "optim", "overhead", STAGE_MUTATE, "optimizer",
                _applies_foreach, lambda c: _predict_merge(c, False), _apply_foreach,
-               "opt = torch.optim.Adam(model.parameters(), lr=..., foreach=True)",
-               title="foreach optimizer", how="construct the optimizer with foreach=True"),
+               _FOREACH_GENERIC, title="foreach optimizer",
+               how="construct the optimizer with foreach=True",
+               snippet_for=_snippet("foreach", _FOREACH_GENERIC)),
     RemedySpec("zero_grad_set_to_none", "optim", "memory", STAGE_MUTATE, "zero_grad",
                _applies_zero, _predict_zero, _apply_zero,
                "opt.zero_grad(set_to_none=True)", title="zero_grad(set_to_none=True)",

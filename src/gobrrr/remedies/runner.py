@@ -192,7 +192,8 @@ def _entries(specs: list[RemedySpec], ctx: Context
         gain = spec.predict(ctx)
         gains[spec.name] = gain
         row = RemedyResult(spec.name, spec.regime, "not applicable", "", gain.speedup,
-                           gain.basis, components=(spec.name,), snippet=spec.snippet)
+                           gain.basis, components=(spec.name,),
+                           snippet=spec.snippet_in(ctx))
         why_not = spec.applies(ctx)
         if why_not:
             row.reason = why_not
@@ -216,11 +217,11 @@ def _basis(ctx: Context, names: tuple[str, ...], gains: dict[str, Gain]) -> str:
 
 
 def _row(name: str, components: tuple[str, ...], by_name: dict[str, RemedySpec],
-         status: str, reason: str) -> RemedyResult:
+         status: str, reason: str, ctx: Context) -> RemedyResult:
     parts = sorted((by_name[n] for n in components), key=lambda s: s.stage)
     return RemedyResult(name, "+".join(dict.fromkeys(s.regime for s in parts)), status,
                         reason, components=components,
-                        snippet="\n".join(s.snippet for s in parts))
+                        snippet="\n".join(s.snippet_in(ctx) for s in parts))
 
 
 def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
@@ -286,7 +287,8 @@ def search(specs: list[RemedySpec], ctx: Context,
     remaining = {o.name: o for o in options(state)}
     for skip in now.skipped:
         found = remaining[skip.name]
-        row = _row(skip.name, found.components, by_name, "skipped", skip.reason)
+        row = _row(skip.name, found.components, by_name, "skipped", skip.reason,
+                   ctx)
         row.predicted_speedup = found.predicted
         row.prediction_basis = _basis(ctx, found.components, gains)
         results.append(row)
@@ -340,7 +342,7 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
     got, cand = run_one(combo)
     got.predicted_speedup = opt.predicted
     got.prediction_basis = _basis(ctx, opt.components, gains)
-    got.snippet = _row(opt.name, opt.components, by_name, "", "").snippet
+    got.snippet = _row(opt.name, opt.components, by_name, "", "", ctx).snippet
     got.checks["plan"] = {"tier": TIER_NAMES[opt.tier], "estimated_prep_s": opt.prep_s,
                           "estimated_s": opt.cost_s, "prep_basis": opt.prep_basis}
     results.append(got)
