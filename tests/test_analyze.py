@@ -465,3 +465,33 @@ def test_an_integer_beyond_int64_is_named(tmp_path):
 
     with pytest.raises(UserError, match="holds an integer beyond 64 bits"):
         analyze([_one_trace(tmp_path, edit)])
+
+
+def test_a_closure_inside_the_optimizer_step_is_forward_and_backward(tmp_path,
+                                                                     cpu_ceilings):
+    # Lightning's automatic optimization (and LBFGS) run the forward and backward in a
+    # closure inside optimizer.step(): its range holds them. The closure's ops are read
+    # as forward and backward, the update alone as the optimizer's.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 32)
+
+    def closure():
+        opt.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        return loss
+
+    r = analyze([record(tmp_path / "closure.json", lambda: opt.step(closure), ())],
+                ceilings=cpu_ceilings)
+    by_phase = {}
+    for c in r.counts.records:
+        by_phase.setdefault(c.phase, set()).add(c.op)
+    assert {"aten::addmm", "aten::relu"} <= by_phase["forward"]
+    assert "aten::addmm" not in by_phase["optimizer"] and "aten::relu" not in \
+        by_phase["optimizer"]
+    assert by_phase["backward"]
+    # SGD's own update stays the optimizer's (foreach or per-parameter add_)
+    assert by_phase["optimizer"] & {"aten::add_", "aten::_foreach_add_"}

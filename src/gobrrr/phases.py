@@ -31,7 +31,8 @@ from typing import Any
 
 __all__ = ["FORWARD", "BACKWARD", "OPTIMIZER", "COMPILED", "DATA_LOADING", "PREFILL",
            "DECODE", "COMMUNICATION", "KNOWN", "COLLECTIVE_NAMESPACES", "is_collective",
-           "launches_collective", "AUTOGRAD_RANGE", "OPTIMIZER_RANGE", "DATA_LOADER_RANGE",
+           "launches_collective", "AUTOGRAD_RANGE", "OPTIMIZER_RANGE", "OPTIMIZER_STEP_RANGE",
+           "DATA_LOADER_RANGE",
            "range_label", "OTHER_HOST",
            "dispatched_ops", "working_ops", "is_inference"]
 
@@ -65,6 +66,7 @@ def launches_collective(name: str) -> bool:
 # next batch with (torch/utils/data/dataloader.py: _BaseDataLoaderIter._profile_name).
 AUTOGRAD_RANGE = "autograd::engine::evaluate_function"
 OPTIMIZER_RANGE = "Optimizer."
+OPTIMIZER_STEP_RANGE = "Optimizer.step#"  # the step itself (not zero_grad)
 DATA_LOADER_RANGE = "enumerate(DataLoader)#"
 
 # The report's `phases` (step_phases.py) name the rest of a step this way: host time in

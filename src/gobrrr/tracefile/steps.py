@@ -7,7 +7,11 @@ step's wall time and busy time, ready for budget.compute_budget.
   aten::addmm's copies on CPU) are its implementation, and their kernels are its kernels.
   Autograd nodes and record_function ranges are looked through; the nearest
   record_function range names the op's module (optimizer steps as "optimizer.Adam"),
-  autograd's engine marks the backward phase.
+  autograd's engine marks the backward phase. An optimizer step that runs a closure
+  (Lightning's automatic optimization: forward and backward inside `optimizer.step()`)
+  holds the closure's ops too: inside a step range with backward ops in it (on any
+  thread: CUDA's backward runs on the engine's device threads), the ops before the last
+  backward op ends are the closure's forward, the ones after it the optimizer's.
 - Kernels are joined to the op that launched them by External id, else through their
   launch call's correlation id (its External id, or the counted op around it on its
   thread).
@@ -37,7 +41,14 @@ import numpy as np
 
 from gobrrr.counting import CountResult, OpRecord
 from gobrrr.intervals import busy_us, union
-from gobrrr.phases import AUTOGRAD_RANGE, FORWARD, range_label
+from gobrrr.phases import (
+    AUTOGRAD_RANGE,
+    BACKWARD,
+    FORWARD,
+    OPTIMIZER,
+    OPTIMIZER_STEP_RANGE,
+    range_label,
+)
 from gobrrr.profile import is_math_kernel
 from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.tracefile.columns import ANNOTATION, RecordedArgs, TraceColumns
@@ -100,6 +111,7 @@ def _counted_ops(cols: TraceColumns) -> tuple[np.ndarray, list[tuple[int, str, s
     names = cols.names
     # Stack of enclosing events: (end us, counted op index or -1, module, phase).
     stack: list[tuple[float, int, str, str]] = []
+    step_ranges: list[tuple[float, float]] = []  # optimizer step ranges: (start, end) us
     last_thread = -1
     for i in range(len(order)):
         t = ts[i]
@@ -126,9 +138,36 @@ def _counted_ops(cols: TraceColumns) -> tuple[np.ndarray, list[tuple[int, str, s
             # record_function ranges name what runs inside them; autograd's engine marks
             # the backward pass (the node events inside it are looked through).
             module, phase = range_label(names[n], module, phase)
+            if names[n].startswith(OPTIMIZER_STEP_RANGE):
+                step_ranges.append((t, t + dur[i]))
         stack.append((t + dur[i], root, module, phase))
     counted.sort(key=lambda c: float(cpu["ts_us"][c[0]]))
-    return owner, counted
+    return owner, _closures_apart(counted, step_ranges, cpu["ts_us"], cpu["dur_us"])
+
+
+def _closures_apart(counted: list[tuple[int, str, str]],
+                    step_ranges: list[tuple[float, float]], ts_us: np.ndarray,
+                    dur_us: np.ndarray) -> list[tuple[int, str, str]]:
+    """The closure's forward ops inside optimizer step ranges (module docstring)."""
+    if not step_ranges or not any(c[2] == BACKWARD for c in counted):
+        return counted
+    bw = [(float(ts_us[c[0]]), float(ts_us[c[0]] + dur_us[c[0]])) for c in counted
+          if c[2] == BACKWARD]
+    bw_starts = [b[0] for b in bw]
+    starts = [float(ts_us[c[0]]) for c in counted]  # counted is in start order
+    out = list(counted)
+    for t0, t1 in step_ranges:
+        lo, hi = bisect.bisect_left(bw_starts, t0), bisect.bisect_right(bw_starts, t1)
+        if lo == hi:
+            continue  # no closure's backward in this step: all of it is the optimizer's
+        closure_end = max(end for _, end in bw[lo:hi])
+        for k in range(bisect.bisect_left(starts, t0), bisect.bisect_left(starts,
+                                                                           closure_end)):
+            idx, module, phase = out[k]
+            if phase == OPTIMIZER:
+                out[k] = (idx, "Global" if module.startswith("optimizer.") else module,
+                          FORWARD)
+    return out
 
 
 def _launching_event(cols: TraceColumns, owner: np.ndarray) -> np.ndarray:
