@@ -119,6 +119,12 @@ def test_a_training_script_runs_unchanged_and_its_outputs_are_byte_identical(tmp
     assert d["data_loading"]["host_s"] > 0
     assert len(d["data_loading"]["per_step_s"]) == 6
     assert any(n.startswith("remedies in place are predictions") for n in d["notes"])
+    # the fused optimizer is written for the script's own AdamW and its two groups (the
+    # prediction is from the counted optimizer ops and the cached ceilings: it exists)
+    fused = next(r for r in d["remedies"] if r["spec"] == "fused_optimizer")
+    assert "opt = torch.optim.AdamW([" in fused["how"]
+    assert '{"params": ..., "weight_decay": 0.1},  # group 0: 2 tensors' in fused["how"]
+    assert fused["how"].endswith("], fused=True)")
 
 
 def test_a_dataloader_bound_loop_is_data_loading_with_the_dataloader_remedies_first(

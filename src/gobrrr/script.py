@@ -64,14 +64,20 @@ from gobrrr.tracefile.loading import data_loading_in
 from gobrrr.tracefile.read import read_header
 
 __all__ = ["ScriptOptions", "ScriptResult", "run_script", "script_traceback",
-           "STEP_SOURCES", "FORWARD_FALLBACK", "IN_PLACE_NOTE"]
+           "StepWindow", "STEP_SOURCES", "CALLER_SOURCES", "FORWARD_FALLBACK",
+           "IN_PLACE_NOTE"]
 
 Progress = Callable[[str], None]
 
 # How the steps were found, in the report's words.
 STEP_SOURCES = {"optimizer": "each step() of the first optimizer that stepped",
                 "forward": "each completed forward of the first outermost module",
-                "manual": "each gobrrr.step() call in the script"}
+                "manual": "each gobrrr.step() call in the script",
+                "hf_trainer": "each optimizer step of the HF Trainer (its on_step_end)",
+                "lightning": "each optimizer step of the Lightning Trainer (its "
+                             "global_step, at on_train_batch_end)"}
+# The sources a caller sets (a trainer's callback: StepWindow), never found by the hooks.
+CALLER_SOURCES = ("hf_trainer", "lightning")
 
 # Forwards of the outermost module with gradients but no optimizer step after which
 # each forward is taken for a step (far past any gradient accumulation people use).
@@ -370,24 +376,8 @@ def run_script(script: str | None, args: Sequence[str], *, module: str | None = 
     say = progress or (lambda _m: None)
     argv0, path0, origin = _target(script, module)
     got: dict[str, Report] = {}
-
     failed: list[str] = []
-
-    def done(w: _Watcher) -> None:
-        # gobrrr's failure must never become the script's: it is said, the script goes on
-        try:
-            report = _report(w, module or argv0, say)
-        except Exception as exc:
-            failed.append(f"gobrrr could not make the report: {type(exc).__name__}: "
-                          f"{first_line(exc)}")
-            say(f"{WARNING}{failed[-1]} (the script goes on)")
-        else:
-            got["report"] = report
-            if deliver is not None:
-                deliver(report)
-        if opts.exit_after:
-            raise _ExitAfter
-
+    done = _on_done(module or argv0, opts, say, deliver, got, failed, exit_after=True)
     watcher = _Watcher(opts, done, say)
     saved_argv, saved_path = list(sys.argv), list(sys.path)
     sys.argv = [argv0, *args]
@@ -426,6 +416,101 @@ def run_script(script: str | None, args: Sequence[str], *, module: str | None = 
     return result
 
 
+def _on_done(name: str, opts: ScriptOptions, say: Progress,
+             deliver: Callable[[Report], None] | None, got: dict[str, Report],
+             failed: list[str], *, exit_after: bool) -> Callable[[_Watcher], None]:
+    """What happens when the window closes: the report made, kept in `got` and
+    delivered; gobrrr's failure said and kept in `failed`, never the program's."""
+
+    def done(w: _Watcher) -> None:
+        try:
+            report = _report(w, name, say)
+        except Exception as exc:
+            failed.append(f"gobrrr could not make the report: {type(exc).__name__}: "
+                          f"{first_line(exc)}")
+            say(f"{WARNING}{failed[-1]} (the script goes on)")
+        else:
+            got["report"] = report
+            if deliver is not None:
+                deliver(report)
+        if exit_after and opts.exit_after:
+            raise _ExitAfter
+
+    return done
+
+
+class StepWindow:
+    """`gobrrr run`'s window over steps a caller marks, in the caller's own process: a
+    trainer's callback (gobrrr.integrations) calls `start(model)` when training begins,
+    `step()` at the end of each optimizer step and `close()` when training ends. The
+    optimizer and DataLoader hooks are `gobrrr run`'s (the optimizer's facts, the wait
+    for data); the steps are the caller's (`source`, a key of CALLER_SOURCES). The
+    report is delivered when the window closes; `report` holds it after."""
+
+    def __init__(self, name: str, source: str, opts: ScriptOptions | None = None, *,
+                 progress: Progress | None = None,
+                 deliver: Callable[[Report], None] | None = None) -> None:
+        if source not in CALLER_SOURCES:
+            raise ValueError(f"source must be one of {CALLER_SOURCES}, not {source!r}")
+        self.opts = opts or ScriptOptions()
+        self._got: dict[str, Report] = {}
+        self._failed: list[str] = []
+        say = progress or (lambda _m: None)
+        self._w = _Watcher(self.opts, _on_done(name, self.opts, say, deliver, self._got,
+                                               self._failed, exit_after=False), say)
+        self._source = source
+        self._started = False
+
+    def start(self, *modules: Any, loaders: Sequence[Any] = ()) -> None:
+        """Install the hooks; `modules`: the model(s) trained (their device and facts);
+        `loaders`: the DataLoaders the trainer iterates (an iterator made before this
+        call was not seen starting: its loader's facts come from here)."""
+        if self._started:
+            return
+        self._started = True
+        w = self._w
+        w.install()
+        w._choose(self._source)  # no search: the caller's steps, not the hooks'
+        for m in modules:
+            w.modules.setdefault(id(m), m)
+        for loader in loaders:
+            if len(w.loaders) < 8:
+                w.loaders.setdefault(loader_facts(loader))
+
+    def step(self) -> None:
+        """One step of the caller's ended."""
+        if self._started and self._w.phase != self._w.DONE:
+            self._w.boundary()
+
+    @property
+    def done(self) -> bool:
+        return self._w.phase == self._w.DONE
+
+    @property
+    def report(self) -> Report | None:
+        return self._got.get("report")
+
+    def close(self) -> Report | None:
+        """Every hook off (the profiler stopped if training ended inside it); the report
+        if the window closed, else None and `why` says how far it got."""
+        w = self._w
+        w.uninstall()
+        if w.prof is not None:
+            with contextlib.suppress(Exception):
+                w.prof.stop()
+            w.prof = None
+        if w.trace_path is not None:
+            w.trace_path.unlink(missing_ok=True)
+        return self.report
+
+    @property
+    def why(self) -> str:
+        if self.report is not None:
+            return ""
+        return self._failed[0] if self._failed else _why_no_report(
+            self._w, self.opts, "training ended", "warmup=, steps=, profiled=")
+
+
 def _exit_code(exc: SystemExit) -> int:
     """sys.exit's argument as Python's own exit status: None 0, an int itself, anything
     else printed on stderr and 1."""
@@ -437,15 +522,16 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def _why_no_report(w: _Watcher, opts: ScriptOptions) -> str:
+def _why_no_report(w: _Watcher, opts: ScriptOptions, ended: str = "the script ended",
+                   knobs: str = "--warmup, --steps, --profiled") -> str:
     need = opts.warmup + opts.steps + opts.profiled + 1
     seen = {w.WARMUP: w.count, w.TIMED: opts.warmup + w.count,
             w.PROFILED: opts.warmup + opts.steps + w.count, w.DONE: need}[w.phase]
     how = (STEP_SOURCES[w.source] if w.source else
            "no optimizer step, no module forward and no gobrrr.step() seen")
-    return (f"the script ended after {seen} step(s) ({how}); the window needs {need} "
+    return (f"{ended} after {seen} step(s) ({how}); the window needs {need} "
             f"({opts.warmup} warm-up, {opts.steps} timed, 1 + {opts.profiled} profiled: "
-            "--warmup, --steps, --profiled): no report")
+            f"{knobs}): no report")
 
 
 def script_traceback(result: ScriptResult) -> str:

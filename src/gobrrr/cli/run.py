@@ -70,39 +70,14 @@ def _run(script: str | None, module: str | None, args: list[str], warmup: int,
          html_path: Path | None, trace_path: Path | None, say: Callable[[str], None]
          ) -> Any:
     from gobrrr.script import ScriptOptions, run_script
+    from gobrrr.show.files import write_report_files
 
     def deliver(report: Any) -> None:
-        _write(report.to_dict(), json_path, html_path, trace_path, say)
+        write_report_files(report.to_dict(), json_path, html_path, trace_path, say)
 
     return run_script(script, args, module=module,
                       opts=ScriptOptions(warmup, steps, profiled, exit_after),
                       progress=say, deliver=deliver)
-
-
-def _write(d: dict[str, Any], json_path: Path | None, html_path: Path | None,
-           trace_path: Path | None, say: Callable[[str], None]) -> None:
-    """The report's files, now (the script may run for hours more); a file that cannot
-    be written is a warning: the script goes on, the terminal report still comes."""
-    import json
-
-    from gobrrr.errors import WARNING
-    from gobrrr.show import save_html, save_trace
-
-    writes: list[tuple[Path, Callable[[Path], Any]]] = []
-    if json_path is not None:
-        writes.append((json_path, lambda p: p.write_text(json.dumps(d, indent=2,
-                                                                    default=str))))
-    if trace_path is not None:
-        writes.append((trace_path, lambda p: save_trace(d, p)))
-    if html_path is not None:
-        writes.append((html_path, lambda p: save_html(d, p)))
-    for path, write in writes:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write(path)
-            say(f"wrote {path}")
-        except OSError as exc:
-            say(f"{WARNING}cannot write {path}: {exc.strerror or exc}")
 
 
 def _finish(result: Any) -> int:
