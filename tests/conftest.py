@@ -52,6 +52,28 @@ def gobrrr_frames():
 
 
 @pytest.fixture
+def cached_cpu_ceilings(_isolated_cache):
+    """Plausible CPU ceilings cached as this machine's, for the thread count this process
+    runs and for one thread (a script that calls torch.set_num_threads(1) calibrates for
+    one thread: the fingerprint holds the count). A report needs ceilings, and a real
+    calibration (10-40 s) is not what the tests using this check; child processes read
+    the same cache (XDG_CACHE_HOME is set for them too)."""
+    from gobrrr import hardware
+    from gobrrr.hardware import Ceilings
+
+    fp = hardware.fingerprint("cpu")
+    for threads in dict.fromkeys([fp["threads"], "1"]):
+        fp_t = dict(fp, threads=threads)
+        ceil = Ceilings(device="cpu", fingerprint=fp_t,
+                        peak_flops_per_s={"fp32": 2e11, "bf16": 2e11},
+                        bandwidth_bytes_per_s=2e10, op_overhead_s=2e-6,
+                        python_ops_per_s=5e7, measured_at="2026-12-01T00:00:00+00:00",
+                        calibrate_s=0.0)
+        hardware._save_cache(hardware._cache_path(fp_t), ceil, [])
+    assert hardware.calibrate("cpu").op_overhead_s == 2e-6  # read, not measured
+
+
+@pytest.fixture
 def h200_calibration(_isolated_cache):
     """The H200's calibration of 2026-11-30 (benchmarks/results/h200/calibrate.json,
     schema 3: element-wise math rates included) cached as this machine's, so `analyze`

@@ -15,20 +15,7 @@ WINDOW = {"warmup": 1, "steps": 3, "profiled": 1}
 NEED = 6
 
 
-@pytest.fixture(autouse=True)
-def cached_cpu_ceilings(_isolated_cache):
-    """Plausible CPU ceilings cached as this machine's (a real calibration is not what
-    these tests check); tests/test_run.py has the same."""
-    from gobrrr import hardware
-    from gobrrr.hardware import Ceilings
-
-    fp = hardware.fingerprint("cpu")
-    ceil = Ceilings(device="cpu", fingerprint=fp,
-                    peak_flops_per_s={"fp32": 2e11, "bf16": 2e11},
-                    bandwidth_bytes_per_s=2e10, op_overhead_s=2e-6, python_ops_per_s=5e7,
-                    measured_at="2026-12-01T00:00:00+00:00", calibrate_s=0.0)
-    hardware._save_cache(hardware._cache_path(fp), ceil, [])
-
+pytestmark = pytest.mark.usefixtures("cached_cpu_ceilings")  # tests/conftest.py
 
 def _hf_trainer(tmp_path, callback, max_steps, accumulation=1):
     transformers = pytest.importorskip("transformers")

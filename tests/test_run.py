@@ -11,8 +11,6 @@ import textwrap
 
 import pytest
 
-from gobrrr import hardware
-from gobrrr.hardware import Ceilings
 from gobrrr.schema import validate
 from gobrrr.script import ScriptOptions, run_script
 
@@ -20,19 +18,7 @@ from gobrrr.script import ScriptOptions, run_script
 FAST = ["--warmup", "2", "--steps", "6", "--profiled", "2"]
 
 
-@pytest.fixture(autouse=True)
-def cached_cpu_ceilings(_isolated_cache):
-    """Plausible CPU ceilings cached as this machine's: a report needs them, and a real
-    calibration (15-40 s on a loaded machine) is not what these tests check. The child
-    processes read the same cache (XDG_CACHE_HOME is set for them too)."""
-    fp = hardware.fingerprint("cpu")
-    ceil = Ceilings(device="cpu", fingerprint=fp,
-                    peak_flops_per_s={"fp32": 2e11, "bf16": 2e11},
-                    bandwidth_bytes_per_s=2e10, op_overhead_s=2e-6, python_ops_per_s=5e7,
-                    measured_at="2026-12-01T00:00:00+00:00", calibrate_s=0.0)
-    hardware._save_cache(hardware._cache_path(fp), ceil, [])
-    assert hardware.calibrate("cpu").op_overhead_s == 2e-6  # read, not measured
-
+pytestmark = pytest.mark.usefixtures("cached_cpu_ceilings")  # tests/conftest.py
 
 TRAIN = textwrap.dedent('''
     import argparse, time
