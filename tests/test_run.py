@@ -367,3 +367,57 @@ def test_a_cuda_script_reads_the_wait_for_data_against_the_gpu(tmp_path, monkeyp
     # the batches came from pageable memory: the pinned-memory remedy is offered
     copies = sorted({k["name"] for k in d["budget"]["kernels"] if "emcpy" in k["name"]})
     assert "dataloader_pin_memory" in [r["spec"] for r in d["remedies"]], copies
+
+
+DDP_SCRIPT = textwrap.dedent('''
+    import sys, torch, torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    # 4 MB of gradients against a small forward: the all-reduce is most of the step
+    model = DDP(nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 512)
+    for step in range(int(sys.argv[1])):
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    print(f"rank {dist.get_rank()} done")
+    dist.destroy_process_group()
+''')
+
+
+@pytest.mark.slow
+def test_under_torchrun_every_rank_runs_in_place_and_rank_0_merges(tmp_path):
+    # torchrun -m gobrrr run: each rank's window closes at the same optimizer step; rank 0
+    # reads both ranks' traces as analyze reads a job's and reports with communication
+    script = write(tmp_path, "ddp.py", DDP_SCRIPT)
+    env = dict(os.environ, NO_COLOR="1", OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2", "-m", "gobrrr", "run", "--json", "r.json",
+                        "--warmup", "1", "--steps", "4", "--profiled", "2", str(script),
+                        "12"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "rank 0 done" in p.stdout and "rank 1 done" in p.stdout
+    assert p.stdout.count("gobrrr run") == 1  # one report: rank 0's
+    assert "gobrrr run: " not in p.stderr  # rank 1 says nothing about a missing report
+    d = json.loads((tmp_path / "r.json").read_text())
+    validate(d, "report")
+    assert d["workload"]["script"]["steps_from"] == "optimizer"
+    assert d["workload"]["script"]["timed"] == 4
+    dist = d["distributed"]
+    assert dist["world_size"] == 2 and len(dist["ranks"]) == 2
+    assert d["budget"]["parts_s"]["communication"] > 0
+    # the step's phases hold the exposed communication and still sum to T_wall
+    assert d["phases"]["communication"]["seconds"] == pytest.approx(
+        d["budget"]["parts_s"]["communication"], rel=1e-9)
+    assert sum(p["seconds"] for p in d["phases"].values()) == pytest.approx(
+        d["budget"]["wall_s"], rel=1e-9)
+    assert any(n.startswith("torchrun: every rank ran the script in place") for n in
+               d["notes"] + dist.get("notes", []))
+    # the DDP remedies come from the same facts doctor gives them
+    assert any(r["spec"] == "gradient_as_bucket_view" for r in d["remedies"]), \
+        [r["spec"] for r in d["remedies"]]

@@ -110,6 +110,7 @@ class ScriptResult:
     error: BaseException | None = None
     script_file: str | None = None  # the file its traceback starts in
     progress: list[str] = field(default_factory=list)
+    elsewhere: bool = False  # under torchrun, a rank other than 0: rank 0 has the report
 
 
 class _Watcher:
@@ -375,7 +376,7 @@ def run_script(script: str | None, args: Sequence[str], *, module: str | None = 
     opts = opts or ScriptOptions()
     say = progress or (lambda _m: None)
     argv0, path0, origin = _target(script, module)
-    got: dict[str, Report] = {}
+    got: dict[str, Any] = {}
     failed: list[str] = []
     done = _on_done(module or argv0, opts, say, deliver, got, failed, exit_after=True)
     watcher = _Watcher(opts, done, say)
@@ -410,17 +411,21 @@ def run_script(script: str | None, args: Sequence[str], *, module: str | None = 
             watcher.trace_path.unlink(missing_ok=True)
         sys.argv = saved_argv
         sys.path[:] = saved_path
-    result = ScriptResult(code, got.get("report"), error=error_, script_file=origin)
-    if result.report is None:
+    result = ScriptResult(code, got.get("report"), error=error_, script_file=origin,
+                          elsewhere=bool(got.get("elsewhere")))
+    if result.elsewhere:
+        result.why = "the merged report is rank 0's"
+    elif result.report is None:
         result.why = failed[0] if failed else _why_no_report(watcher, opts)
     return result
 
 
 def _on_done(name: str, opts: ScriptOptions, say: Progress,
-             deliver: Callable[[Report], None] | None, got: dict[str, Report],
+             deliver: Callable[[Report], None] | None, got: dict[str, Any],
              failed: list[str], *, exit_after: bool) -> Callable[[_Watcher], None]:
     """What happens when the window closes: the report made, kept in `got` and
-    delivered; gobrrr's failure said and kept in `failed`, never the program's."""
+    delivered (under torchrun on rank 0; `got["elsewhere"]` on the others); gobrrr's
+    failure said and kept in `failed`, never the program's."""
 
     def done(w: _Watcher) -> None:
         try:
@@ -430,9 +435,12 @@ def _on_done(name: str, opts: ScriptOptions, say: Progress,
                           f"{first_line(exc)}")
             say(f"{WARNING}{failed[-1]} (the script goes on)")
         else:
-            got["report"] = report
-            if deliver is not None:
-                deliver(report)
+            if report is None:  # a rank other than 0 under torchrun: rank 0 reports
+                got["elsewhere"] = True
+            else:
+                got["report"] = report
+                if deliver is not None:
+                    deliver(report)
         if exit_after and opts.exit_after:
             raise _ExitAfter
 
@@ -453,7 +461,7 @@ class StepWindow:
         if source not in CALLER_SOURCES:
             raise ValueError(f"source must be one of {CALLER_SOURCES}, not {source!r}")
         self.opts = opts or ScriptOptions()
-        self._got: dict[str, Report] = {}
+        self._got: dict[str, Any] = {}
         self._failed: list[str] = []
         say = progress or (lambda _m: None)
         self._w = _Watcher(self.opts, _on_done(name, self.opts, say, deliver, self._got,
@@ -546,10 +554,48 @@ def script_traceback(result: ScriptResult) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
 
 
-def _report(w: _Watcher, name: str, say: Progress) -> Report:
-    """The measured run of the window and its report (the one end, diagnosis.py)."""
+@dataclass
+class _Timed:
+    """What one process's window measured, apart from its trace (picklable: under
+    torchrun every rank sends its own to rank 0)."""
+
+    rank: int
+    source: str
+    device: str
+    warmup: int
+    profiled: int
+    step_s: list[float]
+    window_s: float
+    loading_s: list[float]
+    first_batches: list[float]
+    series: list[tuple[str, float]]
+    loaders: list[LoaderFacts]
+
+    @classmethod
+    def of(cls, w: _Watcher, rank: int) -> _Timed:
+        assert w.source is not None
+        return cls(rank, w.source, w.device, w.opts.warmup, w.opts.profiled,
+                   list(w.step_s), w.window_s, list(w.loading_s), list(w.first_batches),
+                   list(w.series), list(w.loaders))
+
+
+def _ranks() -> tuple[int, int]:
+    """(rank, world size) of the script's own process group; (0, 1) without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _report(w: _Watcher, name: str, say: Progress) -> Report | None:
+    """The measured run of the window and its report (the one end, diagnosis.py); under
+    torchrun rank 0's merged report, None on the other ranks (`_report_ranks`)."""
     t0 = time.perf_counter()
     assert w.trace_path is not None and w.source is not None
+    rank, world = _ranks()
+    if world > 1:
+        return _report_ranks(w, name, say, rank, world, t0)
     say("reading the profiled steps")
     header = read_header(w.trace_path)
     cols = stream_trace(w.trace_path)
@@ -557,50 +603,127 @@ def _report(w: _Watcher, name: str, say: Progress) -> Report:
     with preserved_globals():  # the script's RNG is its own
         ceil = calibrate(w.device, progress=say)
     a = analyse_trace(header, ceil, say, cols=cols)
-    n = len(w.step_s)
-    wall_s = w.window_s / max(1, n)
-    loading = _loading(w, data_loading_in(cols))
-    clock = ("synchronized at its ends; each step alone is host time" if w.device == "cuda"
+    t = _Timed.of(w, 0)
+    run = _script_run(t, name, a.run, _loading(t, data_loading_in(cols)))
+    return report_for(run, ceil, facts=_facts(w, t.loaders), started_s=t0)
+
+
+def _facts(w: _Watcher, loaders: list[LoaderFacts]) -> dict[str, Any]:
+    facts = workload_facts(list(w.modules.values()), list(w.optimizers.values()))
+    facts["loaders"] = loaders
+    return facts
+
+
+def _script_run(t: _Timed, name: str, traced: MeasuredRun,
+                loading: DataLoading | None) -> MeasuredRun:
+    """The run of one process's window: its own unprofiled timing, the profiled steps'
+    ops (`traced`, the trace source's run)."""
+    n = len(t.step_s)
+    clock = ("synchronized at its ends; each step alone is host time" if t.device == "cuda"
              else "host clock")
-    notes = [f"steps: {STEP_SOURCES[w.source]}; {w.opts.warmup} warm-up step(s) run as "
+    notes = [f"steps: {STEP_SOURCES[t.source]}; {t.warmup} warm-up step(s) run as "
              f"they are, {n} timed unprofiled (T_wall: the window's mean step, {clock}), "
-             f"1 + {w.opts.profiled} profiled for the op counts and times",
-             *[x for x in a.run.notes if x != PROFILED_WALL_NOTE]]
-    if w.device == "cpu":
+             f"1 + {t.profiled} profiled for the op counts and times",
+             *[x for x in traced.notes if x != PROFILED_WALL_NOTE]]
+    if t.device == "cpu":
         notes.append("op times come from the profiled steps (the profiler adds CPU time "
                      "to each op): compute and memory are upper bounds, overhead a lower "
                      "bound, of the unprofiled steps'")
     if loading is not None:
         notes.append(f"data loading: {loading.source}")
     notes.append(IN_PLACE_NOTE)
-    loaders = list(w.loaders)
-    run = MeasuredRun(
+    return MeasuredRun(
         source="script",
         workload={"name": name, "description": f"the script {name}, run in place",
-                  "device": w.device,
-                  "batch_size": loaders[0].batch_size if loaders else None,
+                  "device": t.device,
+                  "batch_size": t.loaders[0].batch_size if t.loaders else None,
                   "source": "script",
-                  "script": {"steps_from": w.source, "warmup": w.opts.warmup,
-                             "timed": n, "profiled": w.opts.profiled,
-                             "window_s": w.window_s}},
-        device=w.device, timing=from_samples(w.step_s), wall_s=wall_s,
-        profile=a.run.profile,
-        steps=[Step(f"step {i + 1}", s) for i, s in enumerate(w.step_s)],
-        notes=notes, data_loading=loading, series=list(w.series))
-    facts = workload_facts(list(w.modules.values()), list(w.optimizers.values()))
-    facts["loaders"] = loaders
-    return report_for(run, ceil, facts=facts, started_s=t0)
+                  "script": {"steps_from": t.source, "warmup": t.warmup,
+                             "timed": n, "profiled": t.profiled,
+                             "window_s": t.window_s}},
+        device=t.device, timing=from_samples(t.step_s), wall_s=t.window_s / max(1, n),
+        profile=traced.profile,
+        steps=[Step(f"step {i + 1}", s) for i, s in enumerate(t.step_s)],
+        notes=notes, data_loading=loading, series=list(t.series))
 
 
-def _loading(w: _Watcher, in_trace: DataLoading | None) -> DataLoading | None:
+# How long a rank waits for the others at the window's end under torchrun (every rank's
+# window closes at the same optimizer step of a data-parallel job)
+RANKS_TIMEOUT_S = 300.0
+
+
+def _report_ranks(w: _Watcher, name: str, say: Progress, rank: int, world: int,
+                  t0: float) -> Report | None:
+    """Under torchrun (`torchrun ... -m gobrrr run train.py`): every rank's window closes
+    at the same step; each sends its trace and timing to rank 0 over a gloo group of
+    gobrrr's own (the script's group may be NCCL), and rank 0 reads the ranks' traces as
+    `gobrrr analyze` reads a job's (dist/analyze.analyze_ranks: the collectives matched,
+    each rank's communication, the merged section) with each rank's own unprofiled
+    timing. The other ranks go on with their script and make no report."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from gobrrr.analyze import check_traces
+    from gobrrr.dist.analyze import analyze_ranks
+    from gobrrr.dist.ceilings import load_cached
+    from gobrrr.dist.context import comm_facts
+
+    assert w.trace_path is not None
+    say("rank 0: gathering every rank's trace and timing" if rank == 0 else
+        f"rank {rank}: sending its trace and timing to rank 0")
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=RANKS_TIMEOUT_S))
+    mine = (_Timed.of(w, rank), w.trace_path.read_bytes())
+    w.trace_path.unlink(missing_ok=True)
+    got: list[Any] = [None] * world if rank == 0 else []
+    try:
+        dist.gather_object(mine, got if rank == 0 else None, dst=0, group=group)
+    finally:
+        dist.destroy_process_group(group)
+    if rank != 0:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="gobrrr-run-ranks-"))
+    try:
+        for timed, data in got:
+            (folder / f"rank{timed.rank}.json").write_bytes(data)
+        timed_by_rank = {timed.rank: timed for timed, _ in got}
+        headers = check_traces(sorted(folder.iterdir()))
+        with preserved_globals():
+            ceil = calibrate(w.device, progress=say)
+
+        def run_of(r: int, traced: MeasuredRun) -> MeasuredRun:
+            t = timed_by_rank[r]
+            return _script_run(t, name, traced, _loading(t, None))
+
+        modules = list(w.modules.values())
+
+        def facts_for(section: Any) -> dict[str, Any]:
+            return _facts(w, timed_by_rank[0].loaders) | {
+                "comm": comm_facts(modules, section, world, load_cached())}
+
+        return analyze_ranks(headers, ceilings=ceil, progress=say, run_of=run_of,
+                             facts_for=facts_for, first_notes=[RANKS_NOTE])
+    finally:
+        for f in folder.iterdir():
+            f.unlink(missing_ok=True)
+        folder.rmdir()
+
+
+RANKS_NOTE = ("torchrun: every rank ran the script in place; each rank's T_wall is its "
+              "own unprofiled window, its communication (transfer and waiting) read from "
+              "its profiled steps' trace, the collectives matched across the ranks' traces "
+              "as gobrrr analyze matches them; no no_sync experiment")
+
+
+def _loading(t: _Timed, in_trace: DataLoading | None) -> DataLoading | None:
     """The timed steps' wait for data, its device-idle share read from the profiled
     steps (all of it on CPU, and where the profiled steps saw no DataLoader range)."""
-    if not w.loaders:
+    if not t.loaders:
         return None
-    host = sum(w.loading_s) / max(1, len(w.loading_s))
+    host = sum(t.loading_s) / max(1, len(t.loading_s))
     idle = 1.0
     how = "the host is the device: all of it"
-    if w.device == "cuda":
+    if t.device == "cuda":
         if in_trace is not None and in_trace.host_s > 0:
             idle = in_trace.exposed_s / in_trace.host_s
             how = (f"the GPU idle {idle:.0%} of it in the profiled steps' DataLoader "
@@ -608,6 +731,6 @@ def _loading(w: _Watcher, in_trace: DataLoading | None) -> DataLoading | None:
         else:
             how = "no DataLoader range in the profiled steps: taken as all idle (a bound)"
     return DataLoading(host_s=host, exposed_s=host * idle,
-                       per_step_s=tuple(w.loading_s), first_batch_s=tuple(w.first_batches),
+                       per_step_s=tuple(t.loading_s), first_batch_s=tuple(t.first_batches),
                        source=f"time inside DataLoader iterators' __next__ in the "
-                              f"{len(w.loading_s)} timed steps (unprofiled); {how}")
+                              f"{len(t.loading_s)} timed steps (unprofiled); {how}")

@@ -9,6 +9,8 @@
   (collate) run inside that wait, so their busy time is not added again;
 - outside any op: busy time the budget holds outside every counted op (kernels no
   counted op launched, on CUDA), where there is any;
+- communication (a torchrun job): the exposed communication the budget's fourth part
+  holds (transfer and waiting for a late rank, none of it hidden behind compute);
 - other host time (phases.OTHER_HOST): the rest of T_wall, host time in no phase's ops
   (Python, dispatch, launches; on CUDA, the GPU idle for them).
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from gobrrr.budget import Budget
-from gobrrr.phases import DATA_LOADING, OTHER_HOST
+from gobrrr.phases import COMMUNICATION, DATA_LOADING, OTHER_HOST
 
 __all__ = ["step_phases", "OUTSIDE_OPS"]
 
@@ -51,6 +53,9 @@ def step_phases(b: Budget) -> dict[str, dict[str, Any]]:
     outside = b.busy_s - rows_s * k
     if outside > 1e-3 * wall:  # float dust of the sums is not a phase
         rows[OUTSIDE_OPS] = (outside, "busy time outside every counted op")
+    if b.communication_s:
+        rows[COMMUNICATION] = (b.communication_s, "exposed communication (transfer and "
+                               "waiting), not hidden behind compute")
     ordered = dict(sorted(rows.items(), key=lambda kv: -kv[1][0]))
     other = max(0.0, wall - sum(t for t, _ in ordered.values()))
     ordered[OTHER_HOST] = (other, "T_wall minus the phases above")

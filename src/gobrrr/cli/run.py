@@ -59,7 +59,7 @@ def run(module: str | None, warmup: int, steps: int, profiled: int,
         raise click.UsageError("give a script (gobrrr run train.py ...) or -m MODULE")
     script, args = (None, list(argv)) if module is not None else (argv[0], list(argv[1:]))
     run_guarded(lambda: check_writable(json_path, html_path, trace_path))
-    say = progress_printer(quiet)
+    say = _rank_zero(progress_printer(quiet))
     result = run_guarded(lambda: _run(script, module, args, warmup, steps, profiled,
                                       exit_after, json_path, html_path, trace_path, say))
     raise SystemExit(_finish(result))
@@ -80,6 +80,18 @@ def _run(script: str | None, module: str | None, args: list[str], warmup: int,
                       progress=say, deliver=deliver)
 
 
+def _rank_zero(say: Callable[[str], None]) -> Callable[[str], None]:
+    """Under torchrun (RANK set in every rank's environment) the other ranks' progress
+    would repeat rank 0's line for line: only their warnings are shown."""
+    import os
+
+    from gobrrr.errors import WARNING
+
+    if os.environ.get("RANK", "0") == "0":
+        return say
+    return lambda msg: say(msg) if msg.startswith(WARNING) else None
+
+
 def _finish(result: Any) -> int:
     """After the script: its traceback (its own frames), the report on stdout, and the
     script's exit status."""
@@ -94,7 +106,7 @@ def _finish(result: Any) -> int:
         sys.stdout.flush()
         with stdout_guarded():
             print_report(result.report.to_dict())
-    else:  # one line, even with --quiet: the user asked for a report
+    elif not result.elsewhere:  # one line, even with --quiet: the user asked for one
         sys.stderr.write(f"gobrrr run: {result.why}\n")
     return int(result.exit_code)
 

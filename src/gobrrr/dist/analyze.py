@@ -24,8 +24,9 @@ rank 0's run and the merged section.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -145,9 +146,15 @@ def _check_one_job(spans: list[tuple[int, str, tuple[float, float] | None]]) -> 
 
 
 def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = None,
-                  progress: Progress | None = None) -> Report:
+                  progress: Progress | None = None,
+                  run_of: Callable[[int, MeasuredRun], MeasuredRun] | None = None,
+                  facts_for: Callable[[Any], dict[str, Any]] | None = None,
+                  first_notes: Sequence[str] = (FROM_TRACES_NOTE,)) -> Report:
     """The merged Report of the ranks' traces (module docstring); `headers` in rank
-    order, already checked to be one job's (analyze.check_traces)."""
+    order, already checked to be one job's (analyze.check_traces). A source that timed
+    the ranks itself (`gobrrr run` under torchrun: script.py) passes `run_of` (rank, the
+    trace's run -> the run with its own timing, read before the accounting), `facts_for`
+    (the merged section -> the remedies' facts) and its own `first_notes`."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     info0 = headers[0].distributed or {}
@@ -181,8 +188,9 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
     runs: list[MeasuredRun] = []
     summaries = []
     for a, t in zip(analyses, traces, strict=True):
-        acc = account(t, matched, a.run.wall_s, None)
-        run = replace(a.run, communication_s=acc.communication_s)
+        timed = a.run if run_of is None else run_of(t.rank, a.run)
+        acc = account(t, matched, timed.wall_s, None)
+        run = replace(timed, communication_s=acc.communication_s)
         runs.append(run)
         summaries.append(summarize_rank(t.rank, budget_for(run, a.ceilings), t, acc,
                                         host=a.header.meta.get("host_name"),
@@ -196,6 +204,7 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
                     "transfer/waiting split")
     section = merge(summaries, world_size=world_size,
                     backend=str(info0.get("backend", "?")), device=analyses[0].device,
-                    experiments=False, notes_first=[FROM_TRACES_NOTE, *match_notes],
+                    experiments=False, notes_first=[*first_notes, *match_notes],
                     notes_last=tail)
-    return report_for(runs[0], analyses[0].ceilings, distributed=section, started_s=t0)
+    return report_for(runs[0], analyses[0].ceilings, distributed=section, started_s=t0,
+                      facts=None if facts_for is None else facts_for(section))
