@@ -302,14 +302,9 @@ def deliver(writes: Sequence[tuple[Path, Callable[[Path], Any]]],
     that fails (disk full) still lets stdout have the result, then exits 2 with one line
     naming what could not be written. stdout itself failing (`--json > /dev/full`, a
     closed pipe) is one line too, not a traceback."""
-    failed: list[str] = []
-    for path, write in writes:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write(path)
-            say(f"wrote {path}")
-        except OSError as exc:
-            failed.append(f"cannot write {path}: {exc.strerror or exc}")
+    from gobrrr.show.files import write_files
+
+    failed = write_files(writes, say)
     with stdout_guarded():
         show()
     if failed:

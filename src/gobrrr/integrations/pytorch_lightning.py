@@ -1,13 +1,6 @@
-"""`GobrrrCallback` for the older `pytorch_lightning` package (its Trainer accepts only
-its own Callbacks); `gobrrr.integrations.lightning` has the same for `lightning`.
-
-    from gobrrr.integrations.pytorch_lightning import GobrrrCallback
-    trainer = pytorch_lightning.Trainer(max_steps=200, callbacks=[GobrrrCallback(json="g.json")])
-
-Each optimizer step is a step (lightning_body.py); the window is `gobrrr run`'s, the
-report is written when it closes and printed when training ends. Under DDP only the
-global-zero rank measures its steps (no merged report from a callback yet).
-"""
+"""`GobrrrCallback` for the older `pytorch_lightning` package: the same callback as
+`gobrrr.integrations.lightning`'s (its docstring says how to use it), on this package's
+Callback base, since a Trainer accepts only its own package's callbacks."""
 
 from __future__ import annotations
 

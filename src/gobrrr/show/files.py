@@ -4,13 +4,13 @@ callbacks): each one that cannot be written is a warning, never the program's fa
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gobrrr.errors import WARNING
 
-__all__ = ["write_report_files"]
+__all__ = ["write_report_files", "write_files"]
 
 
 def write_report_files(d: Mapping[str, Any], json_path: Path | None, html_path: Path | None,
@@ -27,10 +27,20 @@ def write_report_files(d: Mapping[str, Any], json_path: Path | None, html_path: 
         writes.append((trace_path, lambda p: save_trace(d, p)))
     if html_path is not None:
         writes.append((html_path, lambda p: save_html(d, p)))
+    for failed in write_files(writes, say):
+        say(f"{WARNING}{failed}")
+
+
+def write_files(writes: Sequence[tuple[Path, Callable[[Path], Any]]],
+                say: Callable[[str], None]) -> list[str]:
+    """Each file written (its folder created), `say`ing so; the ones that failed, one
+    line each ("cannot write PATH: why"), for the caller to warn or fail with."""
+    failed: list[str] = []
     for path, write in writes:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write(path)
             say(f"wrote {path}")
         except OSError as exc:
-            say(f"{WARNING}cannot write {path}: {exc.strerror or exc}")
+            failed.append(f"cannot write {path}: {exc.strerror or exc}")
+    return failed
