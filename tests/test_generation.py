@@ -1,0 +1,111 @@
+"""LLM generation read as prefill and decode (gobrrr.generation, issue 21's first part):
+the bytes a decode step reads, exact against hand arithmetic on tiny configs (GPT-2:
+tied head, learned positions; LLaMA-style: GQA, untied head), the phases found from the
+model's own forward calls, bad input in one line."""
+
+import pytest
+import torch
+
+from gobrrr.errors import UserError
+from gobrrr.generation import cache_bytes_per_position, decode_bytes, profile_generation
+
+transformers = pytest.importorskip("transformers")
+
+F32 = 4
+
+
+def _gpt2():
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=100,
+                                  n_positions=64, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+def _llama():
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=100,
+                                   max_position_embeddings=64, tie_word_embeddings=False,
+                                   bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def _n(model):
+    return sum(p.numel() for p in model.parameters())  # each tensor once (tied: once)
+
+
+def test_gpt2_bytes_tied_head_read_whole_positions_one_row():
+    m = _gpt2()
+    b = decode_bytes(m)
+    # wte (100 x 32) is the head's weight too: read whole; wpe (64 x 32): one row
+    assert b.weights_bytes == (_n(m) - 64 * 32) * F32
+    assert b.embedding_row_bytes == 32 * F32
+    # 2 layers x K and V x 4 heads x 8 dims
+    assert b.kv_bytes_per_position == 2 * 2 * 4 * 8 * F32 and b.kv_source == "the config"
+    assert b.step_bytes(batch=3, position=10) == b.weights_bytes + 3 * (32 * F32 + 10 * 512)
+
+
+def test_llama_gqa_untied_embedding_is_one_row_and_the_cache_has_two_kv_heads():
+    m = _llama()
+    b = decode_bytes(m)
+    assert b.weights_bytes == (_n(m) - 100 * 64) * F32  # embed_tokens: one row a token
+    assert b.embedding_row_bytes == 64 * F32
+    # 2 layers x K and V x 2 KV heads (not 4) x head_dim 16
+    assert b.kv_bytes_per_position == 2 * 2 * 2 * 16 * F32
+
+
+def test_the_cache_the_model_returns_is_counted_and_agrees_with_the_config():
+    m = _llama()
+    ids = torch.randint(0, 100, (2, 8))
+    with torch.inference_mode():
+        out = m(input_ids=ids, use_cache=True)
+    assert cache_bytes_per_position(out.past_key_values) == (2 * 2 * 2 * 16 * F32, 8)
+    b = decode_bytes(m, out.past_key_values)
+    assert b.kv_source == "the cache" and b.kv_bytes_per_position == 2 * 2 * 2 * 16 * F32
+
+
+@pytest.mark.parametrize("build", [_gpt2, _llama])
+def test_generate_is_one_prefill_then_a_decode_step_per_new_token(build):
+    m = build()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    ids = torch.randint(1, 100, (2, 8))
+    prof = profile_generation(m, ids, 6, warmup=0, bandwidth_bytes_per_s=1e10,
+                              pad_token_id=0)
+    assert prof.batch == 2 and prof.prompt_len == 8 and prof.new_tokens == 6
+    assert len(prof.decode_s) == 5 and prof.prefill_s > 0
+    assert prof.positions == [9, 10, 11, 12, 13]
+    assert prof.bytes.kv_source == "the cache"
+    # the bound: 2 tokens a step at the mean step bytes over 10 GB/s
+    mean_bytes = sum(prof.bytes.step_bytes(2, p) for p in range(9, 14)) / 5
+    assert prof.step_bytes == pytest.approx(mean_bytes)
+    assert prof.bound_tokens_per_s == pytest.approx(2 * 1e10 / mean_bytes)
+    assert prof.mbu == pytest.approx(prof.decode_tokens_per_s / prof.bound_tokens_per_s)
+    d = prof.to_dict()
+    assert d["decode"]["steps"] == 5 and d["prefill"]["tokens_per_s"] > 0
+    # hooks removed, weights untouched
+    assert not m._forward_hooks and not m._forward_pre_hooks
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
+
+
+def test_a_users_own_decode_loop_is_read_the_same_way():
+    m = _llama()
+
+    def loop(model, ids, n):  # greedy, with the cache, as people write it
+        out = model(input_ids=ids, use_cache=True)
+        cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        for _ in range(n - 1):
+            out = model(input_ids=tok, past_key_values=cache, use_cache=True)
+            cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+
+    prof = profile_generation(m, torch.randint(1, 100, (1, 5)), 4, warmup=0, generate=loop)
+    assert len(prof.decode_s) == 3 and prof.positions == [6, 7, 8]
+
+
+def test_bad_input_is_one_line():
+    m = _gpt2()
+    ids = torch.randint(1, 100, (1, 4))
+    with pytest.raises(UserError, match="at least 2 new tokens"):
+        profile_generation(m, ids, 0)
+    with pytest.raises(UserError, match="has no generate"):
+        profile_generation(torch.nn.Linear(4, 4), ids, 4)
