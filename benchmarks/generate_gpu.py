@@ -3,7 +3,7 @@ with random weights: GPT-2 small and TinyLlama-1.1B, batch 1 and 8, a 128-token 
 64 new tokens, greedy; plain `generate` and `cache_implementation="static"` (which
 transformers compiles). Each row: prefill time, decode tokens/s, the bytes a decode step
 reads, the bandwidth bound at calibrate's measured bandwidth and the fraction of it
-reached (MBU). Writes one JSON list.
+reached (MBU); prefill's FLOPs and MFU against calibrate's peak. Writes one JSON list.
 
   python benchmarks/generate_gpu.py --out results.json [--device cuda] [--tiny]
 
@@ -51,8 +51,9 @@ def main() -> None:
     p.add_argument("--new", type=int, default=64)
     a = p.parse_args()
     dtype = torch.bfloat16 if a.device == "cuda" else torch.float32
-    bw = calibrate(a.device, progress=lambda m: print(m, file=sys.stderr)
-                   ).bandwidth_bytes_per_s
+    ceil = calibrate(a.device, progress=lambda m: print(m, file=sys.stderr))
+    bw = ceil.bandwidth_bytes_per_s
+    peak = ceil.peak_flops_per_s["bf16" if dtype == torch.bfloat16 else "fp32"]
     rows = []
     for name in ("gpt2", "tinyllama-1.1b"):
         model = build(name, a.device, dtype, a.tiny)
@@ -66,7 +67,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 try:
                     prof = profile_generation(model, ids, a.new, warmup=2,
-                                              bandwidth_bytes_per_s=bw, **kw)
+                                              bandwidth_bytes_per_s=bw,
+                                              peak_flops_per_s=peak, **kw)
                 except Exception as exc:  # a row that fails says why; the others run
                     rows.append({"workload": name, "batch": batch, "cache": cache,
                                  "error": f"{type(exc).__name__}: {exc}"[:500]})

@@ -71,7 +71,7 @@ def test_generate_is_one_prefill_then_a_decode_step_per_new_token(build):
     before = {k: v.clone() for k, v in m.state_dict().items()}
     ids = torch.randint(1, 100, (2, 8))
     prof = profile_generation(m, ids, 6, warmup=0, bandwidth_bytes_per_s=1e10,
-                              pad_token_id=0)
+                              peak_flops_per_s=1e11, pad_token_id=0)
     assert prof.batch == 2 and prof.prompt_len == 8 and prof.new_tokens == 6
     assert len(prof.decode_s) == 5 and prof.prefill_s > 0
     assert prof.positions == [9, 10, 11, 12, 13]
@@ -83,6 +83,16 @@ def test_generate_is_one_prefill_then_a_decode_step_per_new_token(build):
     assert prof.mbu == pytest.approx(prof.decode_tokens_per_s / prof.bound_tokens_per_s)
     d = prof.to_dict()
     assert d["decode"]["steps"] == 5 and d["prefill"]["tokens_per_s"] > 0
+    # prefill FLOPs: 2 per matmul weight per token (the head included), plus attention's
+    # 4 T^2 d per head and layer where torch's flop counter counts the SDPA kernel (it
+    # does not count CPU's _scaled_dot_product_flash_attention_for_cpu in torch 2.13)
+    lin = sum(mod.weight.numel() for mod in m.modules()
+              if type(mod).__name__ in ("Linear", "Conv1D"))
+    heads, head_dim = m.config.num_attention_heads, m.config.hidden_size // \
+        m.config.num_attention_heads
+    attention = 2 * 4 * 2 * heads * 8 * 8 * head_dim  # layers x 4 x B x heads x T^2 x d
+    assert prof.prefill_flops in (2 * 2 * 8 * lin, 2 * 2 * 8 * lin + attention)
+    assert prof.mfu == pytest.approx(prof.prefill_flops / prof.prefill_s / 1e11)
     # hooks removed, weights untouched
     assert not m._forward_hooks and not m._forward_pre_hooks
     assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())

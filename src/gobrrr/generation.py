@@ -21,6 +21,10 @@ be set against the memory-bandwidth limit (MBU, the fraction of it reached).
 - The bound: B tokens per step at (bytes / measured bandwidth) per step, so the
   bandwidth-bound tokens/s is B x bandwidth / mean step bytes over the decode steps.
 
+Prefill's FLOPs come from one more forward over the prompt under torch's FlopCounterMode
+(the same shapes; matmuls and attention, as the flop counter counts them), so MFU is
+those FLOPs over the measured prefill time over the compute peak given.
+
 Timing: the host clock at each forward's start, with a device synchronization there on
 CUDA, so a step's time is from its forward's start to the next one's: the forward and
 the host work between forwards (sampling, stopping checks, cache bookkeeping) alike.
@@ -158,6 +162,15 @@ class GenerationProfile:
     bandwidth_bytes_per_s: float | None
     device: str
     notes: list[str] = field(default_factory=list)
+    prefill_flops: int | None = None  # FlopCounterMode over one forward of the prompt
+    peak_flops_per_s: float | None = None
+
+    @property
+    def mfu(self) -> float | None:
+        """Prefill's achieved FLOP/s over the compute peak."""
+        if not (self.prefill_flops and self.peak_flops_per_s and self.prefill_s > 0):
+            return None
+        return self.prefill_flops / self.prefill_s / self.peak_flops_per_s
 
     @property
     def new_tokens(self) -> int:
@@ -206,7 +219,12 @@ class GenerationProfile:
             "new_tokens": self.new_tokens, "device": self.device,
             "prefill": {"seconds": self.prefill_s,
                         "tokens_per_s": (self.batch * self.prompt_len / self.prefill_s
-                                         if self.prefill_s > 0 else None)},
+                                         if self.prefill_s > 0 else None),
+                        "flops": self.prefill_flops,
+                        "flops_per_token": (self.prefill_flops / (self.batch
+                                                                   * self.prompt_len)
+                                            if self.prefill_flops else None),
+                        "peak_flops_per_s": self.peak_flops_per_s, "mfu": self.mfu},
             "decode": {"steps": len(self.decode_s), "step_s": self.decode_s,
                        "median_step_s": self.decode_step_s,
                        "tokens_per_s": self.decode_tokens_per_s,
@@ -239,6 +257,7 @@ def _cache_of(out: Any) -> Any:
 
 def profile_generation(model: Any, input_ids: Any, new_tokens: int, *,
                        warmup: int = 1, bandwidth_bytes_per_s: float | None = None,
+                       peak_flops_per_s: float | None = None,
                        generate: Callable[..., Any] | None = None,
                        **generate_kwargs: Any) -> GenerationProfile:
     """Greedy generation of exactly `new_tokens` tokens after `input_ids` (B x T), run
@@ -290,7 +309,24 @@ def profile_generation(model: Any, input_ids: Any, new_tokens: int, *,
                 h.remove()
         # read the cache's size now, before it is freed or reused
         dbytes = decode_bytes(model, caches[0] if caches else None)
-    return _profile(calls, end, input_ids, dbytes, bandwidth_bytes_per_s, device)
+        flops = _prefill_flops(model, input_ids)
+    prof = _profile(calls, end, input_ids, dbytes, bandwidth_bytes_per_s, device)
+    prof.prefill_flops, prof.peak_flops_per_s = flops, peak_flops_per_s
+    return prof
+
+
+def _prefill_flops(model: Any, input_ids: Any) -> int | None:
+    """FLOPs of one forward over the prompt (FlopCounterMode); None if it cannot run."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    try:
+        with counter:
+            model(input_ids=input_ids)
+    except TypeError:  # not an HF model: its forward takes the ids positionally
+        with counter:
+            model(input_ids)
+    return int(counter.get_total_flops()) or None
 
 
 def _profile(calls: list[tuple[float, int | None]], end: float, input_ids: Any,
