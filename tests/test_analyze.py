@@ -495,3 +495,30 @@ def test_a_closure_inside_the_optimizer_step_is_forward_and_backward(tmp_path,
     assert by_phase["backward"]
     # SGD's own update stays the optimizer's (foreach or per-parameter add_)
     assert by_phase["optimizer"] & {"aten::add_", "aten::_foreach_add_"}
+
+
+def test_prefill_and_decode_ranges_in_a_users_loop_are_the_phases(tmp_path, cpu_ceilings):
+    # issue 21: a decode loop that marks its phases with record_function is read per
+    # phase by analyze, as doctor would name them
+    from torch.profiler import record_function
+
+    torch.manual_seed(0)
+    emb, head = torch.nn.Embedding(64, 32), torch.nn.Linear(32, 64)
+    ids = torch.randint(0, 64, (2, 16))
+
+    @torch.inference_mode()
+    def generate():
+        with record_function("prefill"):
+            tok = head(emb(ids)).softmax(-1)[:, -1:].argmax(-1)
+        for _ in range(4):
+            with record_function("decode"):
+                tok = head(emb(tok)).softmax(-1).argmax(-1)
+
+    r = analyze([record(tmp_path / "gen.json", generate, ())], ceilings=cpu_ceilings)
+    by_phase = {}
+    for c in r.counts.records:
+        by_phase.setdefault(c.phase, []).append(c.op)
+    assert set(by_phase) == {"prefill", "decode"}, by_phase
+    assert by_phase["prefill"].count("aten::embedding") == 1
+    assert by_phase["decode"].count("aten::embedding") == 4
+    assert {row.name for row in r.budget.per_phase} == {"prefill", "decode"}

@@ -17,7 +17,8 @@ The vocabulary:
 - DATA_LOADING: the ops inside a DataLoader iterator's `__next__` (collate, pinning),
   which torch marks with an `enumerate(DataLoader)#...` range in every trace.
 - PREFILL, DECODE: phases a source knows from what a step is (a generation's forward over
-  many new positions, then over one).
+  many new positions, then over one), or that a trace's `record_function("prefill")` /
+  `("decode")` ranges name.
 - COMMUNICATION: collectives (torch.distributed's dispatcher ops, NCCL kernels): never
   compute or memory.
 - any other string: the name of the user's `torch.profiler.record_function` range the
@@ -33,7 +34,7 @@ __all__ = ["FORWARD", "BACKWARD", "OPTIMIZER", "COMPILED", "DATA_LOADING", "PREF
            "DECODE", "COMMUNICATION", "KNOWN", "COLLECTIVE_NAMESPACES", "is_collective",
            "launches_collective", "AUTOGRAD_RANGE", "OPTIMIZER_RANGE", "OPTIMIZER_STEP_RANGE",
            "DATA_LOADER_RANGE",
-           "range_label", "OTHER_HOST",
+           "range_label", "OTHER_HOST", "GENERATION_RANGES",
            "dispatched_ops", "working_ops", "is_inference"]
 
 FORWARD = "forward"
@@ -74,12 +75,20 @@ DATA_LOADER_RANGE = "enumerate(DataLoader)#"
 OTHER_HOST = "other host time"
 
 
+# A user's `record_function("prefill")` / `("decode")` ranges (any case) name a
+# generation's phases (issue 21).
+GENERATION_RANGES = {PREFILL: PREFILL, DECODE: DECODE}
+
+
 def range_label(name: str, module: str, phase: str) -> tuple[str, str]:
     """The (module, phase) of what runs inside a profiler range named `name`, given
     those outside it: autograd's engine marks the backward pass, an optimizer's
     `Optimizer.step#Adam.step` (or `Optimizer.zero_grad#...`) its step, a DataLoader
-    iterator's `__next__` the data loading, and any other range names the module inside
-    it and keeps the phase."""
+    iterator's `__next__` the data loading, a range named prefill or decode that phase
+    of a generation, and any other range names the module inside it and keeps the
+    phase."""
+    if (gen := GENERATION_RANGES.get(name.strip().lower())) is not None:
+        return name, gen
     if name.startswith(AUTOGRAD_RANGE):
         return BACKWARD, BACKWARD
     if name.startswith(DATA_LOADER_RANGE):
