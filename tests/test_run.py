@@ -421,3 +421,29 @@ def test_under_torchrun_every_rank_runs_in_place_and_rank_0_merges(tmp_path):
     # the DDP remedies come from the same facts doctor gives them
     assert any(r["spec"] == "gradient_as_bucket_view" for r in d["remedies"]), \
         [r["spec"] for r in d["remedies"]]
+
+
+def test_a_step_gradscaler_skipped_still_ends_a_step(tmp_path):
+    # AMP's GradScaler skips optimizer.step() on inf gradients (iteration 3 here): the
+    # script still made 7 steps, and the window (1 + 4 + 1 + 1) closes on the 7th
+    script = write(tmp_path, "amp.py", textwrap.dedent('''
+        import torch
+        torch.set_num_threads(1)
+        model = torch.nn.Linear(16, 16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        scaler = torch.amp.GradScaler("cpu")
+        for i in range(7):
+            loss = model(torch.randn(4, 16)).square().mean()
+            if i == 2:
+                loss = loss * float("inf")
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    '''))
+    res = run_script(str(script), [], opts=ScriptOptions(warmup=1, steps=4, profiled=1))
+    assert res.exit_code == 0 and res.report is not None, res.why
+    d = res.report.to_dict()
+    assert d["steps"]["count"] == 4
+    assert any(n.startswith("1 step(s) in the window skipped their optimizer step")
+               for n in d["notes"])

@@ -132,6 +132,8 @@ class _Watcher:
         self.outer: Any = None  # the first outermost module
         self.modules: dict[int, Any] = {}  # the outermost modules seen (facts)
         self.optimizers: dict[int, Any] = {}
+        self.opt_steps = 0  # optimizer steps taken (the global hook)
+        self.skipped_steps = 0  # GradScaler-skipped steps inside the timed+profiled window
         # each DataLoader's arguments, read when one of its iterators starts: the loader
         # itself may be a temporary (`for x in DataLoader(...)`), and gobrrr keeps no
         # reference to it
@@ -172,6 +174,7 @@ class _Watcher:
                 me.outermost_done(module)
 
         def opt_post(opt: Any, _args: Any, _kwargs: Any) -> None:
+            me.opt_steps += 1
             me.optimizers.setdefault(id(opt), opt)
             me.optimizer_stepped(opt)
 
@@ -202,7 +205,32 @@ class _Watcher:
         for name, new in (("__init__", init), ("__next__", next_)):
             self.patched.append((cls, name, cls.__dict__[name]))
             setattr(cls, name, new)
+        self._patch_grad_scaler()
         ACTIVE.append(self)
+
+    def _patch_grad_scaler(self) -> None:
+        """AMP's GradScaler skips optimizer.step() when the gradients hold inf or NaN (its
+        scale is being found, in the first steps mostly): the script still made a step,
+        so a skipped one ends a step too, and is counted."""
+        from torch.amp import grad_scaler
+
+        gs = grad_scaler.GradScaler
+        orig_step = gs.__dict__["step"]
+        me = self
+
+        def scaler_step(scaler: Any, optimizer: Any, *a: Any, **kw: Any) -> Any:
+            before = me.opt_steps
+            try:
+                return orig_step(scaler, optimizer, *a, **kw)
+            finally:
+                if me.opt_steps == before:  # skipped: no optimizer step hook ran
+                    if me.phase in (me.TIMED, me.PROFILED):
+                        me.skipped_steps += 1
+                    me.optimizers.setdefault(id(optimizer), optimizer)
+                    me.optimizer_stepped(optimizer)
+
+        self.patched.append((gs, "step", orig_step))
+        gs.step = scaler_step
 
     def uninstall(self) -> None:
         for h in [*self.module_hooks, *self.hooks]:
@@ -570,13 +598,14 @@ class _Timed:
     first_batches: list[float]
     series: list[tuple[str, float]]
     loaders: list[LoaderFacts]
+    skipped_steps: int = 0
 
     @classmethod
     def of(cls, w: _Watcher, rank: int) -> _Timed:
         assert w.source is not None
         return cls(rank, w.source, w.device, w.opts.warmup, w.opts.profiled,
                    list(w.step_s), w.window_s, list(w.loading_s), list(w.first_batches),
-                   list(w.series), list(w.loaders))
+                   list(w.series), list(w.loaders), w.skipped_steps)
 
 
 def _ranks() -> tuple[int, int]:
@@ -631,6 +660,10 @@ def _script_run(t: _Timed, name: str, traced: MeasuredRun,
                      "bound, of the unprofiled steps'")
     if loading is not None:
         notes.append(f"data loading: {loading.source}")
+    if t.skipped_steps:
+        notes.append(f"{t.skipped_steps} step(s) in the window skipped their optimizer "
+                     "step (AMP's GradScaler found inf/NaN gradients): each still ends a "
+                     "step")
     notes.append(IN_PLACE_NOTE)
     return MeasuredRun(
         source="script",
