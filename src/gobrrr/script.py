@@ -230,7 +230,7 @@ class _Watcher:
                     me.optimizer_stepped(optimizer)
 
         self.patched.append((gs, "step", orig_step))
-        gs.step = scaler_step
+        setattr(gs, "step", scaler_step)  # noqa: B010 (a class attribute, restored after)
 
     def uninstall(self) -> None:
         for h in [*self.module_hooks, *self.hooks]:
