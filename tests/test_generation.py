@@ -119,3 +119,87 @@ def test_bad_input_is_one_line():
         profile_generation(m, ids, 0)
     with pytest.raises(UserError, match="has no generate"):
         profile_generation(torch.nn.Linear(4, 4), ids, 4)
+
+
+# ---------------------------------------------------------------- doctor --generate
+
+
+@pytest.mark.usefixtures("cached_cpu_ceilings")
+def test_the_generation_report_has_prefill_and_decode_phases_and_the_bound():
+    from gobrrr.generation_run import BETWEEN, PROFILED_TOKENS, diagnose_generation
+    from gobrrr.schema import validate
+
+    m = _llama()
+    ids = torch.randint(1, 100, (2, 8))
+    rep = diagnose_generation(m, ids, 12, name="tiny-llama")
+    d = rep.to_dict()
+    validate(d, "report")
+    g = d["generation"]
+    assert g["new_tokens"] == 12 and g["decode"]["steps"] == 11
+    assert g["profiled_new_tokens"] == PROFILED_TOKENS
+    assert g["decode"]["kv_source"] == "the cache"
+    # the cached ceilings' bandwidth (conftest): 2e10 B/s
+    assert g["decode"]["bound_tokens_per_s"] == pytest.approx(2 * 2e10 / g["decode"][
+        "step_bytes"])
+    # the profiled 8-token generation: one prefill forward, 7 decode forwards, and
+    # generate's own ops between them
+    calls = {}
+    for r in rep.counts.records:
+        if r.op == "aten::embedding":
+            calls[r.phase] = calls.get(r.phase, 0) + 1
+    assert calls == {"prefill": 1, "decode": PROFILED_TOKENS - 1}
+    assert {"prefill", "decode"} <= set(d["phases"]) and BETWEEN in d["phases"]
+    assert d["workload"]["source"] == "generation"
+    assert [s["name"] for s in d["steps"]["shown"]][:2] == ["prefill", "decode 1"]
+    # rendered: the terminal's generation lines and the page's section
+    from gobrrr.show import html
+    from gobrrr.show.terminal import generation_lines
+
+    lines = generation_lines(g)
+    assert lines[0].startswith("generation: 12 new tokens after 2 x 8 prompt tokens")
+    assert lines[2].startswith("  decode ") and "(MBU)" in lines[2]
+    assert "Generation: prefill and decode" in html(d)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("cached_cpu_ceilings")
+def test_doctor_generate_on_gpt2_and_its_bad_input(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def doctor(*args):
+        return subprocess.run([sys.executable, "-m", "gobrrr", "doctor", *args, "-q"],
+                              capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, NO_COLOR="1"))
+
+    p = doctor("hf:gpt2", "--device", "cpu", "--generate", "3", "--seq-len", "8", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(p.stdout)
+    assert d["generation"]["decode"]["steps"] == 2 and d["generation"]["batch"] == 1
+    assert d["workload"]["model"]["class"] == "GPT2LMHeadModel"
+    for args, line in [(["hf:gpt2", "--generate", "1"], "1 is not in the range x>=2"),
+                       (["examples:mlp", "--generate", "4"], "--generate takes an hf: causal"),
+                       (["hf:bert-base-uncased", "--generate", "4"], "not a causal LM"),
+                       (["hf:gpt2", "--generate", "4", "--train"], "do not go together")]:
+        bad = doctor(*args, "--device", "cpu")
+        assert bad.returncode == 2 and line in bad.stderr, (args, bad.stderr[-500:])
+
+
+@pytest.mark.cuda
+def test_generation_on_cuda_reads_kernels_per_phase():
+    # the same source on the GPU: decode's kernels carry its phase, the bound is the
+    # calibrated bandwidth's (run on the device machine)
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from gobrrr.generation_run import diagnose_generation
+
+    m = _llama().to("cuda")
+    ids = torch.randint(1, 100, (1, 16), device="cuda")
+    d = diagnose_generation(m, ids, 16, name="tiny-llama").to_dict()
+    g = d["generation"]
+    assert g["device"] == "cuda" and g["decode"]["mbu"] is not None
+    assert g["decode"]["kv_source"] == "the cache"
+    rows = {r["name"]: r for r in d["budget"]["per_phase"]}
+    assert rows["decode"]["time_s"] > 0 and rows["prefill"]["time_s"] > 0

@@ -43,6 +43,7 @@ from gobrrr.timing import device_sync
 from gobrrr.units import fmt_num, fmt_s
 
 __all__ = ["DecodeBytes", "GenerationProfile", "decode_bytes", "cache_bytes_per_position",
+           "new_positions",
            "profile_generation", "APPROXIMATE_NOTE"]
 
 APPROXIMATE_NOTE = ("decode bytes: weights once per step, one embedding row per sequence "
@@ -239,7 +240,7 @@ class GenerationProfile:
         }
 
 
-def _new_positions(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int | None:
+def new_positions(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int | None:
     """How many new positions per sequence a forward call computes."""
     ids = kwargs.get("input_ids", args[0] if args else None)
     if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 2:
@@ -289,7 +290,7 @@ def profile_generation(model: Any, input_ids: Any, new_tokens: int, *,
 
     def pre(_m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         sync()
-        calls.append((time.perf_counter(), _new_positions(args, kwargs)))
+        calls.append((time.perf_counter(), new_positions(args, kwargs)))
 
     def post(_m: Any, _args: Any, _kwargs: Any, out: Any) -> None:
         if not caches and (c := _cache_of(out)) is not None:

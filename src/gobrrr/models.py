@@ -260,7 +260,10 @@ def _hf_from_config(auto_class: Any, config: Any, notes: list[str]) -> Any:
         return auto_class.from_config(config, attn_implementation="eager")
 
 
-def _hf_builder(name: str, device: str, options: ModelOptions) -> Builder:
+def _hf_setup(name: str, device: str, options: ModelOptions, *, use_cache: bool
+              ) -> tuple[Any, Any, Any, int, Any]:
+    """(transformers, the table entry, its config, the sequence length, the Auto class)
+    for hf:NAME, every option checked before any build."""
     target = f"hf:{name}"
     if options.image_size is not None:
         raise UserError(f"--image-size is for timm: and torchvision: targets; {target} "
@@ -271,9 +274,9 @@ def _hf_builder(name: str, device: str, options: ModelOptions) -> Builder:
                         "download from the Hugging Face Hub (gobrrr builds models offline "
                         f"with random weights); known: {', '.join(known_hf_names())}")
     transformers = _import("transformers", "hf:")
-    # use_cache=False: the key/value cache serves generation, which this step is not
+    # use_cache: the key/value cache serves generation only
     config = transformers.AutoConfig.for_model(entry.model_type, **entry.fields,
-                                               use_cache=False)
+                                               use_cache=use_cache)
     max_positions = config.max_position_embeddings
     seq_len = options.seq_len or min(max_positions, DEFAULT_SEQ_LEN.get(device, 128))
     if seq_len > max_positions:
@@ -284,6 +287,13 @@ def _hf_builder(name: str, device: str, options: ModelOptions) -> Builder:
     # Warnings about a config gobrrr built (deprecations, token ids) would interleave
     # with progress and say nothing about speed; this process is gobrrr's command.
     transformers.logging.set_verbosity_error()
+    return transformers, entry, config, seq_len, auto
+
+
+def _hf_builder(name: str, device: str, options: ModelOptions) -> Builder:
+    target = f"hf:{name}"
+    transformers, entry, config, seq_len, auto = _hf_setup(name, device, options,
+                                                           use_cache=False)
 
     def build(batch_size: int, device: str) -> _Built:
         import torch
@@ -306,6 +316,52 @@ def _hf_builder(name: str, device: str, options: ModelOptions) -> Builder:
                       _summary(model, options, f"seq {seq_len}", f"{attn} attention"))
 
     return build
+
+
+@dataclass
+class GenerationTarget:
+    """A causal LM built for generation (`doctor hf:NAME --generate N`): the model with
+    its KV cache on, eval mode, and a prompt of `seq_len` random tokens per sequence."""
+
+    target: str
+    model: Any
+    input_ids: Any
+    details: dict[str, Any]
+    description: str
+
+
+def load_generation(target: str, device: str, batch_size: int | None,
+                    options: ModelOptions) -> GenerationTarget:
+    """hf:NAME of a causal LM, for generation; --seq-len is the prompt's length."""
+    import torch
+
+    prefix, _, name = target.partition(":")
+    if prefix != "hf" or not name:
+        raise UserError(f"--generate takes an hf: causal LM (e.g. hf:gpt2, "
+                        f"hf:tinyllama-1.1b), not {target}")
+    if options.train:
+        raise UserError("--generate and --train do not go together: generation is "
+                        "inference")
+    transformers, entry, config, seq_len, auto = _hf_setup(name, device, options,
+                                                           use_cache=True)
+    if entry.head != "causal_lm":
+        raise UserError(f"{target} is a {entry.head.replace('_', ' ')}, not a causal LM: "
+                        "it does not generate")
+    notes: list[str] = []
+    model = _finish(target, device, options,
+                    lambda: _hf_from_config(auto, copy.deepcopy(config), notes)).eval()
+    batch = batch_size or 1  # generation's default: one sequence, the latency case
+    # token 0 is left out of the prompt: it is the pad token generate is given
+    ids = torch.randint(1, model.config.vocab_size, (batch, seq_len), device=device,
+                        generator=_generator(device))
+    attn = model.config._attn_implementation
+    details = _details(transformers, entry.name, model, options,
+                       config=_hf_sizes(model.config, entry.model_type),
+                       config_source=entry.source, head=entry.head, seq_len=seq_len,
+                       attn_implementation=attn, **({"attn_note": notes[0]} if notes else {}))
+    return GenerationTarget(target, model, ids, details,
+                            _summary(model, options, f"prompt {seq_len}",
+                                     f"{attn} attention", f"batch {batch}"))
 
 
 # ---------------------------------------------------------------- vision

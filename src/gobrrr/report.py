@@ -38,7 +38,8 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #      budget.kernels row's phase
 # 1.8: phases (each phase's seconds and share of the step: step_phases.py);
 #      data_loading and budget.data_loading_s (a DataLoader's wait); verdict.cause;
-#      steps.series (every step a script ran, warm-up included)
+#      steps.series (every step a script ran, warm-up included); generation (prefill and
+#      decode of `doctor hf:NAME --generate N`)
 SCHEMA_VERSION = "1.8"
 
 
@@ -67,6 +68,9 @@ class Report:
     steps: dict[str, Any] | None = None
     # the wait for data (run.DataLoading); None: the source saw no DataLoader
     data_loading: Any | None = None
+    # a generation's prefill and decode (generation.GenerationProfile.to_dict()); None:
+    # no generation was measured
+    generation: dict[str, Any] | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
                          .isoformat(timespec="seconds"))
 
@@ -116,7 +120,8 @@ class Report:
             "compiled": self.compiled.to_dict() if self.compiled is not None else None,
         } | ({} if self.steps is None else {"steps": self.steps}) | (
             {} if self.distributed is None else {"distributed": self.distributed.to_dict()}) | (
-            {} if self.data_loading is None else {"data_loading": self.data_loading.to_dict()})
+            {} if self.data_loading is None else {"data_loading": self.data_loading.to_dict()}
+        ) | ({} if self.generation is None else {"generation": self.generation})
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)

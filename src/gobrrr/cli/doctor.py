@@ -34,6 +34,11 @@ _HELP = f"Split a workload's time into compute, memory and overhead.\n\n{TARGET_
               help="Also write a self-contained HTML report here.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a Chrome/Perfetto trace of the profiled run here.")
+@click.option("--generate", "generate", type=click.IntRange(min=2), default=None,
+              metavar="N",
+              help="An hf: causal LM's greedy generation of N new tokens after a "
+                   "--seq-len prompt (default batch 1): prefill and decode apart, decode "
+                   "against its bandwidth bound (docs/generation.md).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 @click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=None,
               help="Run this diagnosis under torchrun with N processes (python -m "
@@ -54,7 +59,8 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
            image_size: int | None, dtype: str | None, train: bool, as_json: bool,
            no_experiments: bool, time_budget_s: float, quiet: bool,
            html_path: Path | None = None, trace_path: Path | None = None,
-           nproc: int | None = None, dist_timeout_s: float | None = None,
+           generate: int | None = None, nproc: int | None = None,
+           dist_timeout_s: float | None = None,
            rank_traces: Path | None = None, inter_node_gbps: float | None = None) -> None:
     """Split a workload's time into compute, memory and overhead (help: _HELP)."""
     from gobrrr.cli.common import (
@@ -67,6 +73,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         show_notes,
     )
     from gobrrr.dist.lockstep import World
+    from gobrrr.errors import UserError
 
     if nproc is not None:
         from gobrrr.dist.launch import launch
@@ -85,7 +92,11 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         dev = resolve_device(device)
         say = progress_printer(quiet or rank != 0)  # one rank speaks
         opts = ModelOptions(seq_len, image_size, dtype, train)
-        if world is not None and world.size > 1:
+        if generate is not None:
+            if world is not None and world.size > 1:
+                raise UserError("--generate runs in one process, not under torchrun")
+            report = _generation(target, dev, batch_size, opts, generate, say)
+        elif world is not None and world.size > 1:
             report = _distributed(world, target, dev, batch_size, opts, no_experiments,
                                   time_budget_s, dist_timeout_s, rank_traces, say,
                                   inter_node_gbps)
@@ -113,6 +124,21 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
     else:
         with results_only_on_stdout(as_json):
             run_guarded(body)
+
+
+def _generation(target: str | None, dev: str, batch_size: int | None, opts: Any,
+                new_tokens: int, say: Callable[[str], None]) -> Any:
+    """`doctor hf:NAME --generate N`: the generation source (generation_run.py)."""
+    from gobrrr.errors import UserError
+    from gobrrr.generation_run import diagnose_generation
+    from gobrrr.models import load_generation
+
+    if target is None:
+        raise UserError("--generate needs an hf: causal LM target (e.g. hf:gpt2)")
+    say(f"building {target} for generation on {dev}")
+    g = load_generation(target, dev, batch_size, opts)
+    return diagnose_generation(g.model, g.input_ids, new_tokens, name=target,
+                               details=g.details, description=g.description, progress=say)
 
 
 def _distributed(world: Any, target: str | None, dev: str, batch_size: int | None,

@@ -97,6 +97,36 @@ def _step_body(d: dict[str, Any]) -> Any:
     return Markup("").join(out)
 
 
+def _generation_body(g: dict[str, Any]) -> Any:
+    """A generation's two phases (report `generation`): prefill against the compute peak,
+    decode against its bandwidth bound."""
+    pre, dec = g["prefill"], g["decode"]
+
+    def pct(x: float | None) -> Any:
+        return ("-", -1.0) if x is None else (f"{100 * x:.1f}%", x)
+
+    rows = [("prefill", (fmt_s(pre["seconds"]), pre["seconds"]),
+             (f"{pre['tokens_per_s']:,.0f}" if pre.get("tokens_per_s") else "-",
+              pre.get("tokens_per_s") or 0.0),
+             "-", pct(pre.get("mfu")), "FLOPs of one prompt forward over the compute peak"),
+            ("decode (median step)", (fmt_s(dec["median_step_s"]), dec["median_step_s"]),
+             (f"{dec['tokens_per_s']:,.1f}", dec["tokens_per_s"]),
+             (f"{dec['bound_tokens_per_s']:,.0f}" if dec.get("bound_tokens_per_s") else "-",
+              dec.get("bound_tokens_per_s") or 0.0), pct(dec.get("mbu")),
+             f"{fmt_num(dec['step_bytes'], 'B')} a step (weights, embedding rows, the KV "
+             f"cache from {dec.get('kv_source', '?')}) over the measured bandwidth")]
+    from markupsafe import Markup
+
+    return Markup("").join([
+        paragraph(f"{g['new_tokens']} new tokens after {g['batch']} x {g['prompt_len']} "
+                  f"prompt tokens, greedy; prefill is "
+                  f"{100 * g.get('share_prefill', 0):.0f}% of the time. The budget below "
+                  f"is one profiled generation of {g.get('profiled_new_tokens', '?')} "
+                  "tokens.", "note"),
+        table(["phase", "time", "tokens/s", "bound tokens/s", "of the limit", "limit"],
+              rows, text_columns=(0, 5))])
+
+
 def _below_roof_table(d: dict[str, Any], total_s: float) -> Any:
     """Ops whose time their roofline does not explain: instruction-bound, or under 50% of
     their roofline, each with its reason (instruction) or likely cause (budget.py)."""
@@ -363,6 +393,8 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
         Section("verdict", "Verdict", parts.verdict(d, total_s, per)),
         Section("budget", "Time budget",
                 parts.budget(b, total_s, parts_s, per, Markup(budget_bar_svg(b)))),
+        *([Section("generation", "Generation: prefill and decode",
+                   _generation_body(d["generation"]))] if d.get("generation") else []),
         *([Section("step", "The step", _step_body(d))] if show_step else []),
         *([Section("phases", "Time by phase", _phases_body(phases, total_s))]
           if phases else []),

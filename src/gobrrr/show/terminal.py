@@ -294,6 +294,24 @@ def _printable_tree(x: Any) -> Any:
     return x
 
 
+def generation_lines(g: dict[str, Any]) -> list[str]:
+    """A generation's prefill and decode, as the report's `generation` holds them."""
+    pre, dec = g["prefill"], g["decode"]
+    mfu = "" if pre.get("mfu") is None else f", {pre['mfu']:.1%} of the compute peak (MFU)"
+    tps = "" if pre.get("tokens_per_s") is None else f", {pre['tokens_per_s']:,.0f} tokens/s"
+    lines = [f"generation: {g['new_tokens']} new tokens after {g['batch']} x "
+             f"{g['prompt_len']} prompt tokens, prefill "
+             f"{100 * g.get('share_prefill', 0):.0f}% of its time",
+             f"  prefill {fmt_s(pre['seconds'])}{tps}{mfu}"]
+    bound = ""
+    if dec.get("bound_tokens_per_s"):
+        bound = (f" of a bandwidth bound of {dec['bound_tokens_per_s']:,.0f} "
+                 f"({fmt_num(dec['step_bytes'], 'B')} a step): {dec['mbu']:.1%} (MBU)")
+    lines.append(f"  decode {fmt_s(dec['median_step_s'])} a step, "
+                 f"{dec['tokens_per_s']:,.1f} tokens/s{bound}")
+    return lines
+
+
 def print_report(report: dict[str, Any]) -> None:
     """The doctor (or analyze) report on stdout, from its dict (`Report.to_dict()`, or a
     saved --json of any 1.x version): every number is read from it; every string made
@@ -334,10 +352,13 @@ def print_report(report: dict[str, Any]) -> None:
     out.print("  ".join(
         f"[{REGIME_COLORS[k]}]{k} {fmt_s(s)} ({100 * b['fractions'][k]:.0f}%)[/]"
         for k, s in parts_s.items()))
-    if d.get("phases") and (script or d.get("data_loading")):  # report 1.8+
+    if d.get("phases") and (script or d.get("data_loading") or d.get("generation")):
         out.print("step: " + " · ".join(
             f"{escape(name)} {fmt_s(p['seconds'])} ({100 * p['share']:.0f}%)"
             for name, p in d["phases"].items()))
+    if d.get("generation"):  # report 1.8+: doctor --generate
+        for line in generation_lines(d["generation"]):
+            out.print(escape(line))
     low_s = b.get("low_roof_s")  # report 1.5+
     if b["below_roof_s"] > 0 or (low_s or 0) > 0:
         low = ("" if low_s is None else
