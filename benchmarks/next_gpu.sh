@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The next session's first GPU run (this stop had no device time): what changed on CPU
+# and needs its CUDA proof. Results under $OUT (log and JSON).
+#   OUT=/some/dir bash benchmarks/next_gpu.sh
+# 1. every cuda-marked test (generation, run, the rest);
+# 2. the generation figures: benchmarks/generate_gpu.py (GPT-2 small, TinyLlama-1.1B,
+#    bf16, batch 1 and 8, plain and static cache) and `doctor --generate 64` on both;
+# 3. a Lightning run with the callback on CUDA (the closure split read from a CUDA trace,
+#    where backward runs on the engine's device threads).
+# ijson travels as a wheel (.gpu_wheels/, carried): the machine has none.
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+exec > >(tee "$OUT/next_gpu.log") 2>&1
+python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
+export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+stamp() { echo "=== $1 ($(date -u +%FT%TZ))"; }
+stamp "cuda tests"
+timeout 400 python3 -m pytest -q -p no:cacheprovider -m "cuda or vision" tests 2>&1 | grep -v USDT | grep -e "^E " -e passed -e failed | tail -12
+stamp "generate_gpu.py"
+timeout 600 python3 benchmarks/generate_gpu.py --out "$OUT/generate_gpu.json" 2>&1 | grep -v -e USDT -e Warn | tail -12
+for m in gpt2 tinyllama-1.1b; do
+  stamp "doctor hf:$m --generate 64 --dtype bf16"
+  /usr/bin/time -f "doctor --generate $m wall %e s" timeout 300 python3 -m gobrrr doctor "hf:$m" --generate 64 \
+    --seq-len 128 --dtype bf16 --json -q > "$OUT/doctor-generate-$m.json" 2> /tmp/g.err || tail -5 /tmp/g.err
+  ls -l "$OUT/doctor-generate-$m.json"
+done
+stamp "lightning callback on CUDA"
+timeout 300 python3 - "$OUT" <<'PY'
+import json, sys, torch, lightning as L
+from torch import nn
+from gobrrr.integrations.lightning import GobrrrCallback
+class M(L.LightningModule):
+    def __init__(self):
+        super().__init__(); self.net = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024))
+    def training_step(self, b, i): return self.net(b[0]).square().mean()
+    def configure_optimizers(self): return torch.optim.AdamW(self.parameters())
+ds = torch.utils.data.TensorDataset(torch.randn(4096, 1024))
+cb = GobrrrCallback(json=f"{sys.argv[1]}/lightning-cuda.json", print_report=False)
+L.Trainer(max_steps=40, accelerator="gpu", devices=1, logger=False, enable_checkpointing=False,
+          enable_progress_bar=False, callbacks=[cb]).fit(M(), torch.utils.data.DataLoader(ds, batch_size=64))
+d = json.load(open(f"{sys.argv[1]}/lightning-cuda.json"))
+print("regime", d["regime"], {k: round(v["share"], 3) for k, v in d["phases"].items()})
+PY
