@@ -1,4 +1,9 @@
 import importlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,10 +33,50 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _calibrate_into(store: Path, **env: str) -> Path:
+    """A real calibration of this CPU by the CLI in a child process (as a user's first
+    run makes it), into the cache under `store`; returns the cache's gobrrr folder."""
+    subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--device", "cpu", "-q"],
+                   env=dict(os.environ, XDG_CACHE_HOME=str(store), **env), check=True,
+                   capture_output=True, timeout=600)
+    return store / "gobrrr"
+
+
+@pytest.fixture(scope="session")
+def _cpu_calibration(tmp_path_factory) -> Path:
+    """One calibration of this CPU for the whole session; every test gets a copy (see
+    _isolated_cache). A calibration takes 13-40 s on the 2-core CI runner, and one per
+    test that runs the doctor cost minutes of CI; the CPU's ceilings do not change within
+    a session. Tests of calibration itself are marked `uncalibrated`."""
+    return _calibrate_into(tmp_path_factory.mktemp("cpu-calibration"))
+
+
+@pytest.fixture(scope="session")
+def _one_thread_calibration(tmp_path_factory) -> Path:
+    """The same for one thread (OMP_NUM_THREADS=1, as the torchrun tests' ranks run: the
+    fingerprint holds the thread count, so the default calibration is not theirs)."""
+    return _calibrate_into(tmp_path_factory.mktemp("cpu-calibration-1t"), OMP_NUM_THREADS="1")
+
+
+@pytest.fixture(scope="module")
+def one_thread_cache(tmp_path_factory, _one_thread_calibration) -> Path:
+    """A module's own XDG_CACHE_HOME for runs with OMP_NUM_THREADS=1, holding a copy of
+    the session's one-thread calibration (filled before torchrun: rank 0 calibrating inside
+    the run while its peer waits outlasted the tests' timeouts on 2 loaded cores)."""
+    cache = tmp_path_factory.mktemp("cache")
+    shutil.copytree(_one_thread_calibration, cache / "gobrrr")
+    return cache
+
+
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path, monkeypatch):
-    # Never read or write the developer's real calibration cache from tests.
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+def _isolated_cache(request, tmp_path, monkeypatch):
+    # Never read or write the developer's real calibration cache from tests: each test
+    # has its own, holding a copy of the session's CPU calibration unless it is marked
+    # `uncalibrated` (then it starts empty, as on a machine gobrrr never ran on).
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    if request.node.get_closest_marker("uncalibrated") is None:
+        shutil.copytree(request.getfixturevalue("_cpu_calibration"), cache / "gobrrr")
 
 
 @pytest.fixture
@@ -39,8 +84,6 @@ def gobrrr_frames():
     """A function: the traceback lines of `text` that are frames of gobrrr's own code.
     By the package's directory, not by a "gobrrr/" substring: a clone in a folder named
     gobrrr (what `git clone .../gobrrr` makes) has that substring in every path."""
-    from pathlib import Path
-
     import gobrrr
 
     pkg = str(Path(gobrrr.__file__).resolve().parent)
@@ -79,7 +122,6 @@ def h200_calibration(_isolated_cache):
     schema 3: element-wise math rates included) cached as this machine's, so `analyze`
     of an H200 trace reads measured ceilings, as on that GPU. Returns the cached dict."""
     import json
-    from pathlib import Path
 
     from gobrrr.hardware import cache_dir
 

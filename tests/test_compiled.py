@@ -16,11 +16,6 @@ pytestmark = pytest.mark.slow  # each test compiles (a few seconds on a 2-core C
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "cc-cache"))
-
-
-@pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()
     yield

@@ -171,22 +171,17 @@ TIMEOUT_S = 15  # GOBRRR_DIST_TIMEOUT_S in these runs: every failure ends within
 
 
 @pytest.fixture(scope="module")
-def dist_env(tmp_path_factory):
-    """One calibration cache for the module's runs (the CPU's ceilings do not change
-    between them), one OpenMP thread per rank. The cache is filled first by one process:
-    calibrating inside the first torchrun run (rank 0 alone, its peer waiting) can take
-    longer than TIMEOUT_S on a loaded 2-core machine, and the test would time out on
-    the calibration rather than test the diagnosis."""
+def dist_env(tmp_path_factory, one_thread_cache):
+    """One calibration cache for the module's runs (conftest's one_thread_cache: the
+    one-thread calibration, filled before any torchrun run), one OpenMP thread per rank."""
     # ijson blocked: doctor must run without it (only analyze imports it); a GPU machine
     # running gobrrr from a source tree without ijson failed every distributed doctor.
     block = tmp_path_factory.mktemp("no_ijson")
     (block / "ijson.py").write_text("raise ImportError('ijson blocked by tests/test_dist.py')\n")
     env = dict(os.environ, OMP_NUM_THREADS="1", GOBRRR_DIST_TIMEOUT_S=str(TIMEOUT_S),
-               XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")), NO_COLOR="1",
+               XDG_CACHE_HOME=str(one_thread_cache), NO_COLOR="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(block),
                                                         os.environ.get("PYTHONPATH")])))
-    subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--device", "cpu", "-q"],
-                   env=env, check=True, capture_output=True, timeout=300)
     return env
 
 

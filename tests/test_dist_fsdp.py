@@ -17,13 +17,10 @@ TIMEOUT_S = 20  # GOBRRR_DIST_TIMEOUT_S in these runs: every failure ends within
 
 
 @pytest.fixture(scope="module")
-def dist_env(tmp_path_factory):
-    """One calibration cache for the module's runs, filled first by one process (as in
-    test_dist.py: calibrating inside torchrun can outlast TIMEOUT_S on 2 loaded cores)."""
+def dist_env(tmp_path_factory, one_thread_cache):
+    """One calibration cache for the module's runs (conftest's one_thread_cache)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", GOBRRR_DIST_TIMEOUT_S=str(TIMEOUT_S),
-               XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")), NO_COLOR="1")
-    subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--device", "cpu", "-q"],
-                   env=env, check=True, capture_output=True, timeout=300)
+               XDG_CACHE_HOME=str(one_thread_cache), NO_COLOR="1")
     return env
 
 

@@ -23,14 +23,11 @@ TIMEOUT_S = 20  # GOBRRR_DIST_TIMEOUT_S: every failure ends within it
 
 
 @pytest.fixture(scope="module")
-def dist_env(tmp_path_factory):
-    """One calibration cache filled before torchrun (rank 0 calibrating inside the run
-    while its peer waits can take longer than TIMEOUT_S on 2 loaded cores)."""
+def dist_env(tmp_path_factory, one_thread_cache):
+    """One calibration cache for the module's runs (conftest's one_thread_cache)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", GOBRRR_DIST_TIMEOUT_S=str(TIMEOUT_S),
-               XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")), NO_COLOR="1",
+               XDG_CACHE_HOME=str(one_thread_cache), NO_COLOR="1",
                TRANSFORMERS_VERBOSITY="error")
-    subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--device", "cpu", "-q"],
-                   env=env, check=True, capture_output=True, timeout=300)
     return env
 
 

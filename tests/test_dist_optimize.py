@@ -176,14 +176,12 @@ TIMEOUT_S = 20
 
 
 @pytest.fixture(scope="module")
-def dist_env(tmp_path_factory):
-    """The module's calibration cache, filled first by one process (as tests/test_dist.py
-    does): calibrating inside the first torchrun run, rank 0 alone with its peer waiting,
-    took longer than TIMEOUT_S on a loaded 2-core machine, and rank 1 timed out."""
+def dist_env(tmp_path_factory, one_thread_cache):
+    """One calibration cache for the module's runs (conftest's one_thread_cache):
+    calibrating inside the first torchrun run, rank 0 alone with its peer waiting, took
+    longer than TIMEOUT_S on a loaded 2-core machine, and rank 1 timed out."""
     env = dict(os.environ, OMP_NUM_THREADS="1", GOBRRR_DIST_TIMEOUT_S=str(TIMEOUT_S),
-               XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")), NO_COLOR="1")
-    subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--device", "cpu", "-q"],
-                   env=env, check=True, capture_output=True, timeout=300)
+               XDG_CACHE_HOME=str(one_thread_cache), NO_COLOR="1")
     return env
 
 

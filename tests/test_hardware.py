@@ -8,6 +8,9 @@ import pytest
 from gobrrr import datasheet, hardware
 from gobrrr.hardware import Ceilings
 
+# These tests are of the cache and of calibration itself: each starts with an empty cache.
+pytestmark = pytest.mark.uncalibrated
+
 
 def fake_ceilings(device="cpu"):
     return Ceilings(

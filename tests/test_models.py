@@ -33,17 +33,6 @@ TINY_BERT = HFConfig("bert-tiny", "bert", "masked_lm",
                      "tests/test_models.py (test only)")
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(autouse=True)
-def _isolated_cache(cache_dir, monkeypatch):
-    # One calibration for the module (not the developer's cache): ~10 s each otherwise.
-    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_dir))
-
-
 @pytest.fixture(autouse=True)
 def tiny_configs(monkeypatch):
     monkeypatch.setitem(model_configs.HF_CONFIGS, TINY.name, TINY)

@@ -277,7 +277,9 @@ def test_a_step_with_an_lr_scheduler_is_verified_at_the_same_point_of_its_schedu
     step, sched = _scheduled_step()
     x, y = torch.randn(16, 32), torch.randn(16, 32)
     before = (sched.last_epoch, sched.optimizer.param_groups[0]["lr"])
-    res = gobrrr.optimize(step, x, y, budget_s=20, only=["zero_grad_set_to_none"])
+    # 60 s: the budget is not under test (at 20 s, on a loaded CI runner, the diagnosis
+    # left less than the remedy's ~1.5 s and it was skipped)
+    res = gobrrr.optimize(step, x, y, budget_s=60, only=["zero_grad_set_to_none"])
     row = next(r for r in res.remedies if r.name == "zero_grad_set_to_none")
     assert row.status not in ("not applicable", "rejected", "failed"), row.reason
     assert row.verified and row.max_error == 0.0

@@ -19,12 +19,6 @@ sys.path.insert(0, str(Path(__file__).parent / "data"))
 import scripts  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
-    # One calibration for the module (conftest's default is one per test).
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "state-cache"))
-
-
 def _bytes(t):
     return t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
 

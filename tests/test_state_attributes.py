@@ -16,11 +16,6 @@ from gobrrr.state import preserved_state, walk
 from gobrrr.workload import from_callable
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "attr-cache"))
-
-
 class Counting(torch.nn.Module):
     """The probe's model: its forward changes four kinds of attribute."""
 
