@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gobrrr import jsontext
 from gobrrr.budget import Budget
 from gobrrr.compiled import CompileInfo
 from gobrrr.counting import CountResult
@@ -40,7 +41,9 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #      data_loading and budget.data_loading_s (a DataLoader's wait); verdict.cause;
 #      steps.series (every step a script ran, warm-up included); generation (prefill and
 #      decode of `doctor hf:NAME --generate N`)
-SCHEMA_VERSION = "1.8"
+# 1.9: workload.trace.step_rule and .check (analyze: steps found in unmarked traces, the
+#      trace's health check); tables written one row per line (jsontext.py)
+SCHEMA_VERSION = "1.9"
 
 
 @dataclass
@@ -124,4 +127,7 @@ class Report:
         ) | ({} if self.generation is None else {"generation": self.generation})
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, default=str)
+        """`--json`'s text (jsontext: tables one row per line); `indent=None`: one line."""
+        if indent is None:
+            return json.dumps(self.to_dict(), default=str)
+        return jsontext.dumps(self.to_dict())

@@ -15,15 +15,22 @@ __all__ = ["register"]
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a self-contained HTML report here.")
+@click.option("--check", "check_only", is_flag=True,
+              help="Print only the trace's health check: what it holds and lacks (device "
+                   "activity, shapes, kernel links, graphs, the steps found) and what each "
+                   "gap costs the analysis.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def analyze(traces: tuple[Path, ...], as_json: bool, quiet: bool,
-            html_path: Path | None = None) -> None:
+            html_path: Path | None = None, check_only: bool = False) -> None:
     """Split the time of a profiled workload into compute, memory and overhead, from a
     torch.profiler trace (Chrome JSON, .json or .json.gz) recorded anywhere.
 
-    Record it with torch.profiler.profile(record_shapes=True, schedule=...) and
-    prof.step() per step; export_chrome_trace or tensorboard_trace_handler writes it.
-    Several files are accepted only as the ranks of one distributed job (not merged yet).
+    Any trace torch.profiler wrote (export_chrome_trace, tensorboard_trace_handler) is
+    read. Steps are its ProfilerStep# ranges (a schedule with prof.step()), else found:
+    a record_function range that repeats, else a repeated sequence of top-level calls,
+    else one step without the profiler's start-up; the report says which rule. Record
+    with record_shapes=True for FLOPs and bytes. Several files are read as the ranks of
+    one distributed job and merged, with communication as a fourth regime.
     """
     from gobrrr.cli.common import (
         check_writable,
@@ -38,6 +45,16 @@ def analyze(traces: tuple[Path, ...], as_json: bool, quiet: bool,
         check_writable(html_path)
         say = progress_printer(quiet)
         report = analyze_traces(list(traces), progress=say)
+        check = report.workload.get("trace", {}).get("check", [])
+        if check_only:
+            from gobrrr.cli.common import emit_json
+            from gobrrr.show.terminal import trace_check_lines
+
+            if as_json:
+                emit_json({"check": check})
+            else:
+                click.echo("\n".join(trace_check_lines(check)))
+            return
         for note in report.notes:
             say(note)
         deliver_report(report.to_dict(), as_json=as_json, say=say, html_path=html_path)

@@ -9,7 +9,6 @@ stderr and exit code 2. A workload that raises: the user's own traceback and exi
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import sys
@@ -19,6 +18,7 @@ from typing import Any, NoReturn
 
 import click
 
+from gobrrr import jsontext
 from gobrrr.errors import WARNING, UserError, WorkloadError, user_traceback
 
 __all__ = ["DEVICE", "FiniteFloat", "BATCH", "resolve_device", "progress_printer",
@@ -243,7 +243,7 @@ def results_only_on_stdout(on: bool = True) -> Iterator[None]:
 def emit_json(data: Any) -> None:
     finish_progress()
     with stdout_guarded():
-        click.echo(json.dumps(data, indent=2, default=str), file=_RESULTS)
+        click.echo(jsontext.dumps(data), file=_RESULTS)
 
 
 @contextlib.contextmanager

@@ -42,6 +42,7 @@ from gobrrr.phases import is_collective
 from gobrrr.report import Report
 from gobrrr.run import MeasuredRun
 from gobrrr.tracefile.analysis import TraceAnalysis, analyse_trace
+from gobrrr.tracefile.stepfind import find_steps
 from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, stream_trace
 from gobrrr.tracefile.read import TraceHeader
 
@@ -167,7 +168,8 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
         rank = int((h.distributed or {})["rank"])
         say(f"rank {rank}: {h.path.name}")
         say(f"reading {h.path.name}")
-        cols = stream_trace(h.path)  # once: the per-op pass and the communication pass
+        # once: the per-op pass and the communication pass, in the same steps
+        cols = find_steps(stream_trace(h.path))
         spans.append((rank, h.path.name, _span_s(h, cols)))
         _check_one_job(spans)
         a = analyse_trace(h, ceilings, say, prepare=without_communication, cols=cols,

@@ -3,11 +3,11 @@ callbacks): each one that cannot be written is a warning, never the program's fa
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gobrrr import jsontext
 from gobrrr.errors import WARNING
 
 __all__ = ["write_report_files", "write_files"]
@@ -21,8 +21,7 @@ def write_report_files(d: Mapping[str, Any], json_path: Path | None, html_path: 
 
     writes: list[tuple[Path, Callable[[Path], Any]]] = []
     if json_path is not None:
-        writes.append((json_path, lambda p: p.write_text(json.dumps(d, indent=2,
-                                                                    default=str))))
+        writes.append((json_path, lambda p: p.write_text(jsontext.dumps(d))))
     if trace_path is not None:
         writes.append((trace_path, lambda p: save_trace(d, p)))
     if html_path is not None:

@@ -312,6 +312,14 @@ def generation_lines(g: dict[str, Any]) -> list[str]:
     return lines
 
 
+def trace_check_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """A trace's health check (report 1.9: workload.trace.check), one line a row, its
+    gaps marked GAP."""
+    width = max((len(r["item"]) for r in rows), default=0)
+    return [f"{'ok ' if r['ok'] else 'GAP'} {r['item']:<{width}}  {r['detail']}"
+            for r in rows]
+
+
 def print_report(report: dict[str, Any]) -> None:
     """The doctor (or analyze) report on stdout, from its dict (`Report.to_dict()`, or a
     saved --json of any 1.x version): every number is read from it; every string made
@@ -340,6 +348,11 @@ def print_report(report: dict[str, Any]) -> None:
               f"[dim]torch {fp.get('torch')}[/dim]")
     if w.get("model"):  # a model target: dtype, mode and sizes matter to read it
         out.print(f"[dim]{escape(w['description'])}[/dim]")
+    if trace and trace.get("check"):  # report 1.9: what the trace holds, before the rest
+        out.print("trace check:")
+        for line in trace_check_lines(trace["check"]):
+            style = "dim" if line.startswith("ok") else "yellow"
+            out.print(f"  [{style}]{escape(line)}[/]")
     cause = f" (most of it {v['cause']}: input-bound)" if v.get("cause") else ""
     out.print(f"[bold {REGIME_COLORS[v['regime']]}]{v['regime'].upper()}-BOUND[/]: "
               f"{100 * v['share']:.0f}% of {fmt_s(total_s)} per "

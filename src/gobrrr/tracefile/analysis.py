@@ -1,7 +1,8 @@
 """One trace -> the measured run (run.py) and the ceilings it is judged by: the source
 `gobrrr analyze` reads, for one trace and for each rank's trace (dist/analyze.py).
 
-header (read.py: which GPU) -> events streamed into columns (columns.py) -> the averaged
+header (read.py: which GPU) -> events streamed into columns (columns.py) -> its steps
+(stepfind.py: ProfilerStep# ranges, else found) -> the averaged
 profiled step (steps.py: counted ops, kernels, T_wall and busy time per step; opcount.py:
 FLOPs and bytes from recorded shapes) and the wait for data (loading.py: the DataLoader
 ranges) -> ceilings (ceilings.py) -> MeasuredRun.
@@ -24,8 +25,10 @@ from gobrrr.run import MeasuredRun, Step
 from gobrrr.timing import from_samples
 from gobrrr.tracefile.ceilings import ceilings_for_trace
 from gobrrr.tracefile.columns import TraceColumns, stream_trace
+from gobrrr.tracefile.health import trace_check
 from gobrrr.tracefile.loading import data_loading_in
 from gobrrr.tracefile.read import TraceHeader
+from gobrrr.tracefile.stepfind import find_steps
 from gobrrr.tracefile.steps import TraceRun, analyse_steps
 
 __all__ = ["TraceAnalysis", "analyse_trace", "PROFILED_WALL_NOTE"]
@@ -58,15 +61,18 @@ class TraceAnalysis:
 def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
                   prepare: Callable[[TraceColumns], TraceColumns] | None = None,
                   cols: TraceColumns | None = None,
-                  files: Sequence[str] | None = None) -> TraceAnalysis:
-    """Stream one trace (unless `cols`, its columns, are given), pick its ceilings
-    (unless given), average its profiled steps. `prepare` transforms the columns first
-    (dist/analyze.py takes communication out); `files`: every trace named, for the
-    report's workload entry (the ranks of one job)."""
+                  files: Sequence[str] | None = None, one_step: bool = False
+                  ) -> TraceAnalysis:
+    """Stream one trace (unless `cols`, its columns, are given), find its steps
+    (stepfind.py; `one_step`: one, for a source that profiled one call of its own), pick
+    its ceilings (unless given), average its profiled steps. `prepare` transforms the
+    columns first (dist/analyze.py takes communication out); `files`: every trace named,
+    for the report's workload entry (the ranks of one job)."""
     if cols is None:
         say(f"reading {header.path.name}")
         cols = stream_trace(header.path)
     device = "cuda" if cols.has_device_activity else "cpu"
+    cols = find_steps(cols, one_step=one_step)
     if prepare is not None:
         cols = prepare(cols)
     say(f"counting {len(cols.cpu['ts_us'])} CPU events and {len(cols.device['ts_us'])} "
@@ -90,9 +96,11 @@ def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
     loading = data_loading_in(cols)
     if loading is not None:
         notes.append(f"data loading: {loading.source}")
+    workload = _workload(header, tr.steps, device, tr.kernels_per_step, files)
+    workload["trace"] |= {"step_rule": cols.step_rule.kind if cols.step_rule else "window",
+                          "check": [r.to_dict() for r in trace_check(cols, tr)]}
     run = MeasuredRun(
-        source="trace", workload=_workload(header, tr.steps, device, tr.kernels_per_step,
-                                           files),
+        source="trace", workload=workload,
         device=device, timing=from_samples(tr.samples_s), wall_s=tr.wall_s, profile=tr.run,
         steps=[Step(name, wall_s) for name, wall_s in zip(tr.step_names, tr.samples_s,
                                                           strict=True)],

@@ -44,7 +44,7 @@ from gobrrr.errors import UserError
 from gobrrr.phases import launches_collective
 from gobrrr.tracefile.read import READ_BUFFER_BYTES, ijson_backend, open_trace, reading
 
-__all__ = ["RecordedArgs", "TraceColumns", "stream_trace", "columns_of", "CPU_OP",
+__all__ = ["RecordedArgs", "StepRule", "TraceColumns", "stream_trace", "columns_of", "CPU_OP",
            "ANNOTATION", "DEVICE_KINDS", "STEP_PREFIX"]
 
 CPU_OP, ANNOTATION = 0, 1  # kinds of CPU events
@@ -78,6 +78,25 @@ class RecordedArgs:
     concrete: list[str] | None
 
 
+@dataclass(frozen=True)
+class StepRule:
+    """How a trace's steps were found (stepfind.py). kind: "profiler" (ProfilerStep#N
+    ranges), "record_function" (a user's repeated range), "repeated calls" (a repeated
+    sequence of top-level calls) or "window" (one step); `label` names the steps; `note`
+    is the report's sentence."""
+
+    kind: str
+    label: str
+    note: str
+    summary: str = ""  # the health check's short form (health.py)
+
+    def name(self, number: int, index: int) -> str:
+        """The name of the step numbered `number` (ProfilerStep#N's N), `index`-th."""
+        if self.kind == "profiler":
+            return f"{self.label}{number}"
+        return self.label if self.kind == "window" else f"{self.label}{index + 1}"
+
+
 @dataclass
 class TraceColumns:
     """A trace's events as numpy columns (times in microseconds on the trace's clock)."""
@@ -94,6 +113,9 @@ class TraceColumns:
     steps_thread: int = -1  # the thread of the first ProfilerStep# range
     gpu_ann: dict[str, np.ndarray] = field(default_factory=dict)  # ts_us dur_us name
     args: list[dict[str, Any]] = field(default_factory=list)  # by the `args` columns
+    step_rule: StepRule | None = None  # how `steps` were found: None until stepfind.py
+    malformed: int = 0  # events left out: a field of the wrong type, a negative time
+    graph_launches: int = 0  # cudaGraphLaunch calls (CUDA graph replays)
 
     @property
     def has_device_activity(self) -> bool:
@@ -213,6 +235,7 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
         return len(kept_args) - 1
 
     malformed = 0
+    graph_launches = 0  # cudaGraphLaunch calls: kernels replayed from CUDA graphs
     for e in events:
         n_events += 1
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -279,6 +302,8 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
             if thread is None:
                 thread = threads[key] = len(threads)
             cols = launch.cols
+            if str(e.get("name", "")).startswith("cudaGraphLaunch"):
+                graph_launches += 1
             cols["ts_us"].append(float(ts))
             cols["dur_us"].append(dur)
             cols["thread"].append(thread)
@@ -305,7 +330,7 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
     out = TraceColumns(p, names, sigs, sorted(steps, key=lambda s: s[1]), cpu.done(),
                        launch.done(), dev.done(), n_events,
                        steps_thread=threads.get(first_step[1], -1), gpu_ann=ann.done(),
-                       args=kept_args)
+                       args=kept_args, malformed=malformed, graph_launches=graph_launches)
     if not len(out.cpu["ts_us"]) and not len(out.device["ts_us"]):
         raise UserError(f"{p} is not a torch.profiler trace (no cpu_op, user_annotation or "
                         "kernel events" + (f"; {malformed} malformed event(s)" if malformed

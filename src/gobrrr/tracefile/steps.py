@@ -15,13 +15,16 @@ step's wall time and busy time, ready for budget.compute_budget.
 - Kernels are joined to the op that launched them by External id, else through their
   launch call's correlation id (its External id, or the counted op around it on its
   thread).
-- Steps are the `ProfilerStep#N` ranges (no such range: the whole trace is one step). A
-  step's span runs from its first recorded event (op, range or launch call) to the end of
-  its last event or of the last kernel it launched: the moments at a step's edges with no
-  event at all are `prof.step()`'s own bookkeeping, not the user's. T_wall per step is the
-  length of the union of the spans over the number of steps; busy time the time inside
-  those spans when the GPU ran at least one kernel (the union of kernel intervals, so
-  overlapping streams count once). GPU idle inside the spans is overhead.
+- Steps are the `ProfilerStep#N` ranges, else those stepfind.py finds (a user's
+  repeated record_function range, a repeated sequence of top-level calls, or one step
+  without the profiler's start-up). A step's span runs from its first recorded event (op,
+  range or launch call) to the end of its last event or of the last kernel it launched:
+  the moments at a step's edges with no event at all are `prof.step()`'s own bookkeeping,
+  not the user's (found steps, back to back, keep the time between them: the user's
+  loop). T_wall per step is the length of the union of the spans over the
+  number of steps; busy time the time inside those spans when the GPU ran at least one
+  kernel (the union of kernel intervals, so overlapping streams count once). GPU idle
+  inside the spans is overhead.
 - Per-step averages: the k-th call of an op with the same name and shape signature lines
   up across steps (tracestream's signature leaves float scalars out); its time is the mean
   over all steps, and an op found in only some steps carries that share of its FLOPs and
@@ -61,6 +64,7 @@ from gobrrr.tracefile.opcount import (
     output_of,
     tensor_inputs,
 )
+from gobrrr.tracefile.stepfind import find_steps
 
 __all__ = ["TraceRun", "analyse_steps"]
 
@@ -79,6 +83,13 @@ class TraceRun:
     kernels_per_step: float = 0.0
     busy_s: float = 0.0  # per step, union of kernel (or CPU op) intervals in the spans
     notes: list[str] = field(default_factory=list)
+    # What the trace left out or could not say (health.py's check)
+    outside_ops: int = 0  # op calls outside the steps
+    outside_kernels: int = 0  # kernels that ran outside the steps
+    outside_kernel_s: float = 0.0  # and their summed time
+    unlinked_kernels: float = 0.0  # per step: kernels in the steps linked to no counted op
+    unshaped: list[int] = field(default_factory=list)  # records with no recorded shapes
+    unbuilt: list[int] = field(default_factory=list)  # shapes that could not rebuild the op
 
 
 @dataclass
@@ -231,22 +242,19 @@ def analyse_steps(cols: TraceColumns,
     cpu, dev, launch = cols.cpu, cols.device, cols.launch
     names = cols.names
     notes: list[str] = []
+    if cols.step_rule is None:
+        cols = find_steps(cols)
     owner, counted = _counted_ops(cols)
     gpu = cols.has_device_activity
-    # Steps: ProfilerStep# ranges, or the whole trace.
-    if cols.steps:
-        step_ts = np.array([s[1] for s in cols.steps])
-        step_end = step_ts + np.array([s[2] for s in cols.steps])
-        step_names = [f"ProfilerStep#{s[0]}" for s in cols.steps]
-    else:
-        lo = min(float(cpu["ts_us"].min()) if len(cpu["ts_us"]) else np.inf,
-                 float(dev["ts_us"].min()) if len(dev["ts_us"]) else np.inf)
-        hi = max(float((cpu["ts_us"] + cpu["dur_us"]).max()) if len(cpu["ts_us"]) else -np.inf,
-                 float((dev["ts_us"] + dev["dur_us"]).max()) if len(dev["ts_us"]) else -np.inf)
-        step_ts, step_end = np.array([lo]), np.array([hi])
-        step_names = ["the whole trace"]
-        notes.append("the trace has no ProfilerStep# ranges (a profiler schedule with "
-                     "prof.step() writes them): the whole trace is analysed as one step")
+    # Steps: ProfilerStep# ranges, or found (stepfind.py).
+    rule = cols.step_rule
+    assert rule is not None and cols.steps
+    step_ts = np.array([s[1] for s in cols.steps])
+    step_end = step_ts + np.array([s[2] for s in cols.steps])
+    step_names = [rule.name(s[0], i) for i, s in enumerate(cols.steps)]
+    marked = rule.kind == "profiler"
+    if not marked:
+        notes.append(rule.note)
     n_steps = len(step_ts)
 
     def step_of(t: np.ndarray) -> np.ndarray:
@@ -276,12 +284,17 @@ def analyse_steps(cols: TraceColumns,
     if gpu:
         ok = d_step >= 0
         np.maximum.at(span_hi, d_step[ok], d_end[ok])
+    if not marked and n_steps > 1:
+        # Found steps are back to back (stepfind.py): the host time from one call's last
+        # event to the next call's first is the user's loop, which doctor's back-to-back
+        # calls hold too, not a profiler's bookkeeping.
+        span_hi[:-1] = np.maximum(span_hi[:-1], step_ts[1:])
     # a zero-length span (a step of no duration) stays, as it always has: it covers nothing
     ws, we = union(span_lo, span_hi, keep_empty=True)
     wall_us = float((we - ws).sum())
     samples_s = ((span_hi - span_lo) * 1e-6).tolist()
     edges_us = float(((step_end - step_ts) - (np.minimum(span_hi, step_end) - span_lo))
-                     .clip(min=0).mean()) if cols.steps else 0.0
+                     .clip(min=0).mean()) if marked else 0.0
 
     # Counted ops in steps -> keys of the averaged step.
     op_step = step_of(cpu["ts_us"][[c[0] for c in counted]]) if counted else np.zeros(0, int)
@@ -310,6 +323,7 @@ def analyse_steps(cols: TraceColumns,
     # Busy time and each key's time.
     unattributed: dict[int, list[float]] = {}
     outside_kernels, outside_us = 0, 0.0
+    unlinked = 0  # device activities inside the steps linked to no counted op
     if gpu:
         d_start = dev["ts_us"]
         busy_time_us, inside = busy_us(d_start, dev["dur_us"], ws, we)
@@ -338,6 +352,7 @@ def analyse_steps(cols: TraceColumns,
                 # it inside a step's span: device time all the same.
                 slot = unattributed.setdefault(name_l[i], [0.0, 0.0, -1.0])
                 slot[0] += inside_l[i]
+                unlinked += 1
                 w = max(0, int(np.searchsorted(span_lo, start_l[i], side="right")) - 1)
                 slot[1], slot[2] = start_l[i] - float(span_lo[w]), w
                 summed_us += inside_l[i]
@@ -403,7 +418,7 @@ def analyse_steps(cols: TraceColumns,
     run.kernels.sort(key=lambda k: k.start_us if k.start_us is not None else 0.0)
     run.busy_s = busy_time_us * 1e-6 / n_steps
 
-    if cols.steps:
+    if marked:
         notes.insert(0, f"{n_steps} profiled step(s) ({step_names[0]} to {step_names[-1]}): "
                         "times are per-step averages. A step's span runs from its first "
                         "recorded event to its last event or kernel; "
@@ -434,4 +449,8 @@ def analyse_steps(cols: TraceColumns,
                      "attention (by op or kernel name), else to memory, with no roofline")
     return TraceRun(run=run, wall_s=wall_us * 1e-6 / n_steps, samples_s=samples_s,
                     steps=n_steps, step_names=step_names, device=run.device,
-                    kernels_per_step=kernels_per_step, busy_s=run.busy_s, notes=notes)
+                    kernels_per_step=kernels_per_step, busy_s=run.busy_s, notes=notes,
+                    outside_ops=outside_ops, outside_kernels=outside_kernels,
+                    outside_kernel_s=outside_us * 1e-6, unlinked_kernels=unlinked / n_steps,
+                    unshaped=[k.index for k in keys if k.sig < 0],
+                    unbuilt=[k.index for k in unbuilt if k.sig >= 0])

@@ -1,0 +1,230 @@
+"""A trace's steps when nobody marked them (`with profile(...):` around a few calls, no
+schedule, no `prof.step()`): most traces users have. Read whole, such a trace is one
+step holding the profiler's start-up and the gaps around the calls, which read as idle
+GPU (seen on an H200: a pointwise chain at 89% of the bandwidth roof said
+"OVERHEAD-BOUND"). The rules, first that applies:
+
+1. `ProfilerStep#N` ranges (a profiler schedule with `prof.step()`): those.
+2. A `record_function` range the user wrote that repeats at the top level of the main
+   thread (the first to start of the threads with a tenth or more of the top-level
+   events: the user's, not autograd's device thread): each range is a step. Ranges
+   that name a phase (an optimizer's step, autograd, a DataLoader's `__next__`, prefill,
+   decode) are parts of a step, not steps.
+3. A repeated sequence of top-level calls on the main thread: the longest run, at the end
+   of the trace or at its start, that repeats one sequence of top-level event names at
+   least twice and holds at least half of the main thread's top-level events (less is a
+   repeat inside one call: two embeddings' gradients), each repeat a step (the same op
+   sequence n times is n steps). Steps are back to back: a step's window runs from its
+   first event to the next step's first event (the last: to the first event after the
+   run, else the trace's end), so the host time between calls is the step's (steps.py).
+   With three or more, a first step slower than 1.5x the median of the others is a
+   warm-up and left out. A call that is itself made of identical repeats (a stack of
+   identical layers and nothing else) cannot be told from several calls: it reads as
+   one step per repeat, as the note says; `prof.step()` or `record_function` settle it.
+4. Otherwise one step: from the first top-level event of the main thread to the end of
+   the last event or device activity, so the profiler's start-up is left out.
+`one_step=True` skips rules 2 and 3 (a source that profiled one call of its own:
+generation_run.py, whose forwards repeat but are not steps).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import numpy as np
+
+from gobrrr.phases import range_label
+from gobrrr.tracefile.columns import (
+    ANNOTATION,
+    STEP_PREFIX,
+    StepRule,
+    TraceColumns,
+)
+
+__all__ = ["find_steps", "repeated_run", "WARMUP_RATIO"]
+
+WARMUP_RATIO = 1.5  # a first step this much slower than the median of the rest: warm-up
+MAIN_SHARE = 0.1  # of the top-level events, for a thread to be the main one
+COVERAGE = 0.5  # of the main thread's top-level events a repeated run must hold
+_MIN_REPEATS = 2
+
+
+def find_steps(cols: TraceColumns, *, one_step: bool = False) -> TraceColumns:
+    """`cols` with its steps and the rule that found them (module docstring); columns
+    whose rule is already set are returned as they are."""
+    if cols.step_rule is not None:
+        return cols
+    if cols.steps:
+        return replace(cols, step_rule=StepRule("profiler", STEP_PREFIX,
+                                                f"steps: the trace's {STEP_PREFIX} ranges",
+                                                f"its {STEP_PREFIX} ranges"))
+    top = _top_level(cols)
+    if not len(top):
+        return replace(cols, step_rule=StepRule("window", "the whole trace",
+                                                "steps: none found (no CPU events): the "
+                                                "whole trace is one step",
+                                                "no CPU events: the whole trace"))
+    cpu = cols.cpu
+    thread = _main_thread(cpu["thread"][top])
+    main = top[cpu["thread"][top] == thread]
+    end_us = _last_end_us(cols)
+    if not one_step:
+        for finder in (_repeated_range, _repeated_calls):
+            found = finder(cols, main, end_us)
+            if found is not None:
+                steps, rule = found
+                return replace(cols, steps=steps, steps_thread=thread, step_rule=rule)
+    t0 = float(cpu["ts_us"][main[0]])
+    return replace(cols, steps=[(0, t0, end_us - t0)], steps_thread=thread,
+                   step_rule=StepRule("window", "the traced work", (
+                       "steps: no ProfilerStep# ranges and nothing that repeats: one "
+                       "step, from the first event of the main thread to the last event "
+                       "or device activity (the profiler's start-up left out)"
+                       if not one_step else
+                       "steps: one step, from the first event of the main thread to the "
+                       "last event or device activity (the profiler's start-up left out)"),
+                       "none marked and none repeating: one, without the profiler's "
+                       "start-up" if not one_step else "one, as the source asked"))
+
+
+def _top_level(cols: TraceColumns) -> np.ndarray:
+    """Indices of the CPU events no other event on their thread encloses, in start
+    order (ties: the longer first)."""
+    cpu = cols.cpu
+    if not len(cpu["ts_us"]):
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((-cpu["dur_us"], cpu["ts_us"], cpu["thread"]))
+    ts, dur, thread = (cpu[k][order].tolist() for k in ("ts_us", "dur_us", "thread"))
+    keep: list[int] = []
+    end, last_thread = -np.inf, -1
+    for i in range(len(order)):
+        if thread[i] != last_thread:
+            end, last_thread = -np.inf, thread[i]
+        if ts[i] >= end:  # else inside (or overlapping) the top-level event before it
+            keep.append(int(order[i]))
+            end = ts[i] + dur[i]
+    out = np.array(keep, dtype=np.int64)
+    return out[np.argsort(cpu["ts_us"][out], kind="stable")]
+
+
+def _main_thread(threads: np.ndarray) -> int:
+    """The thread the user's calls run on: the first to start among the threads holding
+    at least MAIN_SHARE of the top-level events (`threads`, in start order). Not simply
+    the busiest: on CUDA, autograd's device thread holds as many (the backward's), and
+    its first event is the middle of a step."""
+    counts = np.bincount(threads)
+    for t in threads.tolist():
+        if counts[t] >= MAIN_SHARE * len(threads):
+            return int(t)
+    return int(counts.argmax())
+
+
+def _last_end_us(cols: TraceColumns) -> float:
+    ends = [float((p["ts_us"] + p["dur_us"]).max()) for p in (cols.cpu, cols.device,
+                                                               cols.launch)
+            if len(p["ts_us"])]
+    return max(ends)
+
+
+def _contiguous(starts: list[float], end_us: float) -> list[tuple[int, float, float]]:
+    """Steps from each start to the next (the last: to `end_us`)."""
+    bounds = [*starts[1:], end_us]
+    return [(i, s, max(e - s, 0.0)) for i, (s, e) in enumerate(zip(starts, bounds,
+                                                                   strict=True))]
+
+
+def _repeated_range(cols: TraceColumns, main: np.ndarray, end_us: float
+                    ) -> tuple[list[tuple[int, float, float]], StepRule] | None:
+    """Rule 2: the user's top-level range name that repeats and covers the most time."""
+    cpu, names = cols.cpu, cols.names
+    ann = main[cpu["kind"][main] == ANNOTATION]
+    by_name: dict[int, list[int]] = {}
+    for i in ann.tolist():
+        by_name.setdefault(int(cpu["name"][i]), []).append(i)
+    best: tuple[float, int] | None = None
+    for n, rows in by_name.items():
+        nm = names[n]
+        if len(rows) < _MIN_REPEATS or range_label(nm, "\0", "\0") != (nm, "\0"):
+            continue  # once only, or a phase's range (an optimizer's step, autograd...)
+        covered = float(cpu["dur_us"][rows].sum())
+        if best is None or covered > best[0]:
+            best = (covered, n)
+    if best is None:
+        return None
+    rows = by_name[best[1]]
+    nm = names[best[1]]
+    steps = [(k, float(cpu["ts_us"][r]), float(cpu["dur_us"][r])) for k, r in
+             enumerate(rows)]
+    return steps, StepRule("record_function", f"{nm} #",
+                           f"steps: the {len(rows)} record_function ranges \"{nm}\" (no "
+                           "ProfilerStep# ranges; a range that repeats is a step)",
+                           f"the record_function ranges \"{nm}\"")
+
+
+def _periodic_prefix(tokens: list[int]) -> tuple[int, int]:
+    """(period p, repeats k) of the longest start of `tokens` that repeats one sequence
+    of p tokens at least twice, k = that start's length // p; (0, 0) if none. Linear:
+    each prefix's minimal period from the failure function (the minimal period of a
+    prefix never shrinks as it grows, so the last prefix that repeats is the longest)."""
+    fail = [0] * len(tokens)
+    best = (0, 0)
+    k = 0
+    for i in range(1, len(tokens)):
+        while k and tokens[i] != tokens[k]:
+            k = fail[k - 1]
+        if tokens[i] == tokens[k]:
+            k += 1
+        fail[i] = k
+        m, p = i + 1, i + 1 - k
+        if m >= _MIN_REPEATS * p:
+            best = (p, m // p)
+    return best
+
+
+def repeated_run(tokens: list[int]) -> tuple[int, int, int]:
+    """(first token, period p, repeats k) of the longest run at the end or at the start
+    of `tokens` that repeats one sequence of p tokens k >= 2 times; (0, 0, 0) if none.
+    At the end: a warm-up or the profiler's start-up before the calls; at the start:
+    something after them (a print's .item(), an evaluation)."""
+    p_end, k_end = _periodic_prefix(tokens[::-1])
+    p_start, k_start = _periodic_prefix(tokens)
+    if k_end == k_start == 0:
+        return 0, 0, 0
+    if p_end * k_end >= p_start * k_start:
+        return len(tokens) - p_end * k_end, p_end, k_end
+    return 0, p_start, k_start
+
+
+def _repeated_calls(cols: TraceColumns, main: np.ndarray, end_us: float
+                    ) -> tuple[list[tuple[int, float, float]], StepRule] | None:
+    """Rule 3: the repeated sequence of top-level calls at the end of the trace."""
+    cpu = cols.cpu
+    tokens = cpu["name"][main].tolist()
+    first, p, k = repeated_run(tokens)
+    if k < _MIN_REPEATS or p * k < COVERAGE * len(tokens):
+        return None  # nothing repeats, or only a part of one call (two embeddings' grads)
+    after = first + p * k  # the first top-level event after the run, if any
+    starts = [float(cpu["ts_us"][main[first + j * p]]) for j in range(k)]
+    # the last window ends just before the first event after the run (a step's window
+    # holds the events that start in it, its end included)
+    steps = _contiguous(starts, float(np.nextafter(cpu["ts_us"][main[after]], -np.inf))
+                        if after < len(tokens) else end_us)
+    dropped = ""
+    if k >= 3:
+        rest = statistics.median(s[2] for s in steps[1:])
+        if steps[0][2] > WARMUP_RATIO * rest:
+            dropped = (f"; the first ({steps[0][2] / 1e3:.2f} ms, {steps[0][2] / rest:.1f}x "
+                       "the median of the rest) is a warm-up, left out")
+            steps = [(j, s, d) for j, (_, s, d) in enumerate(steps[1:])]
+    names = cols.names
+    shown = ", ".join(names[t] for t in tokens[first:first + min(p, 3)])
+    return steps, StepRule(
+        "repeated calls", "call ",
+        f"steps: the trace has no ProfilerStep# ranges; {p * k} of the "
+        f"{len(tokens)} top-level events of its main thread are one sequence of {p} ({shown}"
+        f"{', ...' if p > 3 else ''}) repeated {k} times, each repeat a step{dropped} (a "
+        "call made of identical repeats would read as one step per repeat: prof.step() "
+        "or record_function ranges settle it)",
+        f"a sequence of {p} top-level calls repeated {k} times"
+        f"{', the first left out as a warm-up' if dropped else ''}")
