@@ -284,3 +284,49 @@ def test_traces_of_two_jobs_are_not_merged(gloo_ranks, tmp_path):
     later.write_text(json.dumps(doc))
     with pytest.raises(UserError, match=r"recorded 2\d s apart: not ranks of one job"):
         analyze([gloo_ranks[0], later], ceilings=ceilings())
+
+
+# The same job recorded the simplest way: one warm-up step, then a profile() block around
+# four steps, no schedule, no prof.step() (issue 23: such ranks were refused).
+RECORD_PLAIN = RECORD.replace(
+    """with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+             schedule=schedule(wait=1, warmup=1, active=3), on_trace_ready=save) as prof:
+    for _ in range(5):
+        step()
+        prof.step()
+""", """step()
+with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+    for _ in range(4):
+        step()
+save(prof)
+""")
+
+
+def test_ranks_recorded_without_step_markers_merge_with_found_steps(tmp_path):
+    assert RECORD_PLAIN != RECORD
+    (tmp_path / "record.py").write_text(RECORD_PLAIN)
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2", str(tmp_path / "record.py"), str(tmp_path)],
+                       capture_output=True, text=True, timeout=120,
+                       env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = analyze([tmp_path / "rank0.json", tmp_path / "rank1.json"], ceilings=ceilings())
+    d = report.to_dict()
+    validate(d, "report")
+    trace = d["workload"]["trace"]
+    # DDP's forward range repeats but covers a part of each step: the steps are the
+    # repeated sequence of top-level calls (zero_grad, forward, backward, step)
+    assert trace["step_rule"] == "repeated calls"
+    # all four: a slow first step is kept for ranks (each deciding alone, they disagreed)
+    assert trace["steps"] == 4
+    for rank in d["distributed"]["ranks"]:
+        # the collectives matched by their sequence numbers in the found steps: two
+        # buckets a step, and in the first profiled step (DDP's second iteration) the
+        # two small broadcasts of its bucket rebuild
+        assert rank["collectives"] == 2 * 4 + 2, rank
+        assert rank["fractions"]["communication"] > 0
+    per_step = {c["collective"]: c for c in d["distributed"]["collectives"]}
+    assert per_step.keys() <= {"all_reduce", "broadcast"}
+    assert sorted(c["bytes"] for c in d["distributed"]["collectives"]
+                  if c["collective"] == "all_reduce") == [525312, 526336]
+    assert {"forward", "backward", "optimizer"} <= {p["name"] for p in d["budget"]["per_phase"]}

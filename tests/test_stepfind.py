@@ -104,6 +104,13 @@ def test_one_call_is_one_step_from_its_first_event(tmp_path):
     assert find_steps(trace(tmp_path, twice), one_step=True).steps == [(0, 1000.0, 150.0)]
 
 
+def test_a_trace_of_device_work_alone_is_one_step(tmp_path):
+    events = [{**x("k1", 500, 40, cat="kernel"), "pid": 0},
+              {**x("k2", 600, 20, cat="kernel"), "pid": 0}]
+    cols = find_steps(trace(tmp_path, events))
+    assert cols.steps == [(0, 500.0, 120.0)] and cols.step_rule.kind == "window"
+
+
 def test_profiler_step_ranges_win_over_everything(tmp_path):
     events = [x("ProfilerStep#4", 990, 120, cat="user_annotation"), *call(1000),
               x("ProfilerStep#5", 1110, 120, cat="user_annotation"), *call(1120)]

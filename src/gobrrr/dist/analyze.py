@@ -9,8 +9,9 @@ Per rank, in rank order:
    and collective ops (`c10d::*`, trace.is_collective) with what they run inside leave
    the CPU events, so neither counts as an op's memory or compute time nor as busy time
    (doctor drops the same kernels: diagnose._drop_collective_kernels);
-2. its communication inside the profiled steps (the `ProfilerStep#` ranges, first start
-   to last end): commread.read_columns, the reader doctor uses on its own window, on the
+2. its communication inside the profiled steps (the `ProfilerStep#` ranges, else the
+   steps tracefile/stepfind.py finds, a slow first one kept so that the ranks agree;
+   first start to last end): commread.read_columns, the reader doctor uses on its own window, on the
    columns that step 1 streamed (before the communication was taken out), so each
    rank's trace is read once and never whole into memory;
 3. the collectives matched across ranks (comm.match_collectives: process group and
@@ -63,12 +64,9 @@ FROM_TRACES_NOTE = (
 
 
 def without_communication(cols: TraceColumns) -> TraceColumns:
-    """The columns without communication work (module docstring, step 1); one UserError
-    line for a trace with no ProfilerStep# ranges, before anything is counted."""
-    if not cols.steps:
-        raise UserError(f"{cols.path.name} has no {STEP_RANGES} ranges: the communication "
-                        "of several ranks is matched inside their profiled steps (a "
-                        "profiler schedule with prof.step() writes them)")
+    """The columns without communication work (module docstring, step 1), of columns
+    whose steps are set (stepfind.find_steps)."""
+    assert cols.steps, "find_steps first: every trace with CPU events has a step"
     dev = cols.device
     keep_dev = dev["comm"] == 0
     cpu = cols.cpu
@@ -107,10 +105,8 @@ def rank_comm(header: TraceHeader, cols: TraceColumns, rank: int, steps: int,
         return read_columns(cols, rank, steps, device, window=STEP_RANGES,
                             group=group_name(header.distributed))
     except ValueError:
-        raise UserError(f"{header.path.name} (rank {rank}) has no {STEP_RANGES} ranges: "
-                        "the communication of several ranks is matched inside their "
-                        "profiled steps (a profiler schedule with prof.step() writes "
-                        "them)") from None
+        raise UserError(f"{header.path.name} (rank {rank}): no profiled steps to match "
+                        "its communication in") from None
 
 
 # Ranks of one job profile the same steps at the same moments; traces whose recorded
@@ -168,8 +164,9 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
         rank = int((h.distributed or {})["rank"])
         say(f"rank {rank}: {h.path.name}")
         say(f"reading {h.path.name}")
-        # once: the per-op pass and the communication pass, in the same steps
-        cols = find_steps(stream_trace(h.path))
+        # once: the per-op pass and the communication pass, in the same steps (a slow
+        # first one kept: the ranks must agree on which steps they ran)
+        cols = find_steps(stream_trace(h.path), drop_warmup=False)
         spans.append((rank, h.path.name, _span_s(h, cols)))
         _check_one_job(spans)
         a = analyse_trace(h, ceilings, say, prepare=without_communication, cols=cols,

@@ -7,9 +7,10 @@ GPU (seen on an H200: a pointwise chain at 89% of the bandwidth roof said
 1. `ProfilerStep#N` ranges (a profiler schedule with `prof.step()`): those.
 2. A `record_function` range the user wrote that repeats at the top level of the main
    thread (the first to start of the threads with a tenth or more of the top-level
-   events: the user's, not autograd's device thread): each range is a step. Ranges
-   that name a phase (an optimizer's step, autograd, a DataLoader's `__next__`, prefill,
-   decode) are parts of a step, not steps.
+   events: the user's, not autograd's device thread) and covers at least half of its
+   time: each range is a step. Ranges that name a phase (an optimizer's step, autograd,
+   a DataLoader's `__next__`, prefill, decode) or cover less (DDP's forward range) are
+   parts of a step, not steps.
 3. A repeated sequence of top-level calls on the main thread: the longest run, at the end
    of the trace or at its start, that repeats one sequence of top-level event names at
    least twice and holds at least half of the main thread's top-level events (less is a
@@ -18,9 +19,10 @@ GPU (seen on an H200: a pointwise chain at 89% of the bandwidth roof said
    first event to the next step's first event (the last: to the first event after the
    run, else the trace's end), so the host time between calls is the step's (steps.py).
    With three or more, a first step slower than 1.5x the median of the others is a
-   warm-up and left out. A call that is itself made of identical repeats (a stack of
-   identical layers and nothing else) cannot be told from several calls: it reads as
-   one step per repeat, as the note says; `prof.step()` or `record_function` settle it.
+   warm-up and left out (not for the ranks of one job, which must agree on their
+   steps). A call that is itself made of identical repeats (a stack of identical layers
+   and nothing else) cannot be told from several calls: it reads as one step per
+   repeat, as the note says; `prof.step()` or `record_function` settle it.
 4. Otherwise one step: from the first top-level event of the main thread to the end of
    the last event or device activity, so the profiler's start-up is left out.
 `one_step=True` skips rules 2 and 3 (a source that profiled one call of its own:
@@ -46,13 +48,16 @@ __all__ = ["find_steps", "repeated_run", "WARMUP_RATIO"]
 
 WARMUP_RATIO = 1.5  # a first step this much slower than the median of the rest: warm-up
 MAIN_SHARE = 0.1  # of the top-level events, for a thread to be the main one
-COVERAGE = 0.5  # of the main thread's top-level events a repeated run must hold
+COVERAGE = 0.5  # of the main thread's top-level events (rule 3) or time (rule 2) steps hold
 _MIN_REPEATS = 2
 
 
-def find_steps(cols: TraceColumns, *, one_step: bool = False) -> TraceColumns:
+def find_steps(cols: TraceColumns, *, one_step: bool = False,
+               drop_warmup: bool = True) -> TraceColumns:
     """`cols` with its steps and the rule that found them (module docstring); columns
-    whose rule is already set are returned as they are."""
+    whose rule is already set are returned as they are. `drop_warmup=False` keeps a slow
+    first repeat (the ranks of one job: each rank deciding alone, they could disagree on
+    which steps they ran, and their collectives would not match)."""
     if cols.step_rule is not None:
         return cols
     if cols.steps:
@@ -61,7 +66,10 @@ def find_steps(cols: TraceColumns, *, one_step: bool = False) -> TraceColumns:
                                                 f"its {STEP_PREFIX} ranges"))
     top = _top_level(cols)
     if not len(top):
-        return replace(cols, step_rule=StepRule("window", "the whole trace",
+        t0 = min(float(part["ts_us"].min()) for part in (cols.device, cols.launch)
+                 if len(part["ts_us"]))
+        return replace(cols, steps=[(0, t0, _last_end_us(cols) - t0)],
+                       step_rule=StepRule("window", "the whole trace",
                                                 "steps: none found (no CPU events): the "
                                                 "whole trace is one step",
                                                 "no CPU events: the whole trace"))
@@ -70,7 +78,9 @@ def find_steps(cols: TraceColumns, *, one_step: bool = False) -> TraceColumns:
     main = top[cpu["thread"][top] == thread]
     end_us = _last_end_us(cols)
     if not one_step:
-        for finder in (_repeated_range, _repeated_calls):
+        finders = (_repeated_range,
+                   lambda c, m, e: _repeated_calls(c, m, e, drop_warmup=drop_warmup))
+        for finder in finders:
             found = finder(cols, main, end_us)
             if found is not None:
                 steps, rule = found
@@ -142,12 +152,15 @@ def _repeated_range(cols: TraceColumns, main: np.ndarray, end_us: float
     by_name: dict[int, list[int]] = {}
     for i in ann.tolist():
         by_name.setdefault(int(cpu["name"][i]), []).append(i)
+    span_us = float(cpu["ts_us"][main[-1]] + cpu["dur_us"][main[-1]] - cpu["ts_us"][main[0]])
     best: tuple[float, int] | None = None
     for n, rows in by_name.items():
         nm = names[n]
         if len(rows) < _MIN_REPEATS or range_label(nm, "\0", "\0") != (nm, "\0"):
             continue  # once only, or a phase's range (an optimizer's step, autograd...)
         covered = float(cpu["dur_us"][rows].sum())
+        if covered < COVERAGE * span_us:
+            continue  # a part of each step (DDP's forward range), not the step
         if best is None or covered > best[0]:
             best = (covered, n)
     if best is None:
@@ -196,7 +209,8 @@ def repeated_run(tokens: list[int]) -> tuple[int, int, int]:
     return 0, p_start, k_start
 
 
-def _repeated_calls(cols: TraceColumns, main: np.ndarray, end_us: float
+def _repeated_calls(cols: TraceColumns, main: np.ndarray, end_us: float, *,
+                    drop_warmup: bool = True
                     ) -> tuple[list[tuple[int, float, float]], StepRule] | None:
     """Rule 3: the repeated sequence of top-level calls at the end of the trace."""
     cpu = cols.cpu
@@ -211,7 +225,7 @@ def _repeated_calls(cols: TraceColumns, main: np.ndarray, end_us: float
     steps = _contiguous(starts, float(np.nextafter(cpu["ts_us"][main[after]], -np.inf))
                         if after < len(tokens) else end_us)
     dropped = ""
-    if k >= 3:
+    if k >= 3 and drop_warmup:
         rest = statistics.median(s[2] for s in steps[1:])
         if steps[0][2] > WARMUP_RATIO * rest:
             dropped = (f"; the first ({steps[0][2] / 1e3:.2f} ms, {steps[0][2] / rest:.1f}x "
