@@ -39,11 +39,17 @@ from gobrrr.profile import (
     lead_in_calls,
     walk_events,
 )
+from gobrrr.recorded import (
+    COMPILED_GRAPH_RANGES,
+    args_bytes,
+    matmul_flops,
+    op_class_by_name,
+)
+from gobrrr.recorded import PROFILER_DTYPES as _DTYPES
 from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.settings import tf32_enabled
 from gobrrr.state import preserved_state, walk
 from gobrrr.timing import device_sync
-from gobrrr.tracefile.opcount import PROFILER_DTYPES as _DTYPES
 from gobrrr.workload import from_callable
 
 if TYPE_CHECKING:
@@ -202,31 +208,6 @@ def _dtype_lookup(prof: Any) -> Any:
     return lookup
 
 
-def _bytes_of(args: list[tuple[list[int], str]]) -> int:
-
-    return sum(math.prod(s) * _DTYPES[d].itemsize for s, d in args)
-
-
-def _matmul_flops(name: str, args: list[tuple[list[int], str]]) -> int | None:
-    """2 FLOPs per multiply-add (torch.utils.flop_counter's convention) from the recorded
-    operand shapes; None when the shapes do not say."""
-    two_d = [s for s, _ in args if len(s) == 2]
-    three_d = [s for s, _ in args if len(s) == 3]
-    if name in ("aten::mm", "aten::addmm") or (name.startswith("triton_") and "mm" in name):
-        for a, b in zip(two_d, two_d[1:], strict=False):
-            if a[1] == b[0]:
-                return 2 * a[0] * a[1] * b[1]
-    if name in ("aten::bmm", "aten::baddbmm"):
-        for a, b in zip(three_d, three_d[1:], strict=False):
-            if a[0] == b[0] and a[2] == b[1]:
-                return 2 * a[0] * a[1] * a[2] * b[2]
-    if "scaled_dot_product" in name and len(args) >= 3:
-        q, k = args[0][0], args[1][0]
-        if len(q) == 4 and len(k) == 4:  # [B, H, L, E] x [B, H, S, E]: QK^T and PV
-            return 4 * q[0] * q[1] * q[2] * k[2] * q[3]
-    return None
-
-
 def _conv_flops(e: Any, args: list[tuple[list[int], str]]) -> int | None:
     """2 x output elements x (C_in / groups) x kernel size, the output's spatial size
     from the recorded stride, padding and dilation."""
@@ -243,27 +224,12 @@ def _conv_flops(e: Any, args: list[tuple[list[int], str]]) -> int | None:
     return 2 * x[0] * w[0] * math.prod(spatial) * (x[1] // groups) * math.prod(w[2:])
 
 
-def _op_class(name: str) -> str:
-    if name.startswith("triton_"):
-        kind = name.split("_")[1] if "_" in name else ""
-        if "mm" in name or kind == "tem":
-            return "matmul"
-        return {"poi": "pointwise", "red": "reduction", "per": "reduction"}.get(kind, "other")
-    if "convolution" in name:
-        return "conv"
-    if "scaled_dot_product" in name:
-        return "attention"
-    if any(k in name for k in ("mm", "addmm", "bmm", "linear")):
-        return "matmul"
-    return "copy" if "copy" in name or "fill" in name else "other"
-
-
 def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> OpRecord:
 
     args = _tensor_args(e, dtypes)
     name = str(e.name)
-    op_class = _op_class(name)
-    flops = _conv_flops(e, args) if op_class == "conv" else _matmul_flops(name, args)
+    op_class = op_class_by_name(name)
+    flops = _conv_flops(e, args) if op_class == "conv" else matmul_flops(name, args)
 
     dtype = dtype_name(_DTYPES[args[0][1]]) if args else "none"
     unit = None
@@ -273,7 +239,7 @@ def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> 
 
             unit = "tf32" if tf32_enabled("conv" if op_class == "conv" else "matmul") else "fp32"
     return OpRecord(index=index, op=name, module=module, phase=COMPILED, op_class=op_class,
-                    dtype=dtype, flops=flops or 0, bytes=_bytes_of(args),
+                    dtype=dtype, flops=flops or 0, bytes=args_bytes(args),
                     tensor_core_unit=unit, has_formula=flops is not None)
 
 
@@ -303,7 +269,7 @@ def _graph_module(e: Any) -> str:
     graphs (a graph break)."""
     p = e.cpu_parent
     while p is not None:
-        if str(p.name).startswith(("## Call CompiledFxGraph", "Torch-Compiled Region")):
+        if str(p.name).startswith(COMPILED_GRAPH_RANGES):
             return "compiled graph"
         p = p.cpu_parent
     return "eager (outside compiled graphs)"

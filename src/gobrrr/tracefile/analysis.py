@@ -20,6 +20,7 @@ from typing import Any
 from gobrrr.budget import fusable_bytes_saved
 from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
+from gobrrr.recorded import COMPILED_GRAPH_RANGES
 from gobrrr.remedies.attention import find_attention
 from gobrrr.run import MeasuredRun, Step
 from gobrrr.timing import from_samples
@@ -79,6 +80,11 @@ def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
         "device events, ops from their recorded shapes")
     tr = analyse_steps(cols)
     if not tr.run.counts.records:
+        if device == "cpu" and any(n.startswith(COMPILED_GRAPH_RANGES) for n in cols.names):
+            raise UserError(f"{header.path}: its work is torch.compile graphs, whose "
+                            "Inductor C++ kernels a CPU trace does not record (their time "
+                            "would read as overhead); gobrrr doctor on the workload counts "
+                            "them")
         raise UserError(f"{header.path} has no operator events (cpu_op) inside its "
                         "profiled steps: nothing to analyse")
     if ceilings is None:

@@ -270,7 +270,8 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
             if thread is None:
                 thread = threads[key] = len(threads)
             sig = -1
-            dims = args.get("Input Dims") if cat == "cpu_op" else None
+            dims = args.get("Input Dims") if cat == "cpu_op" or name.startswith(
+                "triton_") else None  # (recorded.is_inductor_kernel; kept import-light)
             types = args.get("Input type")
             if not _shapes_ok(dims, types):
                 dims = None  # shapes recorded wrongly: the op counts as recorded without

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gobrrr.recorded import COMPILED_GRAPH_RANGES, is_inductor_kernel
 from gobrrr.tracefile.columns import TraceColumns
 from gobrrr.tracefile.steps import TraceRun
 from gobrrr.units import fmt_s
@@ -104,10 +105,14 @@ def trace_check(cols: TraceColumns, tr: TraceRun) -> list[CheckRow]:
     if cols.graph_launches:
         graph_parts.append(f"{cols.graph_launches} CUDA graph launch(es): their kernels "
                            "carry no op or shapes")
-    compiled = sum(1 for n in cols.names
-                   if n.startswith(("Torch-Compiled Region", "## Call CompiledFxGraph")))
-    if compiled:
-        graph_parts.append("torch.compile regions (Inductor's kernels)")
+    kernels = [k for k in run.counts.records if is_inductor_kernel(k.op)]
+    if kernels:
+        graph_parts.append(f"{len(kernels)} Inductor kernel call(s) per step, counted by "
+                           "their names and tensor arguments (FLOPs for template GEMMs "
+                           "only)")
+    elif any(n.startswith(COMPILED_GRAPH_RANGES) for n in cols.names):
+        graph_parts.append("torch.compile regions" + (
+            " whose kernels the trace does not record" if tr.device == "cpu" else ""))
     rows.append(CheckRow("graphs and compiled code", not graph_parts,
                          "; ".join(graph_parts) if graph_parts else "none: eager ops"))
     rows.append(CheckRow("events", cols.malformed == 0,

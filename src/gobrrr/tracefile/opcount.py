@@ -36,20 +36,18 @@ from typing import Any
 import torch
 
 from gobrrr.counting import count_op, dtype_name
+from gobrrr.recorded import (
+    PROFILER_DTYPES,
+    args_bytes,
+    is_inductor_kernel,
+    matmul_flops,
+    op_class_by_name,
+)
 from gobrrr.tracefile.columns import RecordedArgs
 
 __all__ = ["OpCount", "count_recorded", "decomposes", "is_op_name", "output_of",
            "tensor_inputs", "PROFILER_DTYPES"]
 
-# C++ type names the profiler writes in "Input type" (c10's scalar type names).
-PROFILER_DTYPES: dict[str, torch.dtype] = {
-    "float": torch.float32, "double": torch.float64, "c10::Half": torch.float16,
-    "c10::BFloat16": torch.bfloat16, "long int": torch.int64, "long": torch.int64,
-    "int": torch.int32, "short int": torch.int16, "short": torch.int16,
-    "signed char": torch.int8, "unsigned char": torch.uint8, "bool": torch.bool,
-    "c10::complex<float>": torch.complex64, "c10::complex<double>": torch.complex128,
-    "c10::Float8_e4m3fn": torch.float8_e4m3fn, "c10::Float8_e5m2": torch.float8_e5m2,
-}
 _ITEMSIZE = {dtype_name(d): d.itemsize for d in PROFILER_DTYPES.values()}  # by gobrrr's names
 # ScalarType codes, as "Concrete Inputs" writes a dtype argument (c10/core/ScalarType.h).
 _SCALAR_TYPES: dict[int, torch.dtype] = {
@@ -74,7 +72,9 @@ class OpCount:
     bytes: int
     has_formula: bool
     tensor_core_unit: str | None
-    method: str  # "meta": rebuilt and counted; "shapes": input bytes only; "none": no shapes
+    # "meta": rebuilt and counted; "shapes": input bytes only; "none": no shapes;
+    # "kernel": an Inductor kernel, by its name and its tensors (recorded.py)
+    method: str
     regime_hint: str | None = None  # set when flops and bytes are unknown ("none")
     # the rebuilt op's output (method "meta"), for traceflow's guessed tensor identities
     out_shape: tuple[int, ...] | None = None
@@ -85,8 +85,11 @@ class _CannotRebuild(Exception):
 
 
 def is_op_name(name: str) -> bool:
-    """An operator ("aten::mm", "c10d::allreduce_", "mylib::op"), not an autograd node,
-    a record_function range or a Python frame."""
+    """An operator ("aten::mm", "c10d::allreduce_", "mylib::op") or a kernel Inductor
+    launched under its own name ("triton_poi_fused_add_0": compiled code has no ATen op
+    around it), not an autograd node, a record_function range or a Python frame."""
+    if is_inductor_kernel(name):
+        return True
     ns, sep, op = name.partition("::")
     return bool(sep) and ns.isidentifier() and ns not in _NOT_OP_NAMESPACES and \
         op.replace(".", "_").isidentifier()
@@ -308,8 +311,29 @@ def _regime_hint(name: str) -> str:
     return "memory"
 
 
+def _count_kernel(name: str, args: RecordedArgs | None) -> OpCount:
+    """An Inductor kernel, as the live compiled path counts it (recorded.py): its class
+    from its name, its bytes from its tensor arguments (inputs and outputs), FLOPs for a
+    template GEMM whose operand shapes say them. Without shapes: its class's regime."""
+    op_class = op_class_by_name(name)
+    if args is None:
+        hint = "compute" if op_class == "matmul" else "memory"
+        return OpCount(op_class, "none", 0, 0, False, None, "none", hint)
+    tensors = [(d, t) for d, t in zip(args.dims, args.types, strict=False)
+               if t in PROFILER_DTYPES and isinstance(d, list) and len(d) > 0
+               and all(isinstance(n, int) and n >= 0 for n in d)]
+    flops = matmul_flops(name, tensors) if op_class == "matmul" else None
+    dtype = dtype_name(PROFILER_DTYPES[tensors[0][1]]) if tensors else "none"
+    unit = dtype if op_class == "matmul" else None
+    return OpCount(op_class, dtype, flops or 0, args_bytes(tensors), flops is not None
+                   or op_class != "matmul", unit, "kernel",
+                   regime_hint=None if tensors else "memory")
+
+
 def count_recorded(name: str, args: RecordedArgs | None) -> OpCount:
     """The op's FLOPs and minimum bytes from its recorded arguments (module docstring)."""
+    if is_inductor_kernel(name):
+        return _count_kernel(name, args)
     if args is None:
         return OpCount("other", "none", 0, 0, False, None, "none", _regime_hint(name))
     # Rebuilt, its lists would be empty: no work at all. It is counted as not rebuilt.

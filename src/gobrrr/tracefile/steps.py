@@ -53,6 +53,7 @@ from gobrrr.phases import (
     range_label,
 )
 from gobrrr.profile import is_math_kernel
+from gobrrr.recorded import is_inductor_kernel
 from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.tracefile.columns import ANNOTATION, RecordedArgs, TraceColumns
 from gobrrr.tracefile.flow import ShapeFlow
@@ -133,7 +134,9 @@ def _counted_ops(cols: TraceColumns) -> tuple[np.ndarray, list[tuple[int, str, s
             stack.pop()
         root, module, phase = stack[-1][1:] if stack else (-1, "Global", FORWARD)
         n, s = name[i], sig[i]
-        if root < 0 and kind[i] != ANNOTATION:
+        # (an Inductor kernel's range may be written as a user annotation: an op all
+        # the same, the only one compiled code has around its launch)
+        if root < 0 and (kind[i] != ANNOTATION or is_inductor_kernel(names[n])):
             key = (n, s)
             is_op = decided.get(key)
             if is_op is None:
