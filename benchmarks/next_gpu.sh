@@ -1,31 +1,45 @@
 #!/usr/bin/env bash
-# The next session's first GPU run (this stop had no device time): what changed on CPU
-# and needs its CUDA proof. Results under $OUT (log and JSON).
-#   OUT=/some/dir bash benchmarks/next_gpu.sh
-# 1. every cuda-marked test (generation, run, the rest);
-# 2. the generation figures: benchmarks/generate_gpu.py (GPT-2 small, TinyLlama-1.1B,
-#    bf16, batch 1 and 8, plain and static cache) and `doctor --generate 64` on both;
-# 3. a Lightning run with the callback on CUDA (the closure split read from a CUDA trace,
-#    where backward runs on the engine's device threads).
+# The next session's GPU runs (the last stops had no device time): what changed on CPU
+# and needs its CUDA proof. One part per device call (each call has 600 s at most):
+#   OUT=$OUT bash benchmarks/next_gpu.sh tests|plain|generate|lightning
+# tests:     every cuda- or vision-marked test (generation, run, the rest);
+# plain:     issue 23: plain traces (no schedule, no prof.step()) of eager and compiled
+#            workloads, analyze beside doctor (benchmarks/plain_traces_gpu.py; traces and
+#            plain_traces.json under $OUT/plain);
+# generate:  benchmarks/generate_gpu.py (GPT-2 small, TinyLlama-1.1B, bf16, batch 1 and
+#            8, plain and static cache) and `doctor --generate 64` on both (size, time);
+# lightning: a Lightning run with the callback on CUDA (the closure split read from a
+#            CUDA trace, where backward runs on the engine's device threads).
 # ijson travels as a wheel (.gpu_wheels/, carried): the machine has none.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/next_gpu.log") 2>&1
+part=${1:?tests, plain, generate or lightning}
+exec > >(tee "$OUT/next_gpu-$part.log") 2>&1
 python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
 export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 stamp() { echo "=== $1 ($(date -u +%FT%TZ))"; }
-stamp "cuda tests"
-timeout 400 python3 -m pytest -q -p no:cacheprovider -m "cuda or vision" tests 2>&1 | grep -v USDT | grep -e "^E " -e passed -e failed | tail -12
-stamp "generate_gpu.py"
-timeout 600 python3 benchmarks/generate_gpu.py --out "$OUT/generate_gpu.json" 2>&1 | grep -v -e USDT -e Warn | tail -12
-for m in gpt2 tinyllama-1.1b; do
-  stamp "doctor hf:$m --generate 64 --dtype bf16"
-  /usr/bin/time -f "doctor --generate $m wall %e s" timeout 300 python3 -m gobrrr doctor "hf:$m" --generate 64 \
-    --seq-len 128 --dtype bf16 --json -q > "$OUT/doctor-generate-$m.json" 2> /tmp/g.err || tail -5 /tmp/g.err
-  ls -l "$OUT/doctor-generate-$m.json"
-done
-stamp "lightning callback on CUDA"
-timeout 300 python3 - "$OUT" <<'PY'
+case "$part" in
+tests)
+  stamp "cuda tests"
+  timeout 540 python3 -m pytest -q -p no:cacheprovider -m "cuda or vision" tests 2>&1 | grep -v USDT | grep -e "^E " -e passed -e failed | tail -12
+  ;;
+plain)
+  stamp "plain traces (issue 23)"
+  timeout 560 python3 benchmarks/plain_traces_gpu.py "$OUT/plain" 2>&1 | grep -v -e USDT -e Warn | tail -20
+  ;;
+generate)
+  stamp "generate_gpu.py"
+  timeout 300 python3 benchmarks/generate_gpu.py --out "$OUT/generate_gpu.json" 2>&1 | grep -v -e USDT -e Warn | tail -12
+  for m in gpt2 tinyllama-1.1b; do
+    stamp "doctor hf:$m --generate 64 --dtype bf16"
+    /usr/bin/time -f "doctor --generate $m wall %e s" timeout 120 python3 -m gobrrr doctor "hf:$m" --generate 64 \
+      --seq-len 128 --dtype bf16 --json -q > "$OUT/doctor-generate-$m.json" 2> /tmp/g.err || tail -5 /tmp/g.err
+    ls -l "$OUT/doctor-generate-$m.json"
+  done
+  ;;
+lightning)
+  stamp "lightning callback on CUDA"
+  timeout 300 python3 - "$OUT" <<'PY'
 import json, sys, torch, lightning as L
 from torch import nn
 from gobrrr.integrations.lightning import GobrrrCallback
@@ -41,3 +55,6 @@ L.Trainer(max_steps=40, accelerator="gpu", devices=1, logger=False, enable_check
 d = json.load(open(f"{sys.argv[1]}/lightning-cuda.json"))
 print("regime", d["regime"], {k: round(v["share"], 3) for k, v in d["phases"].items()})
 PY
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac

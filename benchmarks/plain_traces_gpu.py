@@ -1,0 +1,171 @@
+"""Issue 23's proof on a GPU: traces recorded the simplest way (a `profile()` block around
+a few calls, no schedule, no `prof.step()`, then `export_chrome_trace`), eager and under
+torch.compile (default and reduce-overhead), read by `gobrrr analyze`, beside
+`gobrrr.diagnose` (doctor) of the same callables. Each trace is recorded with plain torch
+(no gobrrr code runs while recording); the doctor runs afterwards, unprofiled.
+
+Workloads (random weights, no downloads): the pointwise chain (2^24 fp32), the 4-layer
+MLP at batch 1, GPT-2 small 8 x 512 (inference), ResNet-50 at batch 256 (inference), the
+GPT-2 small training step 4 x 256 (AdamW), and the compiled versions of the first four.
+
+Usage (GPU machine): python3 benchmarks/plain_traces_gpu.py OUT_DIR [NAME ...]
+Writes OUT_DIR/NAME.json.gz (the traces) and OUT_DIR/plain_traces.json: a list of
+{"workload", "doctor": {regime, fractions, t_wall_ms}, "analyze": {regime, fractions,
+step_ms, steps, step_rule, check}, "max_diff_points"}.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+
+CALLS = 4  # profiled calls per trace
+
+
+def pointwise():
+    big = torch.randn(2**24, device="cuda")
+    return (lambda t: ((t * 2).sin() + 1).relu()), (big,)
+
+
+def mlp_b1():
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(512, 512),
+                                                          nn.GELU())]).cuda().eval()
+    x = torch.randn(1, 512, device="cuda")
+
+    def forward(t):
+        with torch.no_grad():
+            return model(t)
+
+    return forward, (x,)
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(attn_implementation="sdpa")).cuda().eval()
+    ids = torch.randint(0, 50257, (8, 512), device="cuda")
+
+    def forward(t):
+        with torch.no_grad():
+            return model(input_ids=t).logits
+
+    return forward, (ids,)
+
+
+def resnet50():
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50().cuda().eval()
+    x = torch.randn(256, 3, 224, 224, device="cuda")
+
+    def forward(t):
+        with torch.no_grad():
+            return model(t)
+
+    return forward, (x,)
+
+
+def gpt2_train():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(attn_implementation="sdpa", use_cache=False)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 50257, (4, 256), device="cuda")
+
+    def step(t):
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=t, labels=t).loss
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step, (ids,)
+
+
+EAGER = {"pointwise": pointwise, "mlp_b1": mlp_b1, "gpt2_8x512": gpt2,
+         "resnet50_b256": resnet50, "gpt2_train_4x256": gpt2_train}
+
+
+def build(name: str):
+    base, _, mode = name.partition("@")
+    fn, args = EAGER[base]()
+    if mode:
+        fn = torch.compile(fn, mode=None if mode == "default" else mode)
+    return fn, args
+
+
+def record(fn, args, path: Path) -> None:
+    for _ in range(3):  # warm-up (and compile) outside the profiler
+        fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 record_shapes=True) as prof:
+        for _ in range(CALLS):
+            fn(*args)
+        torch.cuda.synchronize()
+    raw = path.with_suffix("")  # NAME.json
+    prof.export_chrome_trace(str(raw))
+    with raw.open("rb") as src, gzip.open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
+
+
+def main() -> None:
+    import gobrrr
+    from gobrrr.analyze import analyze
+
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    names = sys.argv[2:] or [*EAGER, "pointwise@default", "mlp_b1@default",
+                             "gpt2_8x512@default", "resnet50_b256@default",
+                             "mlp_b1@reduce-overhead", "gpt2_8x512@reduce-overhead"]
+    rows = []
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            fn, args = build(name)
+            path = out / f"{name.replace('@', '-')}.json.gz"
+            record(fn, args, path)
+            a = analyze([path])
+            d = gobrrr.diagnose(fn, *args, time_budget_s=1.0, experiments=False)
+            ad, dd = a.to_dict(), d.to_dict()
+            diff = max(abs(ad["fractions"].get(k, 0) - dd["fractions"].get(k, 0))
+                       for k in ("compute", "memory", "overhead"))
+            row = {"workload": name,
+                   "doctor": {"regime": dd["regime"],
+                              "fractions": {k: round(v, 3) for k, v in dd["fractions"].items()},
+                              "t_wall_ms": round(dd["timing"]["median_s"] * 1e3, 3)},
+                   "analyze": {"regime": ad["regime"],
+                               "fractions": {k: round(v, 3) for k, v in ad["fractions"].items()},
+                               "step_ms": round(ad["budget"]["wall_s"] * 1e3, 3),
+                               "steps": ad["workload"]["trace"]["steps"],
+                               "step_rule": ad["workload"]["trace"].get("step_rule"),
+                               "check": [c for c in ad["workload"]["trace"].get("check", [])
+                                         if not c["ok"]]},
+                   "max_diff_points": round(100 * diff, 1),
+                   "trace_bytes": path.stat().st_size,
+                   "seconds": round(time.perf_counter() - t0, 1)}
+        except Exception as e:  # one workload's failure is a row, the rest still run
+            row = {"workload": name, "error": f"{type(e).__name__}: {e}",
+                   "traceback": traceback.format_exc()[-2000:]}
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "traceback"}), flush=True)
+        (out / "plain_traces.json").write_text(json.dumps(rows, indent=1))
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
