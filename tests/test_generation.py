@@ -131,18 +131,25 @@ def test_the_generation_report_has_prefill_and_decode_phases_and_the_bound():
 
     m = _llama()
     ids = torch.randint(1, 100, (2, 8))
-    rep = diagnose_generation(m, ids, 12, name="tiny-llama")
+    rep = diagnose_generation(m, ids, 12, name="tiny-llama", batch_budget_s=4)
     d = rep.to_dict()
     validate(d, "report")
     g = d["generation"]
+    # the batch experiment ran from batch 1 (the first prompt row), both roofs at each
+    # point: the cached bandwidth (2e10 B/s) and compute peak (2e11 FLOP/s)
+    bs = g["batch_scaling"]
+    assert bs["points"][0]["batch"] == 1 and bs["new_tokens"] == 8
+    assert all(p["bandwidth_bound_tokens_per_s"] == pytest.approx(
+        p["batch"] * 2e10 / p["step_bytes"]) for p in bs["points"])
+    assert all(p["limit"] in ("memory", "compute") for p in bs["points"])
     assert g["new_tokens"] == 12 and g["decode"]["steps"] == 11
     assert g["profiled_new_tokens"] == PROFILED_TOKENS
     assert g["decode"]["kv_source"] == "the cache"
     # the cached ceilings' bandwidth (conftest): 2e10 B/s
     assert g["decode"]["bound_tokens_per_s"] == pytest.approx(2 * 2e10 / g["decode"][
         "step_bytes"])
-    # the profiled 8-token generation: one prefill forward, 7 decode forwards, and
-    # generate's own ops between them
+    # the profiled generation of PROFILED_TOKENS tokens: one prefill forward, a decode
+    # forward per other token, and generate's own ops between them
     calls = {}
     for r in rep.counts.records:
         if r.op == "aten::embedding":
@@ -158,7 +165,14 @@ def test_the_generation_report_has_prefill_and_decode_phases_and_the_bound():
     lines = generation_lines(g)
     assert lines[0].startswith("generation: 12 new tokens after 2 x 8 prompt tokens")
     assert lines[2].startswith("  decode ") and "(MBU)" in lines[2]
+    assert lines[3].startswith("  decode tokens/s by batch: 1: ")
     assert "Generation: prefill and decode" in html(d)
+    # two batches or more: the tokens/s-vs-batch figure with both limits
+    pts = [dict(bs["points"][0], batch=b, tokens_per_s=5.0 * b) for b in (1, 2)]
+    page = html(d | {"generation": g | {"batch_scaling": bs | {"points": pts}}})
+    assert "Decode tokens/s against batch, with the bandwidth limit" in page
+    assert page.count("<svg") > html(d | {"generation": g | {"batch_scaling": bs | {
+        "points": pts[:1]}}}).count("<svg")
 
 
 @pytest.mark.slow
@@ -174,9 +188,11 @@ def test_doctor_generate_on_gpt2_and_its_bad_input(tmp_path):
                               capture_output=True, text=True, timeout=600,
                               env=dict(os.environ, NO_COLOR="1"))
 
-    p = doctor("hf:gpt2", "--device", "cpu", "--generate", "3", "--seq-len", "8", "--json")
+    p = doctor("hf:gpt2", "--device", "cpu", "--generate", "3", "--seq-len", "8", "--json",
+               "--no-experiments")
     assert p.returncode == 0, p.stderr[-2000:]
     d = json.loads(p.stdout)
+    assert "batch_scaling" not in d["generation"]  # --no-experiments
     assert d["generation"]["decode"]["steps"] == 2 and d["generation"]["batch"] == 1
     assert d["workload"]["model"]["class"] == "GPT2LMHeadModel"
     for args, line in [(["hf:gpt2", "--generate", "1"], "1 is not in the range x>=2"),
@@ -203,3 +219,70 @@ def test_generation_on_cuda_reads_kernels_per_phase():
     assert g["decode"]["kv_source"] == "the cache"
     rows = {r["name"]: r for r in d["budget"]["per_phase"]}
     assert rows["decode"]["time_s"] > 0 and rows["prefill"]["time_s"] > 0
+
+
+# ---------------------------------------------------------------- the batch experiment
+
+
+def _fake_measure(tokens_per_s, oom_at=None, prefill_flops=10**9):
+    """profile_generation's stand-in: decode at each batch at the given tokens/s."""
+    from gobrrr.generation import DecodeBytes, GenerationProfile
+
+    def measure(model, ids, new_tokens, *, bandwidth_bytes_per_s, peak_flops_per_s, **kw):
+        b = int(ids.shape[0])
+        if oom_at is not None and b >= oom_at:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        step = b / tokens_per_s[b]
+        prof = GenerationProfile(b, int(ids.shape[1]), 0.01, [step] * (new_tokens - 1),
+                                 [ids.shape[1] + k for k in range(1, new_tokens)],
+                                 DecodeBytes(10**9, 0, 10**3, "the config"),
+                                 bandwidth_bytes_per_s, "cpu")
+        prof.prefill_flops, prof.peak_flops_per_s = prefill_flops * b, peak_flops_per_s
+        return prof
+    return measure
+
+
+def test_the_decode_batch_experiment_stops_where_tokens_per_s_stops_rising():
+    from gobrrr.generation_batch import decode_batch_scaling
+
+    ids = torch.zeros(1, 10, dtype=torch.long)
+    bs = decode_batch_scaling(None, ids, bandwidth_bytes_per_s=1e11, peak_flops_per_s=1e12,
+                              measure=_fake_measure({1: 10, 2: 19, 4: 36, 8: 38}))
+    assert [p.batch for p in bs.points] == [1, 2, 4, 8]
+    assert bs.stopped == "tokens/s rose 1.06x from batch 4 to 8: stopped rising"
+    assert bs.best.batch == 8
+    p1 = bs.points[0]
+    # the roofs: 1e11 B/s over W + B x p x K bytes (p: 11..17, mean 14), and 1e12 FLOP/s
+    # over prefill's 1e9 FLOPs per 10 prompt tokens = 1e8 per token
+    assert p1.bandwidth_bound_tokens_per_s == pytest.approx(1e11 / (1e9 + 14e3))
+    assert p1.compute_bound_tokens_per_s == pytest.approx(1e4)
+    assert p1.limit == "memory"
+    assert bs.to_dict()["points"][0]["limit"] == "memory"
+    assert bs.summary() == ("decode batch scaling: batch 1 10.0 tokens/s -> batch 8 38.0 "
+                            "tokens/s (3.8x); tokens/s rose 1.06x from batch 4 to 8: "
+                            "stopped rising")
+
+
+def test_the_decode_batch_experiment_stops_at_out_of_memory_and_on_its_budget():
+    from gobrrr.generation_batch import decode_batch_scaling
+
+    ids = torch.zeros(1, 10, dtype=torch.long)
+    rising = {b: 10.0 * b for b in (1, 2, 4, 8, 16)}
+    bs = decode_batch_scaling(None, ids, bandwidth_bytes_per_s=None, peak_flops_per_s=None,
+                              measure=_fake_measure(rising, oom_at=4))
+    assert [p.batch for p in bs.points] == [1, 2] and bs.stopped == "out of memory at batch 4"
+    assert bs.points[0].limit is None  # no ceilings: no roofs
+    # each point takes 1 s on this clock; with 2.5 s of budget the third would not fit
+    ticks = iter(range(100))
+    bs = decode_batch_scaling(None, ids, bandwidth_bytes_per_s=None, peak_flops_per_s=None,
+                              budget_s=2.5, measure=_fake_measure(rising),
+                              clock=lambda: float(next(ticks)))
+    assert [p.batch for p in bs.points] == [1]
+    assert bs.stopped == "the time budget (2 s) would be spent at batch 2"
+    none = decode_batch_scaling(None, ids, bandwidth_bytes_per_s=None, peak_flops_per_s=None,
+                                measure=_fake_measure(rising, oom_at=1))
+    assert none.points == [] and none.best is None
+    assert none.summary() == "decode batch scaling: no batch ran (out of memory at batch 1)"
+    with pytest.raises(ValueError):  # any other failure is the workload's, raised
+        decode_batch_scaling(None, ids, bandwidth_bytes_per_s=None, peak_flops_per_s=None,
+                             measure=lambda *a, **k: (_ for _ in ()).throw(ValueError("x")))

@@ -17,6 +17,8 @@ generation's own figures beside the budget.
 3. T_wall: the median of REPEATS unprofiled K-token generations (synchronized at their
    ends), so the budget splits the very call it profiled; the report's `generation`
    says how the N-token figures share out between prefill and decode.
+4. With experiments, the decode batch experiment (generation_batch.py): tokens/s at
+   batch 1, 2, 4, ... against both roofs, in `generation.batch_scaling`.
 The model is unchanged afterwards (hooks removed; inference mode throughout).
 """
 
@@ -32,6 +34,7 @@ from typing import Any
 
 from gobrrr.diagnosis import report_for
 from gobrrr.generation import GenerationProfile, profile_generation
+from gobrrr.generation_batch import decode_batch_scaling
 from gobrrr.hardware import calibrate
 from gobrrr.phases import DECODE, FORWARD, PREFILL
 from gobrrr.remedies.base import workload_facts
@@ -52,6 +55,7 @@ BETWEEN = "between forwards"
 # of the report (a TinyLlama forward is ~1,600 ops): 8 tokens made a 4.7 MB report.
 PROFILED_TOKENS = 4
 REPEATS = 5  # unprofiled K-token generations whose median is T_wall
+BATCH_BUDGET_S = 30.0  # the decode batch experiment's time, at most
 
 
 def _generate(model: Any, ids: Any, n: int) -> Callable[[], Any]:
@@ -107,8 +111,10 @@ def _profiled_trace(model: Any, run: Callable[[], Any], device: str) -> Path:
 
 def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: str,
                         details: dict[str, Any] | None = None, description: str = "",
-                        progress: Progress | None = None) -> Report:
-    """The Report of a greedy generation of `new_tokens` tokens (module docstring)."""
+                        progress: Progress | None = None, experiments: bool = True,
+                        batch_budget_s: float = BATCH_BUDGET_S) -> Report:
+    """The Report of a greedy generation of `new_tokens` tokens (module docstring);
+    `experiments`: the decode batch experiment too (generation_batch.py)."""
     import torch
 
     say = progress or (lambda _m: None)
@@ -145,6 +151,15 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
     timing = from_samples(samples)
     gen = prof.to_dict() | {"share_prefill": _share_prefill(prof),
                             "profiled_new_tokens": k}
+    scaling = None
+    if experiments:
+        say("the batch experiment: decode at batch 1, 2, 4, ... until tokens/s stops "
+            "rising")
+        scaling = decode_batch_scaling(model, input_ids, new_tokens=min(new_tokens, 8),
+                                       bandwidth_bytes_per_s=ceil.bandwidth_bytes_per_s,
+                                       peak_flops_per_s=peak, budget_s=batch_budget_s,
+                                       progress=say, pad_token_id=0)
+        gen["batch_scaling"] = scaling.to_dict()
     notes = [f"generation: greedy, {new_tokens} new tokens after a {prof.prompt_len}-token "
              f"prompt, batch {prof.batch}: {prof.summary()}",
              f"the budget is one generation of {k} tokens (1 prefill + {k - 1} decode "
@@ -152,7 +167,7 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
              f"T_wall is the median of {REPEATS} unprofiled ones",
              *[n for n in a.run.notes if n != PROFILED_WALL_NOTE
                and not n.startswith(("steps: ", "ceilings: given"))],
-             *prof.notes]
+             *prof.notes, *([scaling.summary()] if scaling else [])]
     workload = {"name": name, "description": description or f"{name}: generation",
                 "device": device, "batch_size": prof.batch, "source": "generation",
                 **({"model": details} if details else {})}

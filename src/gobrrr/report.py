@@ -42,7 +42,8 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #      steps.series (every step a script ran, warm-up included); generation (prefill and
 #      decode of `doctor hf:NAME --generate N`)
 # 1.9: workload.trace.step_rule and .check (analyze: steps found in unmarked traces, the
-#      trace's health check); tables written one row per line (jsontext.py)
+#      trace's health check); tables written one row per line (jsontext.py);
+#      generation.batch_scaling (the decode batch experiment)
 SCHEMA_VERSION = "1.9"
 
 

@@ -95,7 +95,8 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         if generate is not None:
             if world is not None and world.size > 1:
                 raise UserError("--generate runs in one process, not under torchrun")
-            report = _generation(target, dev, batch_size, opts, generate, say)
+            report = _generation(target, dev, batch_size, opts, generate, say,
+                                 experiments=not no_experiments)
         elif world is not None and world.size > 1:
             report = _distributed(world, target, dev, batch_size, opts, no_experiments,
                                   time_budget_s, dist_timeout_s, rank_traces, say,
@@ -127,7 +128,8 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
 
 
 def _generation(target: str | None, dev: str, batch_size: int | None, opts: Any,
-                new_tokens: int, say: Callable[[str], None]) -> Any:
+                new_tokens: int, say: Callable[[str], None], *,
+                experiments: bool = True) -> Any:
     """`doctor hf:NAME --generate N`: the generation source (generation_run.py)."""
     from gobrrr.errors import UserError
     from gobrrr.generation_run import diagnose_generation
@@ -138,7 +140,8 @@ def _generation(target: str | None, dev: str, batch_size: int | None, opts: Any,
     say(f"building {target} for generation on {dev}")
     g = load_generation(target, dev, batch_size, opts)
     return diagnose_generation(g.model, g.input_ids, new_tokens, name=target,
-                               details=g.details, description=g.description, progress=say)
+                               details=g.details, description=g.description, progress=say,
+                               experiments=experiments)
 
 
 def _distributed(world: Any, target: str | None, dev: str, batch_size: int | None,

@@ -23,7 +23,7 @@ from gobrrr.show.colors import REGIME_COLORS
 from gobrrr.units import fmt_flops, fmt_s
 
 __all__ = ["svg_of", "budget_bar_svg", "roofline_svg",
-           "batch_scaling_svg", "step_series_svg", "plottable_rows"]
+           "batch_scaling_svg", "decode_batch_svg", "step_series_svg", "plottable_rows"]
 
 # The parts of a script's run (script.py), in order, each its own marker color.
 SERIES_COLORS = {"warm-up": "#999999", "timed": "#000000", "profiled": "#e69f00"}
@@ -221,6 +221,36 @@ def batch_scaling_svg(batch: dict[str, Any]) -> str | None:
         ax.set_xticks(bs, [str(b) for b in bs])
         ax.set_xlabel("batch size")
         ax.set_ylabel("time per call (ms)")
+        ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, frameon=False)
+        ax.grid(True, which="both", alpha=0.2)
+        return svg_of(fig)
+
+
+def decode_batch_svg(scaling: dict[str, Any]) -> str | None:
+    """Decode tokens/s against batch (report 1.9: generation.batch_scaling), with the
+    bandwidth and compute limits at each batch drawn: where the measured line bends is
+    where decode stops being memory (or overhead) bound. None with fewer than two
+    batches."""
+    pts = scaling.get("points", [])
+    if len(pts) < 2:
+        return None
+    bs = [p["batch"] for p in pts]
+    with figure_style():
+        fig = new_figure(6.0, 3.2)
+        ax = fig.add_axes((0.13, 0.16, 0.55, 0.78))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.plot(bs, [p["tokens_per_s"] for p in pts], "o-", color="black",
+                label="measured")
+        for key, label, regime, ls in (
+                ("bandwidth_bound_tokens_per_s", "bandwidth limit", "memory", ":"),
+                ("compute_bound_tokens_per_s", "compute limit", "compute", "--")):
+            if all(p.get(key) for p in pts):
+                ax.plot(bs, [p[key] for p in pts], ls=ls, color=REGIME_COLORS[regime],
+                        label=label)
+        ax.set_xticks(bs, [str(b) for b in bs])
+        ax.set_xlabel("batch (sequences)")
+        ax.set_ylabel("decode tokens/s")
         ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, frameon=False)
         ax.grid(True, which="both", alpha=0.2)
         return svg_of(fig)

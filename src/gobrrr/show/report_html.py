@@ -14,6 +14,7 @@ from gobrrr.show.budget_view import budget_parts, phase_rows, roof_band
 from gobrrr.show.figures import (
     batch_scaling_svg,
     budget_bar_svg,
+    decode_batch_svg,
     plottable_rows,
     roofline_svg,
     step_series_svg,
@@ -124,7 +125,21 @@ def _generation_body(g: dict[str, Any]) -> Any:
                   f"is one profiled generation of {g.get('profiled_new_tokens', '?')} "
                   "tokens.", "note"),
         table(["phase", "time", "tokens/s", "bound tokens/s", "of the limit", "limit"],
-              rows, text_columns=(0, 5))])
+              rows, text_columns=(0, 5)), *_decode_batch_parts(g.get("batch_scaling"))])
+
+
+def _decode_batch_parts(bs: dict[str, Any] | None) -> list[Any]:
+    """The decode batch experiment (report 1.9): its figure and its stopping reason."""
+    if not bs or not bs.get("points"):
+        return []
+    svg = decode_batch_svg(bs)
+    return [paragraph(f"Decode at batch {', '.join(str(p['batch']) for p in bs['points'])} "
+                      f"(the prompt repeated, {bs['new_tokens']} tokens each): "
+                      f"{bs['stopped']}.", "note"),
+            *([figure(svg, "Decode tokens/s against batch, with the bandwidth limit (all "
+                           "weights and the KV cache read each step) and the compute "
+                           "limit (the peak over FLOPs per token) at each batch")]
+              if svg else [])]
 
 
 def _below_roof_table(d: dict[str, Any], total_s: float) -> Any:

@@ -309,6 +309,18 @@ def generation_lines(g: dict[str, Any]) -> list[str]:
                  f"({fmt_num(dec['step_bytes'], 'B')} a step): {dec['mbu']:.1%} (MBU)")
     lines.append(f"  decode {fmt_s(dec['median_step_s'])} a step, "
                  f"{dec['tokens_per_s']:,.1f} tokens/s{bound}")
+    bs = g.get("batch_scaling")  # report 1.9: the decode batch experiment
+    if bs and bs["points"]:
+        lines.append("  decode tokens/s by batch: " + " · ".join(
+            f"{p['batch']}: {p['tokens_per_s']:,.1f}" for p in bs["points"])
+            + f" ({bs['stopped']})")
+        best = max(bs["points"], key=lambda p: p["tokens_per_s"])
+        roofs = [f"{name} roof {best[key]:,.0f}" for name, key in (
+            ("bandwidth", "bandwidth_bound_tokens_per_s"),
+            ("compute", "compute_bound_tokens_per_s")) if best.get(key)]
+        if roofs:
+            lines.append(f"  at batch {best['batch']}: " + ", ".join(roofs) + " tokens/s"
+                         + (f" (the lower: {best['limit']})" if best.get("limit") else ""))
     return lines
 
 
