@@ -62,3 +62,28 @@ def test_the_spec_writes_it_from_the_context_and_falls_back_to_the_generic_one()
         "# your optimizer as built (2 tensors), with fused=True\n"
         "opt = torch.optim.Adam(..., weight_decay=0.01, fused=True)")
     assert spec.snippet_in(Context("cpu")) == spec.snippet
+
+
+def test_bf16_is_not_offered_on_a_cpu_whose_bf16_matmul_is_no_faster():
+    # issue 24: a bf16 cast offered on a CPU whose bf16 matmul ran at 0.4 GFLOP/s
+    # measured 0.66x; the measured peaks decide (calibration), not the format
+    from types import SimpleNamespace
+
+    from gobrrr.counting import OpRecord
+
+    mm = OpRecord(index=0, op="aten::mm", module="Global", phase="forward",
+                  op_class="matmul", dtype="fp32", flops=10, bytes=10,
+                  tensor_core_unit="fp32", has_formula=True)
+    specs = by_name()
+
+    def applies(name, peaks, device="cpu"):
+        ctx = Context(device, records=[mm], ceilings=SimpleNamespace(peak_flops_per_s=peaks),
+                      module_types={"Linear"}, independent_copy=True)
+        return specs[name].applies(ctx)
+
+    slow = {"fp32": 2e11, "bf16": 4e8}
+    for name in ("bf16_autocast", "bf16_cast"):
+        assert applies(name, slow) == ("this CPU's measured bf16 matmul rate (400 MFLOP/s) "
+                                       "is no faster than fp32's (200 GFLOP/s)")
+        assert applies(name, {"fp32": 2e11, "bf16": 4e11}) is None
+        assert applies(name, slow, device="cuda") is None  # a GPU's bf16: tensor cores

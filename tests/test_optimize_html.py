@@ -53,3 +53,31 @@ def test_unverifiable_remedies_are_named_in_the_headline_and_table():
     assert "1 remedy result(s) unverifiable" in html
     row = html[html.index("compile_reduce_overhead"):]
     assert "unverifiable" in row[:400] and "eager differs from itself" in row
+
+
+def test_the_conclusion_says_whether_anything_was_measured():
+    from gobrrr.remedies.base import RemedyResult
+    from gobrrr.remedies.result import KEEP, conclusion
+
+    def row(status, estimated_s=None):
+        r = RemedyResult("compile", "overhead", status, "")
+        if estimated_s is not None:
+            r.checks["plan"] = {"estimated_s": estimated_s}
+        return r
+
+    # measured, none won: keep eager
+    assert conclusion(None, [row("slower"), row("skipped", 40.0)], 60) == KEEP
+    # nothing measured (issue 24: one candidate started, abandoned, the run concluded
+    # "keep the workload as it is"): said, with the budget that would reach the cheapest
+    assert conclusion(None, [row("skipped", 109.0), row("skipped", 45.2), row("failed")],
+                      60) == (
+        "nothing could be measured within --budget-s 60: no candidate reached a "
+        "measurement, so nothing is known to be faster or not; the cheapest candidate "
+        "skipped needs ~45 s by its estimate (--budget-s 105 would reach it)")
+    assert conclusion(None, [], None) == ("nothing could be measured: no candidate reached "
+                                          "a measurement, so nothing is known to be faster "
+                                          "or not")
+    d = result()
+    d["best"] = {"name": "eager", "status": "baseline", "measured_speedup": 1.0}
+    d["conclusion"] = conclusion(None, [row("skipped", 45.2)], 60)
+    assert "Nothing could be measured within --budget-s 60" in render_optimize(d)

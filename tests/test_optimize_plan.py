@@ -2,6 +2,8 @@
 exact numbers: which candidates run in which order, which are skipped and why, under a
 given budget. Pure functions: no workload runs here."""
 
+from dataclasses import replace
+
 import pytest
 
 from gobrrr.budget import Budget
@@ -111,6 +113,27 @@ def test_budget_so_small_only_flag_flips_run():
                       "s+compile_reduce_overhead", "s+freezing", "s+compile_max_autotune",
                       "compile"}
     assert plan(PROBES, 1.0).order == ()  # not even one flag flip fits in 1 s
+
+
+def test_the_largest_predicted_gain_is_probed_not_skipped_on_a_prior_guess():
+    # issue 24: every compile skipped on "15 s + 0.1 s per op", the budget unspent, where
+    # the hand search's best used compile. With the compiles' costs prior guesses:
+    prior = [replace(o, prep_prior=o.prep_s >= 30) for o in STACKED]
+    p = plan(PROBES + prior, 60.0)
+    # 8.5 + 2.5 + 32 (s+compile) = 43 s; s+compile_reduce_overhead, the largest predicted
+    # gain (8.0x; max-autotune must beat it, so it is not a candidate for this), needs 38
+    # of the 17 s left on a guess: it runs as a probe, and nothing is planned after it
+    assert names(p) == ["bf16_cast", "tf32", "cuda_graphs", "inference_mode",
+                        "s+cuda_graphs", "s+compile", "s+compile_reduce_overhead"]
+    assert [o.probe for o in p.order][-2:] == [False, True]
+    assert set(reasons(p)) == {"s+freezing", "s+compile_max_autotune", "compile"}
+    # a measured compile's estimate decides as before
+    assert "s+compile_reduce_overhead" in reasons(plan(PROBES + STACKED, 60.0))
+    # and the probe needs room for its measuring at least
+    assert "s+compile_reduce_overhead" in reasons(plan(PROBES + prior, 44.0))
+    # under PROBE_MIN_SPEEDUP there is nothing to probe for
+    weak = [replace(o, predicted=1.02, prep_prior=True) for o in STACKED[1:2]]
+    assert plan(weak, 10.0).order == ()
 
 
 def test_without_predictions_the_catalog_order_decides():

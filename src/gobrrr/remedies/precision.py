@@ -25,7 +25,7 @@ from gobrrr.remedies.base import (
     RemedySpec,
 )
 from gobrrr.settings import tf32, tf32_enabled
-from gobrrr.units import fmt_s
+from gobrrr.units import fmt_flops, fmt_s
 
 __all__ = ["SPECS", "autocast_wrap", "cast_candidate", "cast_dtype"]
 
@@ -58,10 +58,23 @@ def _applies_tf32(ctx: Context) -> str | None:
     return None
 
 
+def _slow_bf16_cpu(ctx: Context) -> str | None:
+    """On a CPU whose measured bf16 matmul rate is no faster than fp32's, a reason:
+    bf16 there is emulated or unaccelerated (issue 24: a bf16 cast offered on a CPU
+    whose bf16 matmul ran at 0.4 GFLOP/s measured 0.66x)."""
+    peaks = ctx.ceilings.peak_flops_per_s if ctx.ceilings is not None else {}
+    if ctx.device != "cpu" or "bf16" not in peaks or "fp32" not in peaks:
+        return None
+    if peaks["bf16"] > peaks["fp32"]:
+        return None
+    return (f"this CPU's measured bf16 matmul rate ({fmt_flops(peaks['bf16'])}) is no "
+            f"faster than fp32's ({fmt_flops(peaks['fp32'])})")
+
+
 def _applies_bf16(ctx: Context) -> str | None:
     if not _fp32_matmuls(ctx):
         return "no fp32 matmul or convolution for autocast to lower"
-    return None
+    return _slow_bf16_cpu(ctx)
 
 
 def _predict_tf32(ctx: Context) -> Gain:
@@ -187,7 +200,7 @@ def _applies_cast(ctx: Context) -> str | None:
         return "the workload's modules could not be copied apart from yours"
     if not any(r.dtype == "fp32" for r in ctx.records):
         return "no fp32 op to run in a 2-byte format"
-    return None
+    return _slow_bf16_cpu(ctx)
 
 
 def _apply_cast(cand: Candidate, ctx: Context) -> Candidate:

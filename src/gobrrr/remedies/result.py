@@ -12,15 +12,46 @@ from gobrrr.errors import WARNING
 from gobrrr.remedies.base import RemedyResult
 from gobrrr.version import __version__
 
-__all__ = ["OptimizeResult", "SCHEMA_VERSION", "NONFINITE_REFERENCE", "snippet_for"]
+__all__ = ["OptimizeResult", "SCHEMA_VERSION", "NONFINITE_REFERENCE", "snippet_for",
+           "conclusion", "MEASURED", "KEEP"]
 
 SCHEMA_VERSION = "1.0"
 NONFINITE_REFERENCE = "the reference output is not finite"
 
 
-def snippet_for(best: RemedyResult | None) -> str:
+# statuses of a candidate that was run to a measurement or a verdict on its outputs
+MEASURED = ("verified", "no significant change", "slower", "rejected", "unverifiable")
+KEEP = "no remedy was verified faster than eager: keep the workload as it is"
+
+
+def conclusion(best: RemedyResult | None, remedies: list[RemedyResult],
+               budget_s: float | None) -> str:
+    """What the search concluded, in one sentence (terminal, page, JSON): the best; or,
+    when candidates were measured and none won, keep the workload; or, when nothing was
+    measured, that, and the budget that would reach the cheapest candidate skipped."""
+    if best is not None:
+        return (f"best verified: {best.name}, {best.measured_speedup:.2f}x measured, "
+                f"outputs verified ({best.tolerance})")
+    if any(r.status in MEASURED for r in remedies):
+        return KEEP
+    costs = [r.checks["plan"]["estimated_s"] for r in remedies if r.status == "skipped"
+             and isinstance(r.checks.get("plan"), dict)
+             and r.checks["plan"].get("estimated_s") is not None]
+    text = ("nothing could be measured" + (f" within --budget-s {budget_s:g}" if budget_s
+                                           else "") +
+            ": no candidate reached a measurement, so nothing is known to be faster or "
+            "not")
+    if costs:
+        need = min(costs)
+        text += (f"; the cheapest candidate skipped needs ~{need:.0f} s by its estimate"
+                 + (f" (--budget-s {budget_s + need:.0f} would reach it)" if budget_s
+                    else ""))
+    return text
+
+
+def snippet_for(best: RemedyResult | None, why: str = KEEP) -> str:
     if best is None:
-        return "# no remedy was verified faster than eager here: keep the code as it is"
+        return f"# {why}"
     head = (f"# gobrrr optimize: {best.name}, measured {best.measured_speedup:.2f}x, "
             f"outputs verified ({best.tolerance})")
     return head + "\n" + best.snippet
@@ -95,17 +126,22 @@ class OptimizeResult:
         """One row per remedy tried: name, status, predicted vs measured, reason."""
         return [r.to_dict() for r in self.remedies]
 
+    @property
+    def conclusion(self) -> str:
+        return conclusion(self.best, self.remedies, self.budget_s)
+
     def to_dict(self) -> dict[str, Any]:
         best = self.best
         best_d = best.to_dict() if best else {
             "name": "eager", "status": "baseline", "predicted_speedup": None,
             "measured_speedup": 1.0, "verified": True,
-            "reason": "no remedy was verified faster than eager"}
+            "reason": self.conclusion}
         return {
             "schema": "gobrrr.optimize", "schema_version": SCHEMA_VERSION,
             "gobrrr_version": __version__, "created": self.created,
             "workload": self.workload, "regime": self.regime,
-            "best": best_d, "snippet": self.snippet,
+            "best": best_d, "conclusion": self.conclusion,
+            "snippet": snippet_for(best, self.conclusion) if best is None else self.snippet,
             "remedies": [r.to_dict() for r in self.remedies],
             "reference": self.reference, "notes": self.notes,
             "optimize_s": self.optimize_s, "diagnose_s": self.diagnose_s,

@@ -289,6 +289,9 @@ def search(specs: list[RemedySpec], ctx: Context,
         found = remaining[skip.name]
         row = _row(skip.name, found.components, by_name, "skipped", skip.reason,
                    ctx)
+        row.checks["plan"] = {"tier": TIER_NAMES[found.tier], "estimated_prep_s":
+                              found.prep_s, "estimated_s": found.cost_s,
+                              "prep_basis": found.prep_basis, "probe": False}
         row.predicted_speedup = found.predicted
         row.prediction_basis = _basis(ctx, found.components, gains)
         results.append(row)
@@ -335,8 +338,10 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
     live candidate when verified faster)."""
     combo = [by_name[n] for n in opt.components]
     pred = f"predicted {opt.predicted:.2f}x, " if opt.predicted else ""
+    probe = (" as a probe: the largest predicted gain, its estimate a guess before any "
+             "compile" if opt.probe else "")
     say(f"{'remedy' if len(combo) == 1 else 'combination'} {opt.name} "
-        f"({TIER_NAMES[opt.tier]}: {pred}~{opt.cost_s:.1f} s): apply to a copy, "
+        f"({TIER_NAMES[opt.tier]}: {pred}~{opt.cost_s:.1f} s){probe}: apply to a copy, "
         "verify, time A/B")
     compiles = any(s.prep == PREP_COMPILE for s in combo)
     got, cand = run_one(combo)
@@ -344,11 +349,16 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
     got.prediction_basis = _basis(ctx, opt.components, gains)
     got.snippet = _row(opt.name, opt.components, by_name, "", "", ctx).snippet
     got.checks["plan"] = {"tier": TIER_NAMES[opt.tier], "estimated_prep_s": opt.prep_s,
-                          "estimated_s": opt.cost_s, "prep_basis": opt.prep_basis}
+                          "estimated_s": opt.cost_s, "prep_basis": opt.prep_basis,
+                          "probe": opt.probe}
     results.append(got)
     state.done[opt.name] = Outcome(got.status, got.measured_speedup, got.compile_s)
     if compiles and got.compile_s and state.measured_compile is None:
         state.measured_compile = _measured_compile(combo, got.compile_s)
+        if opt.prep_prior and got.status != "failed":
+            say(f"  compile: estimated ~{opt.prep_s:.1f} s ({opt.prep_basis}), measured "
+                f"{got.compile_s:.1f} s ({got.compile_s / max(opt.prep_s, 1e-9):.2f}x the "
+                "estimate); later estimates scale the measured one")
     meas = f" {got.measured_speedup:.2f}x" if got.measured_speedup else ""
     say(f"  -> {got.status}{meas}" + ("" if got.status == "verified"
                                       else f": {got.reason[:120]}"))

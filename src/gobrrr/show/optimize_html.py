@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gobrrr.remedies.result import KEEP
 from gobrrr.show.page import Section, paragraph, render_page, table
 
 __all__ = ["render_optimize", "write_optimize"]
@@ -29,7 +30,8 @@ def render_optimize(d: dict[str, Any]) -> str:
     headline = (f"Best verified: {best['name']}, {_x(best.get('measured_speedup'))[0]} "
                 f"measured" + (f" (predicted {pred:.2f}x)" if pred else "")
                 if best.get("status") != "baseline" else
-                "No remedy was verified faster than eager: keep the workload as it is.")
+                # optimize JSON before "conclusion" (and its baseline reason) said this
+                (d.get("conclusion") or best.get("reason") or KEEP).capitalize() + ".")
     unverifiable = sum(r["status"] == "unverifiable" for r in d["remedies"])
     if unverifiable:
         headline += (f" {unverifiable} remedy result(s) unverifiable: their outputs could not "

@@ -513,6 +513,8 @@ def print_optimize(res: OptimizeResult) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from gobrrr.remedies.result import snippet_for
+
     out = console()
     w = res.workload
     title = (f"optimize {w['name']} on {w['device']}" +
@@ -544,7 +546,7 @@ def print_optimize(res: OptimizeResult) -> None:
                       f"{escape('; '.join(r.checks.get('break_reasons', [])))}")
     best = res.best
     if best is None:
-        out.print("\n[bold]Best:[/] eager as it is: no remedy was verified faster.")
+        out.print(f"\n[bold]Best:[/] eager as it is: {escape(res.conclusion)}.")
     else:
         pred = f", predicted {_x(best.predicted_speedup)}" if best.predicted_speedup else ""
         out.print(f"\n[bold]Best:[/] {escape(best.name)}: {_x(best.measured_speedup)} "
@@ -553,7 +555,8 @@ def print_optimize(res: OptimizeResult) -> None:
     if unverifiable:
         out.print(f"[magenta]{unverifiable} unverifiable[/]: outputs that could not be "
                   "judged against eager's (see the reasons); timed, never chosen.")
-    out.print(escape(res.snippet), soft_wrap=True)
+    out.print(escape(res.snippet if best else snippet_for(None, res.conclusion)),
+              soft_wrap=True)
     for note in res.notes:
         out.print(f"[dim]note: {escape(note)}[/dim]")
     if res.budget_s:
