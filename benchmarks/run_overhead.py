@@ -2,13 +2,15 @@
 at most 1%). The script (written to a temporary folder) trains a 24-layer MLP of small
 layers, so each step is dozens of module calls and hundreds of dispatches (what a hook
 left on every module call would slow), and times its own steps from --time-from on.
-Three ways alternate, ROUNDS times:
+Four ways alternate, ROUNDS times:
 - plain: `python mlp_train.py`;
 - control: the same script run by runpy after importing 17 standard-library packages it
   never uses (`CONTROL`): what a process's history alone, with nothing left running, does
   to a loop this tight (memory layout: on this 2-core CPU it was 0.25% slower in one run
   and 1.5% in another; in-process probes found a torch.profiler session beforehand made
   the loop ~2% faster). Differences of a few percent here are not all gobrrr's;
+- gobrrr imports: the same after importing what `gobrrr run` loads for its report
+  (GOBRRR_IMPORTS), nothing else: the share of the cost that loading them alone makes;
 - gobrrr run: `python -m gobrrr run -q mlp_train.py` (window 3 + 20 + 1 + 3 steps, ended
   by step ~30).
 The medians and their ratios are printed and written as JSON.
@@ -53,6 +55,13 @@ CONTROL = ("asyncio, email.mime.multipart, http.client, xml.dom.minidom, json, d
            "zipfile, configparser")
 
 
+# Imported before the script in the "gobrrr imports" arm: what `gobrrr run` loads to make
+# its report when the window closes (the trace source, the one end, numpy, rich, jinja2),
+# with no hook installed and nothing run: what loading them alone does to the loop.
+GOBRRR_IMPORTS = ("gobrrr.script, gobrrr.tracefile.analysis, gobrrr.diagnosis, "
+                  "gobrrr.show.report_html, numpy, rich.console, jinja2")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=5)
@@ -67,7 +76,11 @@ def main() -> None:
     control = (f"import runpy, sys\nimport {CONTROL}  # noqa\nsys.argv = sys.argv[1:]\n"
                "runpy.run_path(sys.argv[0], run_name='__main__')\n")
     (tmp / "control.py").write_text(control)
+    imports = (f"import runpy, sys\nimport {GOBRRR_IMPORTS}  # noqa\nsys.argv = sys.argv[1:]\n"
+               "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    (tmp / "imports.py").write_text(imports)
     pre = {"plain": [sys.executable], "control": [sys.executable, str(tmp / "control.py")],
+           "gobrrr imports": [sys.executable, str(tmp / "imports.py")],
            "gobrrr run": [sys.executable, "-m", "gobrrr", "run", "-q"]}
     rates: dict[str, list[float]] = {k: [] for k in pre}
     for r in range(a.rounds + 1):  # round 0 warms the disk cache and calibrates: dropped
@@ -84,12 +97,16 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in rates.items()}
     result = {"steps": a.steps, "time_from": a.time_from, "rounds": a.rounds,
               "control_imports": CONTROL, "steps_per_s": rates, "median_steps_per_s": med,
-              "slower_by": {k: 1 - med[k] / med["plain"] for k in ("control", "gobrrr run")},
+              "gobrrr_imports": GOBRRR_IMPORTS,
+              "slower_by": {k: 1 - med[k] / med["plain"]
+                            for k in ("control", "gobrrr imports", "gobrrr run")},
               "gobrrr_run_vs_control": 1 - med["gobrrr run"] / med["control"],
               "python": sys.version.split()[0], "torch": __import__("torch").__version__,
               "cpus": len(os.sched_getaffinity(0))}
     print(f"median steps/s: plain {med['plain']:.1f}, control {med['control']:.1f} "
-          f"({100 * result['slower_by']['control']:.2f}% slower), gobrrr run "
+          f"({100 * result['slower_by']['control']:.2f}% slower), gobrrr imports "
+          f"{med['gobrrr imports']:.1f} ({100 * result['slower_by']['gobrrr imports']:.2f}% "
+          "slower), gobrrr run "
           f"{med['gobrrr run']:.1f} ({100 * result['slower_by']['gobrrr run']:.2f}% slower; "
           f"{100 * result['gobrrr_run_vs_control']:.2f}% slower than the control)")
     if a.out:

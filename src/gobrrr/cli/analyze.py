@@ -29,8 +29,12 @@ def analyze(traces: tuple[Path, ...], as_json: bool, quiet: bool,
     read. Steps are its ProfilerStep# ranges (a schedule with prof.step()), else found:
     a record_function range that repeats, else a repeated sequence of top-level calls,
     else one step without the profiler's start-up; the report says which rule. Record
-    with record_shapes=True for FLOPs and bytes. Several files are read as the ranks of
-    one distributed job and merged, with communication as a fourth regime.
+    with record_shapes=True for FLOPs and bytes. Compiled code: Inductor's Triton
+    kernels are ops of their own (a CPU trace records none of Inductor's C++ kernels:
+    refused); kernels replayed by CUDA graphs are linked to the op around their launch,
+    else listed by name. Several files are read as the ranks of one distributed job and
+    merged, with communication as a fourth regime. The health check, printed first, says
+    what the trace lacks and what that costs.
     """
     from gobrrr.cli.common import (
         check_writable,
