@@ -189,6 +189,25 @@ def roofline_svg(rows: Sequence[dict[str, Any]], machine: dict[str, Any],
         return svg_of(fig, titles)
 
 
+def _by_batch(bs: list[int], measured: list[float]) -> tuple[Any, Any]:
+    """A log-log figure over batch sizes with the measured line drawn (the batch
+    experiments' figures)."""
+    fig = new_figure(6.0, 3.2)
+    ax = fig.add_axes((0.13, 0.16, 0.55, 0.78))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.plot(bs, measured, "o-", color="black", label="measured")
+    return fig, ax
+
+
+def _label_batch_axes(ax: Any, bs: list[int], xlabel: str, ylabel: str) -> None:
+    ax.set_xticks(bs, [str(b) for b in bs])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, frameon=False)
+    ax.grid(True, which="both", alpha=0.2)
+
+
 def batch_scaling_svg(batch: dict[str, Any]) -> str | None:
     """Time per call against batch size, with what time would be if it grew like the
     FLOPs or like the bytes (the essay's caveat: both must be counted to read the
@@ -199,12 +218,7 @@ def batch_scaling_svg(batch: dict[str, Any]) -> str | None:
     base = pts[0]
     bs = [p["batch_size"] for p in pts]
     with figure_style():
-        fig = new_figure(6.0, 3.2)
-        ax = fig.add_axes((0.13, 0.16, 0.55, 0.78))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.plot(bs, [p["time_s"] * 1e3 for p in pts], "o-", color="black",
-                label="measured")
+        fig, ax = _by_batch(bs, [p["time_s"] * 1e3 for p in pts])
         if base.get("flops") and all(p.get("flops") for p in pts):
             ax.plot(bs, [base["time_s"] * 1e3 * p["flops"] / base["flops"] for p in pts],
                     ls="--", color=REGIME_COLORS["compute"], label="if time ∝ FLOPs")
@@ -218,11 +232,7 @@ def batch_scaling_svg(batch: dict[str, Any]) -> str | None:
         if pred and two:
             ax.plot([two["batch_size"]], [base["time_s"] * 1e3 * pred], marker="x",
                     ms=9, mew=2, ls="none", color="#d62728", label="budget's prediction")
-        ax.set_xticks(bs, [str(b) for b in bs])
-        ax.set_xlabel("batch size")
-        ax.set_ylabel("time per call (ms)")
-        ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, frameon=False)
-        ax.grid(True, which="both", alpha=0.2)
+        _label_batch_axes(ax, bs, "batch size", "time per call (ms)")
         return svg_of(fig)
 
 
@@ -236,23 +246,14 @@ def decode_batch_svg(scaling: dict[str, Any]) -> str | None:
         return None
     bs = [p["batch"] for p in pts]
     with figure_style():
-        fig = new_figure(6.0, 3.2)
-        ax = fig.add_axes((0.13, 0.16, 0.55, 0.78))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.plot(bs, [p["tokens_per_s"] for p in pts], "o-", color="black",
-                label="measured")
+        fig, ax = _by_batch(bs, [p["tokens_per_s"] for p in pts])
         for key, label, regime, ls in (
                 ("bandwidth_bound_tokens_per_s", "bandwidth limit", "memory", ":"),
                 ("compute_bound_tokens_per_s", "compute limit", "compute", "--")):
             if all(p.get(key) for p in pts):
                 ax.plot(bs, [p[key] for p in pts], ls=ls, color=REGIME_COLORS[regime],
                         label=label)
-        ax.set_xticks(bs, [str(b) for b in bs])
-        ax.set_xlabel("batch (sequences)")
-        ax.set_ylabel("decode tokens/s")
-        ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, frameon=False)
-        ax.grid(True, which="both", alpha=0.2)
+        _label_batch_axes(ax, bs, "batch (sequences)", "decode tokens/s")
         return svg_of(fig)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gobrrr.remedies.result import KEEP
+from gobrrr.remedies.result import KEEP, MEASURED
 from gobrrr.show.page import Section, paragraph, render_page, table
 
 __all__ = ["render_optimize", "write_optimize"]
@@ -43,7 +43,9 @@ def render_optimize(d: dict[str, Any]) -> str:
             r["name"], r.get("regime") or "-", r["status"],
             _x(r.get("predicted_speedup")), _x(r.get("measured_speedup")),
             f"{iv[0]:.2f}-{iv[1]:.2f}" if iv else "-",
-            "yes" if r.get("verified") else "no",
+            # a candidate abandoned after its outputs were checked is "skipped": no
+            # "verified yes" beside it (issue 25)
+            ("yes" if r.get("verified") else "no") if r["status"] in MEASURED else "-",
             r.get("reason") or "",
         ])
     sections = [

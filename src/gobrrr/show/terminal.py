@@ -30,7 +30,8 @@ __all__ = ["printable", "console", "print_ceilings", "print_report", "print_opti
 def console() -> Console:
     """stdout console. Honours NO_COLOR / FORCE_COLOR and COLUMNS (rich reads them) and
     TERMINAL_WIDTH (rich does not: read here, as typer does); otherwise never wider than
-    100 columns, so tables stay readable on a wide terminal and fit an 80-column one."""
+    100 columns, so tables stay readable on a wide terminal and fit an 80-column one,
+    and 100 columns when the output is not a terminal."""
     from rich.console import Console
 
     width: int | None = None
@@ -38,7 +39,10 @@ def console() -> Console:
     if raw.isdigit() and int(raw) > 0:
         width = int(raw)
     c = Console(highlight=False, width=width)
-    if width is None and not os.environ.get("COLUMNS") and c.width > 100:
+    if width is None and not os.environ.get("COLUMNS") and (c.width > 100
+                                                            or not c.is_terminal):
+        # piped or redirected, rich assumes 80 columns and splits op names across lines
+        # (issue 25: "aten::_safe_softma" / "x"); a log or a file has no screen to fit
         c.width = 100
     return c
 
@@ -394,7 +398,8 @@ def print_report(report: dict[str, Any]) -> None:
     if phases:
         out.print(_phase_table(phases, total_s))
     out.print(_rows_table("top ops (device time)", b["per_op"], 8))
-    out.print(_rows_table("top modules", b["per_module"], 6))
+    out.print(_rows_table("top modules (exclusive: each op in its innermost module)",
+                          b["per_module"], 6))
     shown = b["per_op"][:8] + b["per_module"][:6]
     legend = [f"{mark} {text}" for mark, text, band in (
         ("[red]*[/red]", "under 25% of its own roofline", "<25%"),
