@@ -56,7 +56,7 @@ def test_budget_shows_four_parts_that_sum_to_t():
     assert sum(parts_s.values()) == total_s == d["budget"]["wall_s"]
     assert "29.8 ms per call =" in line and "communication 14.5 ms</span>." in line
     # the verdict: the total of four parts (not of three: 15.3 ms), in its own colour
-    assert ('<div class="verdict communication">COMMUNICATION-BOUND:\n'
+    assert ('<div class="verdict communication">COMMUNICATION-BOUND: '
             '49% of 29.8 ms per call</div>') in page
     assert ".gobrrr-report .communication{background:#d55e00}" in page
     # the bar: the four shares the budget gives (44% + 7% + 0% + 49%), communication drawn

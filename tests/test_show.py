@@ -148,7 +148,7 @@ def test_show_renders_the_saved_ddp_report_with_four_parts(tmp_path):
     assert ">memory 3.01 ms</span> +" in line and ">communication 3.91 ms</span>." in line
     # the verdict: 56% of the four parts' 6.91 ms (the page said 3.01 ms, memory alone),
     # in the communication colour (there was no style: white on white)
-    assert ('<div class="verdict communication">COMMUNICATION-BOUND:\n'
+    assert ('<div class="verdict communication">COMMUNICATION-BOUND: '
             "56% of 6.91 ms per call</div>") in page
     assert ".gobrrr-report .communication{background:#d55e00}" in page
     trace = json.loads((tmp_path / "t.json").read_text())

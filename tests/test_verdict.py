@@ -240,3 +240,44 @@ def test_exposed_communication_is_neither_gpu_idle_nor_python():
     assert "exposed communication 4 ms (40%)" in v.evidence[0]
     cpu = verdict_for(b, four_ops(), ceilings(), "cpu", None, None)
     assert "exposed communication 4 ms (40%); the rest is Python" in cpu.evidence[0]
+
+
+# ---------------------------------------------------------------- the share's range
+
+
+def _budget3(overhead_s, memory_s, compute_s):
+    from gobrrr.budget import Budget
+
+    return Budget(wall_s=overhead_s + memory_s + compute_s, busy_s=memory_s + compute_s,
+                  overhead_s=overhead_s, memory_s=memory_s, compute_s=compute_s,
+                  floor_s=0.0, below_roof_s=0.0)
+
+
+def test_the_share_ranges_over_t_walls_spread_with_overhead_taking_the_rest():
+    from gobrrr.verdict import share_ranges
+
+    b = _budget3(5.0, 3.0, 2.0)  # T = 10 s; samples 8, 10, 12: min..max (under 4)
+    r = share_ranges(b, [8.0, 10.0, 12.0])
+    # T at 8: overhead 3 of 8, memory 3/8, compute 2/8; at 12: 7/12, 3/12, 2/12
+    assert r["overhead"] == pytest.approx((3 / 8, 7 / 12))
+    assert r["memory"] == pytest.approx((3 / 12, 3 / 8))
+    assert r["compute"] == pytest.approx((2 / 12, 2 / 8))
+    # 4 samples or more: the quartiles; a T below the busy parts leaves overhead at 0
+    r = share_ranges(_budget3(1.0, 6.0, 3.0), [5.0, 9.0, 10.0, 11.0, 15.0])
+    lo_t, hi_t = 10 * 9 / 10, 10 * 11 / 10  # T x (q25, q75) / median
+    assert r["overhead"] == pytest.approx(((lo_t - 9) / lo_t, (hi_t - 9) / hi_t))
+    assert share_ranges(b, []) == {}
+
+
+def test_overlapping_ranges_make_the_verdict_name_both():
+    from gobrrr.show.budget_view import verdict_headline
+
+    v = {"regime": "overhead", "share": 0.55, "share_range": [0.48, 0.61],
+         "runner_up": "compute", "runner_up_range": [0.35, 0.50], "uncertain": True}
+    assert verdict_headline(v) == ("OVERHEAD- OR COMPUTE-BOUND: overhead 48-61% vs compute "
+                                   "35-50% (within this run's timing spread)")
+    sure = v | {"runner_up_range": [0.30, 0.40], "uncertain": False}
+    assert verdict_headline(sure) == "OVERHEAD-BOUND: 55% (48-61%)"
+    assert verdict_headline({"regime": "memory", "share": 0.9}) == "MEMORY-BOUND: 90%"
+    tight = {"regime": "memory", "share": 0.9, "share_range": [0.9, 0.9], "uncertain": False}
+    assert verdict_headline(tight) == "MEMORY-BOUND: 90%"

@@ -56,7 +56,8 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
     budget = budget_for(run, ceilings)
     batch, graph = (experiments or Measured()).read(budget)
     findings = compiled.findings() if compiled is not None else []
-    verdict = verdict_for(budget, run.counts, ceilings, run.device, batch, graph, findings)
+    verdict = verdict_for(budget, run.counts, ceilings, run.device, batch, graph, findings,
+                          samples_s=run.timing.samples_s)
     if distributed is not None:
         verdict = replace(verdict, evidence=[*distributed.evidence(), *verdict.evidence])
     remedies = remedies_for(budget, run.counts, ceilings, run.device, batch, graph,

@@ -43,7 +43,8 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #      decode of `doctor hf:NAME --generate N`)
 # 1.9: workload.trace.step_rule and .check (analyze: steps found in unmarked traces, the
 #      trace's health check); tables written one row per line (jsontext.py);
-#      generation.batch_scaling (the decode batch experiment)
+#      generation.batch_scaling (the decode batch experiment); verdict.share_range,
+#      runner_up, runner_up_range, uncertain (the share over T_wall's spread)
 SCHEMA_VERSION = "1.9"
 
 

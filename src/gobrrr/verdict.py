@@ -6,8 +6,11 @@ count or a ceiling), so the JSON holds what the prose says.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from gobrrr.budget import Budget
 from gobrrr.counting import CountResult
@@ -20,7 +23,7 @@ from gobrrr.remedies.catalog import predictions
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_pct, fmt_s
 
 __all__ = ["Remedy", "Verdict", "HostTime", "host_time", "remedies_for", "verdict_for",
-           "HOST_NOTE_FRACTION"]
+           "share_ranges", "HOST_NOTE_FRACTION"]
 
 # Host time outside PyTorch ops is named in the evidence from this share of T_wall up:
 # below it, it is within the error of its own estimate (a tiny op's cost stands for every
@@ -50,17 +53,57 @@ class Verdict:
     # what most of an overhead-bound step's overhead is, where it is measured apart:
     # "data loading" (the wait for the next batch: input-bound); None otherwise
     cause: str | None = None
+    # The share's range over this run's T_wall spread (share_ranges), the runner-up and
+    # its range; `uncertain`: the two ranges overlap, so the verdict names both
+    share_range: tuple[float, float] | None = None
+    runner_up: str | None = None
+    runner_up_range: tuple[float, float] | None = None
+    uncertain: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+        d = dict(vars(self))
+        for k in ("share_range", "runner_up_range"):
+            if d[k] is not None:
+                d[k] = list(d[k])
+        return d
+
+
+def share_ranges(b: Budget, samples_s: Sequence[float]) -> dict[str, tuple[float, float]]:
+    """Each part's share of T_wall when T_wall runs over its samples' interquartile range
+    (all of them under 4 samples), the device-side parts (memory, compute,
+    communication) held at their seconds and overhead taking the rest: how far this
+    run's own timing spread moves the verdict. Not the spread between runs, which on a
+    loaded machine is larger (issue 25); {} without samples or a budget."""
+    total = b.total_s
+    if total <= 0 or not samples_s:
+        return {}
+    xs = sorted(samples_s)
+    if len(xs) >= 4:
+        lo_t, hi_t = float(np.percentile(xs, 25)), float(np.percentile(xs, 75))
+    else:
+        lo_t, hi_t = xs[0], xs[-1]
+    # the samples' spread about their median, applied to the budget's own total
+    med = float(np.median(xs))
+    if med <= 0:
+        return {}
+    fixed = {k: v for k, v in b.parts_s.items() if k != "overhead"}
+    out: dict[str, list[float]] = {k: [] for k in b.parts_s}
+    for t in (total * lo_t / med, total * hi_t / med):
+        t = max(t, sum(fixed.values()))  # overhead is never negative
+        for k, v in fixed.items():
+            out[k].append(v / t if t > 0 else 0.0)
+        out["overhead"].append(max(0.0, t - sum(fixed.values())) / t if t > 0 else 0.0)
+    return {k: (min(v), max(v)) for k, v in out.items()}
 
 
 def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                 batch: BatchScaling | None, graph: GraphReplay | None,
-                findings: list[str] | None = None) -> Verdict:
+                findings: list[str] | None = None,
+                samples_s: Sequence[float] = ()) -> Verdict:
     """The dominant regime, its evidence (every number from the report), whether the
     experiments agree with the budget; `findings` (recompiles, graph breaks) are added
-    to the evidence as they are."""
+    to the evidence as they are; `samples_s`: T_wall's samples, for the share's range
+    (share_ranges) and whether the runner-up's overlaps it."""
     fr = b.fractions
     regime = b.regime
     ev: list[str] = []
@@ -139,7 +182,13 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         agreement = "experiments agree with the budget"
     else:
         agreement = "no experiment could check the budget"
-    return Verdict(regime, fr[regime], ev, agreement, cause)
+    ranges = share_ranges(b, samples_s)
+    if not ranges:
+        return Verdict(regime, fr[regime], ev, agreement, cause)
+    second = max((r for r in b.regimes if r != regime), key=lambda r: fr[r])
+    uncertain = ranges[regime][0] <= ranges[second][1]
+    return Verdict(regime, fr[regime], ev, agreement, cause, ranges[regime], second,
+                   ranges[second], uncertain)
 
 
 def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,

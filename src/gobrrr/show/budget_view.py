@@ -10,14 +10,16 @@ call these, so a saved report renders alike in both and one rule has one place.
   call has nothing to read apart) or a report saved before `per_phase` existed.
 - `roof_band`: a row's band under its roofline; reports before 1.5 have only
   `below_roof`.
+- `verdict_headline`: the verdict's regime and share, with its range over the run's
+  timing spread and both regimes when they overlap (report 1.9), else as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["budget_parts", "phase_rows", "roof_band"]
+__all__ = ["budget_parts", "phase_rows", "roof_band", "verdict_headline"]
 
 
 def budget_parts(budget: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
@@ -40,3 +42,25 @@ def roof_band(row: Mapping[str, Any]) -> str | None:
     """"<25%", "25-50%" or None (budget.roof_band), from a row dict of any version."""
     band: str | None = row.get("roof_band") or ("<25%" if row.get("below_roof") else None)
     return band
+
+
+def verdict_headline(v: Mapping[str, Any],
+                     mark: Callable[[str, str], str] = lambda text, _regime: text) -> str:
+    """"OVERHEAD-BOUND: 55% (52-58%)", or, when the runner-up's range overlaps (report
+    1.9: verdict.uncertain), both: "OVERHEAD- OR COMPUTE-BOUND: overhead 48-61% vs
+    compute 35-50% ..."; a report before 1.9: "OVERHEAD-BOUND: 55%". `mark(text,
+    regime)` styles a regime's name (the terminal's colour)."""
+    regime, lo_hi = v["regime"], v.get("share_range")
+
+    def pct(r: Sequence[float]) -> str:
+        lo, hi = round(100 * r[0]), round(100 * r[1])
+        return f"{lo}%" if lo == hi else f"{lo}-{hi}%"
+
+    other, other_range = v.get("runner_up"), v.get("runner_up_range")
+    if v.get("uncertain") and other and lo_hi and other_range:
+        return (f"{mark(regime.upper() + '-', regime)} OR "
+                f"{mark(other.upper() + '-BOUND', other)}: {regime} {pct(lo_hi)} vs "
+                f"{other} {pct(other_range)} (within this run's timing spread)")
+    share = f"{round(100 * v['share'])}%"
+    spread = f" ({pct(lo_hi)})" if lo_hi and pct(lo_hi) != share else ""
+    return f"{mark(regime.upper() + '-BOUND', regime)}: {share}{spread}"

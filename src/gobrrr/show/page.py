@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gobrrr.show.budget_view import verdict_headline
 from gobrrr.show.colors import REGIME_COLORS
 from gobrrr.units import fmt_pct, fmt_s
 
@@ -49,7 +50,8 @@ def environment() -> jinja2.Environment:
             loader=jinja2.PackageLoader("gobrrr.show", "templates"),
             autoescape=True, undefined=jinja2.StrictUndefined,
             trim_blocks=True, lstrip_blocks=True)
-        _env.globals.update(fmt_s=fmt_s, pct=fmt_pct, regime_colors=REGIME_COLORS)
+        _env.globals.update(fmt_s=fmt_s, pct=fmt_pct, regime_colors=REGIME_COLORS,
+                            headline=verdict_headline)
     return _env
 
 

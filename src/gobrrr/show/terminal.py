@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from gobrrr.show.budget_view import budget_parts, phase_rows, roof_band
+from gobrrr.show.budget_view import budget_parts, phase_rows, roof_band, verdict_headline
 from gobrrr.show.colors import REGIME_COLORS
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_s
 
@@ -370,8 +370,8 @@ def print_report(report: dict[str, Any]) -> None:
             style = "dim" if line.startswith("ok") else "yellow"
             out.print(f"  [{style}]{escape(line)}[/]")
     cause = f" (most of it {v['cause']}: input-bound)" if v.get("cause") else ""
-    out.print(f"[bold {REGIME_COLORS[v['regime']]}]{v['regime'].upper()}-BOUND[/]: "
-              f"{100 * v['share']:.0f}% of {fmt_s(total_s)} per "
+    out.print(f"{verdict_headline(v, lambda text, r: f'[bold {REGIME_COLORS[r]}]{text}[/]')}"
+              f" of {fmt_s(total_s)} per "
               f"{'step' if trace or script else 'call'}{cause}")
     for line in v["evidence"]:
         out.print(f"  - {escape(line)}")
