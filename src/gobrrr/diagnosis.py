@@ -56,6 +56,8 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
     budget = budget_for(run, ceilings)
     batch, graph = (experiments or Measured()).read(budget)
     findings = compiled.findings() if compiled is not None else []
+    contended = run.contention.finding(run.device) if run.contention is not None else None
+    findings += [contended] if contended else []
     verdict = verdict_for(budget, run.counts, ceilings, run.device, batch, graph, findings,
                           samples_s=run.timing.samples_s)
     if distributed is not None:
@@ -67,4 +69,5 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
         budget=budget, verdict=verdict, remedies=remedies, batch=batch, graph=graph,
         diagnose_s=0.0 if started_s is None else time.perf_counter() - started_s,
         notes=run.notes + budget.notes, state=state, compiled=compiled,
-        distributed=distributed, steps=run.steps_dict(), data_loading=run.data_loading)
+        distributed=distributed, steps=run.steps_dict(), data_loading=run.data_loading,
+        contention=run.contention)

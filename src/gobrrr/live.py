@@ -28,6 +28,7 @@ from gobrrr import compiled as comp
 from gobrrr import experiments as exps
 from gobrrr import finite, hardware
 from gobrrr.compiled import CompileInfo
+from gobrrr.contention import watch_cpu
 from gobrrr.counting import count
 from gobrrr.errors import WARNING, first_line
 from gobrrr.experiments import BatchTimes, GraphTiming, Measured
@@ -93,7 +94,8 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
         # that slow later launches, and T_wall must never carry profiler cost.
         say(f"timing {w.name} on {w.device} (warm-up, then repeats)")
         first_output = _FirstOutputCheck(w)
-        wall = measure(first_output, device=w.device, budget_s=time_budget_s)
+        with watch_cpu() as cpu:
+            wall = measure(first_output, device=w.device, budget_s=time_budget_s)
         if first_output.warning:
             warn(first_output.warning)
         if is_compiled:
@@ -142,7 +144,8 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
         warn(line)
     run = MeasuredRun(source="callable", workload=w.to_dict(), device=w.device, timing=wall,
                       wall_s=wall.median_s, profile=profiled,
-                      steps=[Step(w.name, wall.median_s)], notes=notes)
+                      steps=[Step(w.name, wall.median_s)], notes=notes,
+                      contention=cpu[0] if cpu else None)
     return LiveMeasurement(run, ceil, Measured(batch_t, counts_by_factor, graph_t), state,
                            compile_info, reached_facts(w), t0)
 

@@ -44,7 +44,8 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 # 1.9: workload.trace.step_rule and .check (analyze: steps found in unmarked traces, the
 #      trace's health check); tables written one row per line (jsontext.py);
 #      generation.batch_scaling (the decode batch experiment); verdict.share_range,
-#      runner_up, runner_up_range, uncertain (the share over T_wall's spread)
+#      runner_up, runner_up_range, uncertain (the share over T_wall's spread);
+#      contention (other processes' load against the cores and torch's threads)
 SCHEMA_VERSION = "1.9"
 
 
@@ -73,6 +74,7 @@ class Report:
     steps: dict[str, Any] | None = None
     # the wait for data (run.DataLoading); None: the source saw no DataLoader
     data_loading: Any | None = None
+    contention: Any | None = None  # contention.Contention over the timed calls
     # a generation's prefill and decode (generation.GenerationProfile.to_dict()); None:
     # no generation was measured
     generation: dict[str, Any] | None = None
@@ -126,6 +128,8 @@ class Report:
         } | ({} if self.steps is None else {"steps": self.steps}) | (
             {} if self.distributed is None else {"distributed": self.distributed.to_dict()}) | (
             {} if self.data_loading is None else {"data_loading": self.data_loading.to_dict()}
+        ) | (
+            {} if self.contention is None else {"contention": self.contention.to_dict()}
         ) | ({} if self.generation is None else {"generation": self.generation})
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -137,6 +137,7 @@ class MeasuredRun:
     notes: list[str] = field(default_factory=list)
     communication_s: float | None = None  # exposed, per step; None: one process
     data_loading: DataLoading | None = None  # None: no DataLoader seen
+    contention: Any = None  # contention.Contention over the timed calls (None: not watched)
     # every step the source saw, in order, with the part of the run it fell in
     # ("warm-up", "timed", "profiled"): a script's warm-up, drift and spikes (a plot in
     # the HTML); empty where the source saw only its measured steps
