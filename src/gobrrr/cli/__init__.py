@@ -1,5 +1,6 @@
 """Command line: argument parsing only; the work is in the API modules. One module per
-command (`doctor`, `run`, `analyze`, `show`, `optimize`, `lab`, `compare`, `calibrate`), each with
+command (`doctor`, `run`, `analyze`, `show`, `optimize`, `memory`, `lab`, `compare`,
+`calibrate`), each with
 `register(group)` and nothing heavy imported at module level; what they share is in
 common.py."""
 
@@ -22,7 +23,7 @@ def cli() -> None:
 # Commands that live in their own modules (one job each); each module has
 # `register(group)` and imports nothing heavy at module level.
 _COMMAND_MODULES: tuple[str, ...] = ("doctor", "run", "analyze", "show", "optimize",
-                                     "lab", "compare", "calibrate")
+                                     "memory", "lab", "compare", "calibrate")
 
 
 def _register_optional_commands() -> None:

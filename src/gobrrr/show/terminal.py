@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["printable", "console", "print_ceilings", "print_report", "print_optimize",
            "print_comparison", "print_lab", "print_comm_ceilings", "print_projection",
-           "print_distributed"]
+           "print_distributed", "print_memory"]
 
 
 
@@ -511,6 +511,48 @@ _STATUS_RANK = {"verified": 0, "no significant change": 1, "slower": 2, "advice"
 
 def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
+
+
+def print_memory(d: dict[str, Any]) -> None:
+    """`gobrrr memory`'s result (gobrrr.memory.MemoryProfile's dict and the workload)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from gobrrr.memory import CATEGORIES
+
+    out = console()
+    w = d["workload"]
+    peak = d["peak_bytes"]
+    out.print(f"[bold]gobrrr memory[/bold]  {escape(w['name'])} (batch {w.get('batch_size')})"
+              f" on {d['device']}: peak {fmt_num(peak, 'B')} of live tensors in one step")
+    t = Table(title="at the peak", title_justify="left", show_edge=False)
+    t.add_column("category")
+    t.add_column("bytes", justify="right")
+    t.add_column("share", justify="right")
+    for name in CATEGORIES.values():
+        b = d[f"{name}_bytes"]
+        if b:
+            t.add_row(name.replace("_", " "), fmt_num(b, "B"),
+                      f"{100 * b / peak:.0f}%" if peak else "-")
+    out.print(t)
+    mods = [m for m in d["modules"] if m.get("activations_bytes")]
+    if mods:
+        mt = Table(title="activations alive after each module's forward", title_justify="left",
+                   show_edge=False)
+        for col in ("module", "type", "activations", "forward peak", "backward peak"):
+            mt.add_column(col, justify="left" if col in ("module", "type") else "right")
+        for m in mods[:12]:
+            mt.add_row(escape(m["module"]), m["type"], fmt_num(m["activations_bytes"], "B"),
+                       fmt_num(m["forward_peak_bytes"] or 0, "B"),
+                       fmt_num(m["backward_peak_bytes"] or 0, "B")
+                       if m.get("backward_peak_bytes") else "-")
+        out.print(mt)
+    if d.get("allocator"):
+        a = d["allocator"]
+        out.print(f"CUDA allocator: max allocated {fmt_num(a['max_allocated_bytes'], 'B')}, "
+                  f"max reserved {fmt_num(a['max_reserved_bytes'], 'B')}")
+    for note in d.get("notes", []):
+        out.print(f"[dim]note: {escape(note)}[/dim]")
 
 
 def print_optimize(res: OptimizeResult) -> None:

@@ -1,0 +1,60 @@
+"""`gobrrr memory [TARGET]`: what uses the memory of one step (gobrrr/memory.py)."""
+
+from __future__ import annotations
+
+import click
+
+from gobrrr.cli.common import BATCH, TARGET_HELP, model_options
+
+__all__ = ["register"]
+
+_HELP = f"""What uses the memory of one step: its peak bytes of live tensors and, at the
+peak, parameters, gradients, optimizer state, activations and temporaries, and each
+module's activations (torch's MemTracker over one call after a warm one; on CUDA beside
+the allocator's peak). The batch that fits is not measured yet.
+
+{TARGET_HELP}"""
+
+
+@click.command(help=_HELP)
+@click.argument("target", required=False)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              show_default=True)
+@click.option("--batch-size", type=BATCH, default=None,
+              help="Batch size for a factory target (default: its own default).")
+@model_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def memory(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
+           image_size: int | None, dtype: str | None, train: bool, as_json: bool,
+           quiet: bool) -> None:
+    """What uses the memory of one step (help: _HELP)."""
+    from gobrrr.cli.common import (
+        deliver,
+        load_announced,
+        progress_printer,
+        resolve_device,
+        results_only_on_stdout,
+        run_guarded,
+        shower,
+    )
+
+    def body() -> None:
+        from gobrrr.memory import measure_memory
+        from gobrrr.models import ModelOptions
+        from gobrrr.show.terminal import print_memory
+
+        say = progress_printer(quiet)
+        w = load_announced(target, resolve_device(device), batch_size,
+                           ModelOptions(seq_len, image_size, dtype, train), say)
+        say("one warm call, then one call with every tensor storage followed (MemTracker)")
+        prof = measure_memory(w)
+        d = {"schema": "gobrrr.memory", "workload": w.to_dict(), **prof.to_dict()}
+        deliver([], shower(as_json, lambda: d, lambda: print_memory(d)), say)
+
+    with results_only_on_stdout(as_json):
+        run_guarded(body)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(memory)
