@@ -95,7 +95,8 @@ def _reader(snaps: dict[Any, Any], device: Any) -> Any:
     snapshot of `state` (a _ModState name), None when it has none."""
 
     def at(state: str, key: str = "ACT") -> int | None:
-        got = snaps.get(_state(state))
+        st = _state(state)
+        got = snaps.get(st) if st is not None else None
         if not got:
             return None
         per_dev = got[-1].get(device, {})
@@ -105,9 +106,10 @@ def _reader(snaps: dict[Any, Any], device: Any) -> Any:
 
 
 def _state(name: str) -> Any:
-    from torch.distributed._tools.mem_tracker import _ModState
+    """MemTracker's module state of that name (None where this torch has none)."""
+    from torch.distributed._tools import mem_tracker
 
-    return getattr(_ModState, name)
+    return getattr(getattr(mem_tracker, "_ModState", None), name, None)
 
 
 def measure_memory(w: Workload) -> MemoryProfile:
