@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The next session's GPU runs (the last stops had no device time): what changed on CPU
 # and needs its CUDA proof. One part per device call (each call has 600 s at most):
-#   OUT=$OUT bash benchmarks/next_gpu.sh tests|plain|generate|lightning
+#   OUT=$OUT bash benchmarks/next_gpu.sh tests|plain|generate|lightning|memory
 # tests:     every cuda- or vision-marked test (generation, run, the rest);
 # plain:     issue 23: plain traces (no schedule, no prof.step()) of eager and compiled
 #            workloads, analyze beside doctor (benchmarks/plain_traces_gpu.py; traces and
@@ -9,11 +9,13 @@
 # generate:  benchmarks/generate_gpu.py (GPT-2 small, TinyLlama-1.1B, bf16, batch 1 and
 #            8, plain and static cache) and `doctor --generate 64` on both (size, time);
 # lightning: a Lightning run with the callback on CUDA (the closure split read from a
-#            CUDA trace, where backward runs on the engine's device threads).
+#            CUDA trace, where backward runs on the engine's device threads);
+# memory:    `gobrrr memory` on GPT-2 small training (three batches) and ResNet-50
+#            training: MemTracker's peak beside torch.cuda.max_memory_allocated.
 # ijson travels as a wheel (.gpu_wheels/, carried): the machine has none.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
-part=${1:?tests, plain, generate or lightning}
+part=${1:?tests, plain, generate, lightning or memory}
 exec > >(tee "$OUT/next_gpu-$part.log") 2>&1
 python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
 export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -54,6 +56,25 @@ L.Trainer(max_steps=40, accelerator="gpu", devices=1, logger=False, enable_check
           enable_progress_bar=False, callbacks=[cb]).fit(M(), torch.utils.data.DataLoader(ds, batch_size=64))
 d = json.load(open(f"{sys.argv[1]}/lightning-cuda.json"))
 print("regime", d["regime"], {k: round(v["share"], 3) for k, v in d["phases"].items()})
+PY
+  ;;
+memory)
+  for b in 4 8 16; do
+    stamp "memory hf:gpt2 --train --batch-size $b --seq-len 512"
+    timeout 120 python3 -m gobrrr memory hf:gpt2 --train --batch-size $b --seq-len 512 --device cuda \
+      --json -q > "$OUT/memory-gpt2-b$b.json" || echo "failed: $?"
+  done
+  for b in 32 64; do
+    stamp "memory torchvision:resnet50 --train --batch-size $b"
+    timeout 120 python3 -m gobrrr memory torchvision:resnet50 --train --batch-size $b --device cuda \
+      --json -q > "$OUT/memory-resnet50-b$b.json" || echo "failed: $?"
+  done
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+for f in sorted(glob.glob(f"{sys.argv[1]}/memory-*.json")):
+    d = json.load(open(f)); a = d.get("allocator") or {}
+    print(f.split("/")[-1], d["peak_bytes"], a.get("max_allocated_bytes"),
+          round(d["peak_bytes"] / a["max_allocated_bytes"], 3) if a.get("max_allocated_bytes") else None)
 PY
   ;;
 *) echo "unknown part $part"; exit 2 ;;
