@@ -68,3 +68,88 @@ def test_gobrrr_memory_json_and_bad_input():
     assert d["optimizer_state_bytes"] == 2 * d["parameters_bytes"] + 8 * 4  # 8 steps
     r = CliRunner().invoke(cli, ["memory", "examples:no_such", "-q"])
     assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+# ---------------------------------------------------------------- the batch that fits
+
+
+def _profile(peak, per_cat=None):
+    from gobrrr.memory import CATEGORIES, MemoryProfile
+
+    cats = {k: 0 for k in CATEGORIES.values()} | (per_cat or {})
+    cats["temporaries"] += peak - sum(cats.values())
+    return MemoryProfile("cpu", peak, cats)
+
+
+def _scalable(batch):
+    from gobrrr.workload import Workload
+
+    def factory(b):
+        return (lambda x: x), (torch.zeros(b, 4),)
+
+    return Workload("t", lambda x: x, (torch.zeros(batch, 4),), {}, "cpu", batch, factory)
+
+
+def test_the_batch_that_fits_from_two_peaks():
+    from gobrrr.memory_fit import HEADROOM, fit_batch
+
+    # peak(b) = 1 GB fixed (parameters, optimizer state) + 10 MB per sample
+    def measure(w):
+        return _profile(10**9 + 10**7 * w.batch_size,
+                        {"parameters": 4 * 10**8, "activations": 10**7 * w.batch_size})
+
+    fit = fit_batch(_scalable(8), measure=measure,
+                    capacity=lambda device, base: (8 * 10**9, "given"), check=False)
+    assert fit.batches == [8, 16] and fit.peaks_bytes == [1.08e9, 1.16e9]
+    assert fit.fixed_bytes == pytest.approx(1e9) and fit.per_sample_bytes == pytest.approx(1e7)
+    assert fit.per_sample_by_category["activations"] == pytest.approx(1e7)
+    assert fit.per_sample_by_category["parameters"] == 0
+    # floor((0.95 x 8 GB - 1 GB) / 10 MB) = 660
+    assert fit.predicted_max_batch == int((HEADROOM * 8e9 - 1e9) // 1e7) == 660
+    assert fit.checked is None
+
+
+def test_the_predicted_batch_is_checked_and_the_next_size_up_fails():
+    from gobrrr.errors import WorkloadError
+    from gobrrr.memory_fit import fit_batch
+
+    limit = 10**9 + 10**7 * 660  # the most this fake device holds
+
+    def measure(w):
+        peak = 10**9 + 10**7 * w.batch_size
+        if peak > limit:  # as the workload's run raises it: wrapped, its cause the OOM
+            try:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB")
+            except RuntimeError as exc:
+                raise WorkloadError("the measured call", exc) from exc
+        return _profile(peak)
+
+    fit = fit_batch(_scalable(8), measure=measure,
+                    capacity=lambda device, base: (int(limit / 0.95), "given"), check=True)
+    assert fit.predicted_max_batch == 660
+    assert fit.checked["predicted"] == {"batch": 660, "ran": True, "peak_bytes": limit}
+    up = fit.checked["next_up"]
+    assert up["batch"] == 726 and up["ran"] is False and up["oom"] is True
+
+
+def test_a_peak_that_does_not_grow_predicts_no_batch_and_no_batch_is_one_line():
+    from gobrrr.errors import UserError
+    from gobrrr.memory_fit import fit_batch
+    from gobrrr.workload import from_callable
+
+    fit = fit_batch(_scalable(4), measure=lambda w: _profile(10**6),
+                    capacity=lambda d, b: (10**9, "given"), check=False)
+    assert fit.predicted_max_batch is None
+    assert any("did not grow with the batch" in n for n in fit.notes)
+    with pytest.raises(UserError, match="no batch size known"):
+        fit_batch(from_callable(lambda: torch.zeros(3), ()), measure=lambda w: _profile(1))
+
+
+def test_gobrrr_memory_fit_on_a_real_training_step():
+    r = CliRunner().invoke(cli, ["memory", "examples:mlp_train", "--fit", "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    fit = json.loads(r.stdout)["fit"]
+    assert fit["batches"] == [32, 64] and fit["peaks_bytes"][1] > fit["peaks_bytes"][0]
+    # the examples' MLP: its activations grow with the batch, its weights do not
+    assert fit["per_sample_bytes"] > 0 and fit["fixed_bytes"] > 0
+    assert fit["predicted_max_batch"] > 64 and fit["checked"] is None  # CPU: not run

@@ -11,7 +11,7 @@ __all__ = ["register"]
 _HELP = f"""What uses the memory of one step: its peak bytes of live tensors and, at the
 peak, parameters, gradients, optimizer state, activations and temporaries, and each
 module's activations (torch's MemTracker over one call after a warm one; on CUDA beside
-the allocator's peak). The batch that fits is not measured yet.
+the allocator's peak); with --fit, the batch that fits.
 
 {TARGET_HELP}"""
 
@@ -23,11 +23,15 @@ the allocator's peak). The batch that fits is not measured yet.
 @click.option("--batch-size", type=BATCH, default=None,
               help="Batch size for a factory target (default: its own default).")
 @model_options
+@click.option("--fit", is_flag=True,
+              help="Also the batch that fits: the step at this batch and twice it, bytes "
+                   "per sample, the largest batch predicted to fit the memory this "
+                   "process can use (run to check it on CUDA).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def memory(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
-           image_size: int | None, dtype: str | None, train: bool, as_json: bool,
-           quiet: bool) -> None:
+           image_size: int | None, dtype: str | None, train: bool, fit: bool,
+           as_json: bool, quiet: bool) -> None:
     """What uses the memory of one step (help: _HELP)."""
     from gobrrr.cli.common import (
         deliver,
@@ -50,6 +54,10 @@ def memory(target: str | None, device: str, batch_size: int | None, seq_len: int
         say("one warm call, then one call with every tensor storage followed (MemTracker)")
         prof = measure_memory(w)
         d = {"schema": "gobrrr.memory", "workload": w.to_dict(), **prof.to_dict()}
+        if fit:
+            from gobrrr.memory_fit import fit_batch
+
+            d["fit"] = fit_batch(w, progress=say).to_dict()
         deliver([], shower(as_json, lambda: d, lambda: print_memory(d)), say)
 
     with results_only_on_stdout(as_json):

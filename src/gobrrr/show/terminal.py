@@ -551,6 +551,23 @@ def print_memory(d: dict[str, Any]) -> None:
         a = d["allocator"]
         out.print(f"CUDA allocator: max allocated {fmt_num(a['max_allocated_bytes'], 'B')}, "
                   f"max reserved {fmt_num(a['max_reserved_bytes'], 'B')}")
+    fit = d.get("fit")
+    if fit:
+        pred = fit["predicted_max_batch"]
+        out.print(f"batch {fit['batches'][0]} -> {fit['batches'][1]}: peak "
+                  f"{fmt_num(fit['peaks_bytes'][0], 'B')} -> "
+                  f"{fmt_num(fit['peaks_bytes'][1], 'B')}: "
+                  f"{fmt_num(fit['fixed_bytes'], 'B')} + {fmt_num(fit['per_sample_bytes'], 'B')}"
+                  " per sample")
+        if pred is not None:
+            out.print(f"[bold]largest batch predicted to fit: {pred}[/bold] "
+                      f"(capacity {escape(fit['capacity_source'])})")
+        for key, c in (fit.get("checked") or {}).items():
+            what = ("ran" if c["ran"] else
+                    "out of memory" if c.get("oom") else f"failed: {c.get('error')}")
+            out.print(f"  checked batch {c['batch']} ({key.replace('_', ' ')}): {escape(what)}")
+        for note in fit.get("notes", []):
+            out.print(f"[dim]note: {escape(note)}[/dim]")
     for note in d.get("notes", []):
         out.print(f"[dim]note: {escape(note)}[/dim]")
 

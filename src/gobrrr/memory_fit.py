@@ -1,0 +1,164 @@
+"""The batch that fits (issue 26, item 2, first part): one step's memory (memory.py) at
+the workload's batch and at twice it, read as bytes that do not grow with the batch and
+bytes per sample (a straight line through the two peaks, each category apart), then the
+largest batch whose predicted peak fits in the memory this process can use.
+
+- Capacity on CUDA: the device's free memory (torch.cuda.mem_get_info) plus what this
+  process's allocator already reserves, which the step would reuse. On CPU: the
+  kernel's MemAvailable plus the base workload's resident state (its parameters,
+  buffers and optimizer state, already in this process): approximate, said so.
+- Checked on CUDA by running the predicted batch (a factory target: built at that batch;
+  otherwise its inputs repeated) and the next size up, which should fail; an
+  out-of-memory there is the expected answer, any other failure is said. Not checked on
+  CPU: running out of memory there is the kernel killing the process, not an exception.
+Linear in the batch is an assumption (attention's memory grows with sequence length
+squared, not with the batch; allocator rounding adds steps): the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gobrrr.memory import MemoryProfile, measure_memory
+from gobrrr.workload import Workload, call_factory
+
+__all__ = ["MemoryFit", "fit_batch", "capacity_bytes", "HEADROOM"]
+
+HEADROOM = 0.95  # of the capacity a predicted peak may use (allocator rounding, caches)
+LINEAR_NOTE = ("approximate: peak bytes taken as linear in the batch from two batches "
+               "(allocator rounding and anything not proportional to the batch make "
+               "steps)")
+
+
+@dataclass
+class MemoryFit:
+    batches: list[int]
+    peaks_bytes: list[int]
+    fixed_bytes: float  # the peak's part that does not grow with the batch
+    per_sample_bytes: float  # what one more sample adds to the peak
+    per_sample_by_category: dict[str, float]
+    capacity_bytes: int | None
+    capacity_source: str
+    predicted_max_batch: int | None
+    checked: dict[str, Any] | None = None  # CUDA: what running it gave
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def capacity_bytes(device: str, base: MemoryProfile) -> tuple[int | None, str]:
+    """(bytes a step of this process could use, how it was found)."""
+    if device == "cuda":
+        import torch
+
+        free, total = torch.cuda.mem_get_info()
+        reserved = torch.cuda.memory_reserved()
+        return int(free + reserved), (f"CUDA free {free / 2**30:.1f} GiB + this process's "
+                                      f"reserved {reserved / 2**30:.1f} GiB of "
+                                      f"{total / 2**30:.1f} GiB")
+    avail = _meminfo_available()
+    if avail is None:
+        return None, "unknown (no /proc/meminfo)"
+    resident = sum(base.by_category[k] for k in ("parameters", "buffers", "optimizer_state"))
+    return avail + resident, (f"MemAvailable {avail / 2**30:.1f} GiB + the workload's "
+                              f"resident state {resident / 2**30:.2f} GiB (approximate)")
+
+
+def _at_batch(w: Workload, batch: int) -> Workload:
+    if w.factory is not None:
+        return call_factory(w.name, w.factory, batch, w.device, w.description)
+    assert w.batch_size
+    return w.scaled(max(1, batch // w.batch_size))
+
+
+def _is_oom(exc: BaseException | None) -> bool:
+    """An out-of-memory error, itself or as the cause of gobrrr's WorkloadError."""
+    while exc is not None:
+        text = f"{type(exc).__name__}: {exc}".lower()
+        if "out of memory" in text or "outofmemory" in text:
+            return True
+        exc = exc.__cause__
+    return False
+
+
+def fit_batch(w: Workload, *, measure: Callable[[Workload], MemoryProfile] = measure_memory,
+              capacity: Callable[[str, MemoryProfile], tuple[int | None, str]] = capacity_bytes,
+              check: bool | None = None,
+              progress: Callable[[str], None] | None = None) -> MemoryFit:
+    """The batch that fits (module docstring). `check`: run the predicted batch and the
+    next size up (default: on CUDA only)."""
+    say = progress or (lambda _m: None)
+    if not w.batch_size:
+        from gobrrr.errors import UserError
+
+        raise UserError(f"{w.name}: no batch size known, so no batch to fit (give a "
+                        "factory target, or a tensor argument whose dim 0 is the batch)")
+    b1 = w.batch_size
+    say(f"memory at batch {b1}")
+    p1 = measure(w)
+    say(f"memory at batch {2 * b1}")
+    p2 = measure(w.scaled(2))
+    per = (p2.peak_bytes - p1.peak_bytes) / b1
+    fixed = p1.peak_bytes - per * b1
+    by_cat = {k: (p2.by_category[k] - p1.by_category[k]) / b1 for k in p1.by_category}
+    cap, source = capacity(w.device, p1)
+    notes = [LINEAR_NOTE]
+    predicted = None
+    if cap is not None and per > 0:
+        predicted = max(0, math.floor((HEADROOM * cap - fixed) / per))
+    elif per <= 0:
+        notes.append("the peak did not grow with the batch here: no largest batch follows "
+                     "from these two")
+    fit = MemoryFit([b1, 2 * b1], [p1.peak_bytes, p2.peak_bytes], fixed, per, by_cat, cap,
+                    source, predicted, None, notes)
+    if check is None:
+        check = w.device == "cuda"
+    if check and predicted:
+        fit.checked = _check(w, predicted, measure, say)
+    elif predicted and w.device != "cuda":
+        notes.append("not checked by running it: out of memory on a CPU is the kernel "
+                     "killing the process, not an exception")
+    return fit
+
+
+def _check(w: Workload, predicted: int, measure: Callable[[Workload], MemoryProfile],
+           say: Callable[[str], None]) -> dict[str, Any]:
+    """Run the predicted batch, then the next size up (+10%, at least one more)."""
+    out: dict[str, Any] = {}
+    up = max(predicted + 1, (predicted * 11 + 9) // 10)  # +10%, rounded up, in integers
+    for key, batch in (("predicted", predicted), ("next_up", up)):
+        say(f"checking batch {batch}")
+        try:
+            got = measure(_at_batch(w, batch))
+            out[key] = {"batch": batch, "ran": True, "peak_bytes": got.peak_bytes}
+        except Exception as exc:  # an OOM is the answer sought; anything else is said
+            out[key] = {"batch": batch, "ran": False, "oom": _is_oom(exc),
+                        "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        finally:
+            _free(w.device)
+    return out
+
+
+def _free(device: str) -> None:
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
