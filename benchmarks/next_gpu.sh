@@ -69,9 +69,14 @@ memory)
     timeout 120 python3 -m gobrrr memory torchvision:resnet50 --train --batch-size $b --device cuda \
       --json -q > "$OUT/memory-resnet50-b$b.json" || echo "failed: $?"
   done
+  stamp "memory hf:gpt2 --train --batch-size 8 --seq-len 512 --fit (checked on CUDA)"
+  timeout 200 python3 -m gobrrr memory hf:gpt2 --train --batch-size 8 --seq-len 512 --device cuda \
+    --fit --json -q > "$OUT/memory-fit-gpt2.json" || echo "failed: $?"
   python3 - "$OUT" <<'PY'
 import glob, json, sys
-for f in sorted(glob.glob(f"{sys.argv[1]}/memory-*.json")):
+fit = json.load(open(f"{sys.argv[1]}/memory-fit-gpt2.json")).get("fit") or {}
+print("fit", fit.get("predicted_max_batch"), fit.get("checked"))
+for f in sorted(glob.glob(f"{sys.argv[1]}/memory-*b*.json")):
     d = json.load(open(f)); a = d.get("allocator") or {}
     print(f.split("/")[-1], d["peak_bytes"], a.get("max_allocated_bytes"),
           round(d["peak_bytes"] / a["max_allocated_bytes"], 3) if a.get("max_allocated_bytes") else None)
