@@ -59,8 +59,11 @@ def test_doctor_writes_a_self_contained_page(doctor_run):
 
 def test_verdict_comes_first(doctor_run):
     d, page = doctor_run
-    regime = d["verdict"]["regime"].upper()
-    order = [page.index(f"{regime}-BOUND"), page.index('id="budget"'),
+    regime = d["verdict"]["regime"]
+    # the banner names the regime ("MEMORY-BOUND", or "MEMORY- OR ..." when uncertain)
+    banner = page.index(f'<div class="verdict {regime}">')
+    assert page[banner:].split(">", 1)[1].startswith(regime.upper() + "-")
+    order = [banner, page.index('id="budget"'),
              page.index('id="roofline"'), page.index('id="experiments"'),
              page.index('id="ops"'), page.index('id="modules"'),
              page.index('id="remedies"'), page.index('id="machine"')]
