@@ -155,16 +155,29 @@ def _plain_trace(path, fn, args, calls):
     return path
 
 
-@pytest.mark.parametrize("name", ["mlp", "matmul", "pointwise"])
+# Regimes unmistakable by a wide margin (1.0 of compute, 1.0 of memory, in three runs
+# here); the mlp example at batch 1 is not: its overhead and memory shares trade places
+# between runs under the profiler (0.55 overhead, 0.60 memory, 0.64 overhead), so it is
+# checked for its steps only.
+@pytest.mark.parametrize("name", ["matmul", "pointwise"])
 def test_a_plain_cpu_trace_gives_the_regime_doctor_gives(name, tmp_path):
     ex = examples.get(name)
     fn, args = ex.factory(ex.default_batch("cpu"), "cpu")
     r = analyze([_plain_trace(tmp_path / f"{name}.json", fn, args, calls=4)])
     assert r.regime == ex.expected_regime, (r.fractions, r.notes)
-    # the mlp example's call is 4 identical Linear+ReLU layers and nothing else: it reads
-    # as one step per layer (the rule's stated limit), 16, or 15 without a warm-up layer
-    assert r.workload["trace"]["steps"] in ((15, 16) if name == "mlp" else (3, 4))
+    assert r.workload["trace"]["steps"] in (3, 4)
     assert any(n.startswith("steps: the trace has no ProfilerStep# ranges") for n in r.notes)
+
+
+def test_a_call_of_identical_layers_reads_as_one_step_per_layer(tmp_path):
+    # the mlp example's call is 4 identical Linear+ReLU layers and nothing else: one step
+    # per layer (the rule's stated limit), 16, or 15 with a slow first layer left out
+    ex = examples.get("mlp")
+    fn, args = ex.factory(ex.default_batch("cpu"), "cpu")
+    r = analyze([_plain_trace(tmp_path / "mlp.json", fn, args, calls=4)])
+    assert r.workload["trace"]["steps"] in (15, 16)
+    assert any("a call made of identical repeats would read as one step per repeat" in n
+               for n in r.notes)
 
 
 def test_a_plain_trace_of_gpt2_forwards_finds_the_calls(tmp_path):
