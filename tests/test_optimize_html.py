@@ -74,9 +74,12 @@ def test_the_conclusion_says_whether_anything_was_measured():
         "nothing could be measured within --budget-s 60: no candidate reached a "
         "measurement, so nothing is known to be faster or not; the cheapest candidate "
         "skipped needs ~45 s by its estimate (--budget-s 105 would reach it)")
-    assert conclusion(None, [], None) == ("nothing could be measured: no candidate reached "
-                                          "a measurement, so nothing is known to be faster "
-                                          "or not")
+    assert conclusion(None, [row("failed")], None) == (
+        "nothing could be measured: no candidate reached a measurement, so nothing is known "
+        "to be faster or not")
+    # nothing applied at all: said so, not "nothing could be measured"
+    assert conclusion(None, [row("not applicable"), row("advice")], 60) == (
+        "no remedy applies to this workload (each row says why): keep it as it is")
     d = result()
     d["best"] = {"name": "eager", "status": "baseline", "measured_speedup": 1.0}
     d["conclusion"] = conclusion(None, [row("skipped", 45.2)], 60)

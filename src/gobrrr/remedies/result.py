@@ -34,6 +34,8 @@ def conclusion(best: RemedyResult | None, remedies: list[RemedyResult],
                 f"outputs verified ({best.tolerance})")
     if any(r.status in MEASURED for r in remedies):
         return KEEP
+    if not any(r.status in ("skipped", "failed") for r in remedies):
+        return "no remedy applies to this workload (each row says why): keep it as it is"
     costs = [r.checks["plan"]["estimated_s"] for r in remedies if r.status == "skipped"
              and isinstance(r.checks.get("plan"), dict)
              and r.checks["plan"].get("estimated_s") is not None]

@@ -577,8 +577,6 @@ def print_optimize(res: OptimizeResult) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from gobrrr.remedies.result import snippet_for
-
     out = console()
     w = res.workload
     title = (f"optimize {w['name']} on {w['device']}" +
@@ -619,8 +617,8 @@ def print_optimize(res: OptimizeResult) -> None:
     if unverifiable:
         out.print(f"[magenta]{unverifiable} unverifiable[/]: outputs that could not be "
                   "judged against eager's (see the reasons); timed, never chosen.")
-    out.print(escape(res.snippet if best else snippet_for(None, res.conclusion)),
-              soft_wrap=True)
+    if best is not None:  # code, printed whole (without a winner, "Best:" says it all)
+        out.print(escape(res.snippet), soft_wrap=True)
     for note in res.notes:
         out.print(f"[dim]note: {escape(note)}[/dim]")
     if res.budget_s:
