@@ -230,6 +230,10 @@ def test_cpu_sync_makes_graph_capture_impossible_with_reason():
                                time_budget_s=0.3)
     assert report.graph is not None and not report.graph.possible
     assert "capture" in report.graph.reason
+    # the failed capture left the user's CUDA generator usable (torch 2.11 leaves it
+    # marked as capturing: "Offset increment outside graph capture ...")
+    torch.randint(0, 10, (4,), device="cuda")
+    torch.nn.functional.dropout(torch.ones(8, device="cuda"), 0.5)
 
 
 def test_state_reached_through_module_globals_is_restored():

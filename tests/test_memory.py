@@ -153,3 +153,30 @@ def test_gobrrr_memory_fit_on_a_real_training_step():
     # the examples' MLP: its activations grow with the batch, its weights do not
     assert fit["per_sample_bytes"] > 0 and fit["fixed_bytes"] > 0
     assert fit["predicted_max_batch"] > 64 and fit["checked"] is None  # CPU: not run
+
+
+def test_a_predicted_batch_that_runs_out_of_memory_is_bisected_to_the_largest_that_runs():
+    # The H200's case: the line through two batches over-predicts (fragmentation at large
+    # tensors). The fake device holds batch 500 and no more; 660 is predicted.
+    from gobrrr.errors import WorkloadError
+    from gobrrr.memory_fit import BISECT_RUNS, fit_batch
+
+    tried = []
+
+    def measure(w):
+        tried.append(w.batch_size)
+        if w.batch_size > 500:
+            try:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 15.82 GiB")
+            except RuntimeError as exc:
+                raise WorkloadError("the measured call", exc) from exc
+        return _profile(10**9 + 10**7 * w.batch_size)
+
+    fit = fit_batch(_scalable(8), measure=measure,
+                    capacity=lambda device, base: (8 * 10**9, "given"), check=True)
+    assert fit.predicted_max_batch == 660 and fit.checked["predicted"]["oom"] is True
+    got = fit.checked["largest_ran"]
+    # bisection of [16, 660): 338 ran, 499 ran, 579, 539, 519, 509 did not: 6 runs
+    assert tried[4:] == [338, 499, 579, 539, 519, 509] and got["runs"] == BISECT_RUNS
+    assert got["batch"] == 499 and got["between"] == [499, 509]
+    assert got["peak_bytes"] == 10**9 + 10**7 * 499

@@ -231,7 +231,7 @@ def test_the_check_of_an_h200_training_step_names_its_gaps():
     c = _check(r)
     assert list(c) == ["device activity", "steps", "shapes", "ops rebuilt", "FLOP formulas",
                        "kernel links", "outside the steps", "graphs and compiled code",
-                       "events"]
+                       "profiler cost", "events"]
     assert r.workload["trace"]["step_rule"] == "profiler"
     assert c["steps"] == {"item": "steps", "ok": True,
                           "detail": "1 step(s): its ProfilerStep# ranges"}
@@ -280,7 +280,8 @@ def test_analyze_check_prints_only_the_check(tmp_path):
     assert out.exit_code == 0, out.output
     lines = out.stdout.splitlines()
     assert [ln.split()[1] for ln in lines] == ["device", "steps", "shapes", "ops",
-                                               "outside", "graphs", "events"]
+                                               "outside", "graphs", "profiler",
+                                               "events"]
     assert lines[1].startswith("GAP steps") and "a sequence of 2 top-level calls" in lines[1]
     js = CliRunner().invoke(cli, ["analyze", str(p), "--check", "--json", "-q"])
     assert [r["item"] for r in json.loads(js.stdout)["check"]][:2] == ["device activity",

@@ -441,6 +441,10 @@ def _finish_rows(rows: dict[str, RowBudget], extra: dict[str, _Extra],
     return sorted(rows.values(), key=lambda r: -r.time_s)
 
 
+# compute_s_by_unit's key for math kernels linked to no op (by name): no FLOPs, no peak
+UNLINKED_UNIT = "unlinked"
+
+
 def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
     records = run.counts.records
     notes: list[str] = []
@@ -513,12 +517,21 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
                      f"({ceil.source}): those ops were not checked for an instruction bound")
     unattributed = run.unattributed_s * scale
     if unattributed > 0:
-        # Kernels outside any counted op: no FLOP/byte count, so no roofline; they are
-        # device time all the same. Assign them to memory (most such kernels are
-        # accumulate-grad / copies) and say so.
-        memory_s += unattributed
-        notes.append(f"{unattributed * 1e6:.1f} us of kernels ran outside any counted op; "
-                     "counted as memory-bound")
+        # Kernels outside any counted op (accumulate-grad, copies; a CUDA graph's replayed
+        # kernels in a recorded trace): no FLOP/byte count, so no roofline; they are
+        # device time all the same. A math kernel by its name (GEMM, convolution,
+        # attention) is counted as compute, the rest as memory, and the note says so.
+        math_s = scale * sum(k.duration_s for k in run.kernels
+                             if k.record_index is None and is_math_kernel(k.name))
+        compute_s += math_s
+        if math_s > 0:
+            by_unit[UNLINKED_UNIT] = math_s
+        memory_s += unattributed - math_s
+        split = (f"{math_s * 1e6:.1f} us of them GEMM, convolution or attention kernels by "
+                 "their names, counted as compute-bound, the rest as memory-bound"
+                 if math_s > 0 else "counted as memory-bound")
+        notes.append(f"{unattributed * 1e6:.1f} us of kernels ran outside any counted op "
+                     f"(no FLOPs or bytes, no roofline): {split}")
     if run.unreplayable:
         names = sorted(set(run.unreplayable))
         first = next(iter(run.replay_errors.items()), None)

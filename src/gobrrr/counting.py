@@ -453,6 +453,15 @@ def _optimizer_scope(scope: _Scope) -> Iterator[None]:
         h2.remove()
 
 
+def _decomposable(func: Any) -> bool:
+    """An op with a CompositeImplicitAutograd kernel that torch has no FLOP formula for."""
+    from torch.utils.flop_counter import flop_registry
+
+    return (func.overloadpacket not in flop_registry
+            and torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), "CompositeImplicitAutograd"))
+
+
 class _CountingMode(TorchDispatchMode):
     def __init__(self, result: CountResult, tracker: Any, scope: _Scope,
                  mark_ranges: bool = False) -> None:
@@ -479,6 +488,14 @@ class _CountingMode(TorchDispatchMode):
         name = func.overloadpacket.__name__
         if name in _MARKERS:
             return func(*args, **kwargs)
+        if _decomposable(func):
+            # Under inference_mode, composite ops (aten::linear, matmul, the SDPA front)
+            # reach this mode before autograd has decomposed them: count the ops they run
+            # (aten::linear was counted as 0 FLOPs; torch's FlopCounterMode does the same)
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
         if self.mark_ranges:
             # A profiler range per op, so trace.py can map each kernel to this record.
             with torch.profiler.record_function(f"{RANGE_PREFIX}{len(self.result.records)}"):

@@ -287,9 +287,29 @@ def capture_cuda_graph(fn: Callable[[], Any], warmup: int = 3) -> tuple[Any, Any
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
+    try:
+        with torch.cuda.graph(graph):
+            out = fn()
+    except Exception:
+        _release_generators()
+        raise
     return graph, out
+
+
+def _release_generators() -> None:
+    """Take the default CUDA generators out of capture mode after a failed capture.
+
+    A capture that fails (a host sync, a CPU-CUDA copy inside it) fails again in
+    `capture_end`, before torch (2.11) calls each generator's capture epilogue: the
+    generator stays marked as capturing, and every later random op of the user's program
+    raises "Offset increment outside graph capture encountered unexpectedly" (seen on the
+    H200: torch.randint in the next test). A clone of the state is the same seed and
+    offset, out of capture mode."""
+    import torch
+
+    for gen in torch.cuda.default_generators:
+        if hasattr(gen, "graphsafe_set_state"):
+            gen.graphsafe_set_state(gen.clone_state())
 
 
 def graph_replay(w: Workload, eager: Timing,

@@ -288,10 +288,15 @@ def profile_generation(model: Any, input_ids: Any, new_tokens: int, *,
     calls: list[tuple[float, int | None]] = []  # (start, new positions)
     caches: list[Any] = []
 
+    # The hooks run outside any compiled graph: transformers compiles the forward of a
+    # static-cache generate, and a traced hook would guard on len(calls) and recompile at
+    # every step (seen on the H200: dynamo's recompile limit hit at the 8th step).
+    @torch.compiler.disable
     def pre(_m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         sync()
         calls.append((time.perf_counter(), new_positions(args, kwargs)))
 
+    @torch.compiler.disable
     def post(_m: Any, _args: Any, _kwargs: Any, out: Any) -> None:
         if not caches and (c := _cache_of(out)) is not None:
             caches.append(c)  # after the prefill: the cache its decode steps read
@@ -317,17 +322,19 @@ def profile_generation(model: Any, input_ids: Any, new_tokens: int, *,
 
 
 def _prefill_flops(model: Any, input_ids: Any) -> int | None:
-    """FLOPs of one forward over the prompt (FlopCounterMode); None if it cannot run."""
-    from torch.utils.flop_counter import FlopCounterMode
+    """Matmul and attention FLOPs of one forward over the prompt, counted by gobrrr's op
+    counter (torch's formulas, grouped-query attention counted as repeated key/value
+    heads: torch 2.11's FlopCounterMode asserts on a LLaMA-style GQA model); None if none
+    counted."""
+    from gobrrr.counting import count
 
-    counter = FlopCounterMode(display=False)
     try:
-        with counter:
-            model(input_ids=input_ids)
+        counted = count(lambda: model(input_ids=input_ids))
     except TypeError:  # not an HF model: its forward takes the ids positionally
-        with counter:
-            model(input_ids)
-    return int(counter.get_total_flops()) or None
+        counted = count(lambda: model(input_ids))
+    # the FLOPs of torch's formulas (matmuls, attention): what the matmul peak bounds
+    return sum(r.flops for r in counted.records if r.has_formula
+               and r.op_class in ("matmul", "attention", "conv")) or None
 
 
 def _profile(calls: list[tuple[float, int | None]], end: float, input_ids: Any,

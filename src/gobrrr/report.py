@@ -46,7 +46,9 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #      generation.batch_scaling (the decode batch experiment); verdict.share_range,
 #      runner_up, runner_up_range, uncertain (the share over T_wall's spread);
 #      contention (other processes' load against the cores and torch's threads)
-SCHEMA_VERSION = "1.9"
+# 1.10: compute_s_by_unit "unlinked" (math kernels linked to no op, by name: a replayed
+#       CUDA graph in a recorded trace), counted as compute
+SCHEMA_VERSION = "1.10"
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gobrrr.budget import Budget
+from gobrrr.budget import UNLINKED_UNIT, Budget
 from gobrrr.counting import CountResult
 from gobrrr.experiments import BatchScaling, GraphReplay
 from gobrrr.gains import HostTime, host_time
@@ -143,10 +143,16 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                   f"{fmt_pct(mem_bytes / b.memory_s / ceil.bandwidth_bytes_per_s)} of the "
                   f"{ceil.roof_kind} bandwidth roof")
     instr_s = b.compute_s_by_unit.get("instruction", 0.0)
-    flop_s = b.compute_s - instr_s  # compute time the FLOP roof explains
-    if regime == "compute" and flop_s > 0:
+    unlinked_s = b.compute_s_by_unit.get(UNLINKED_UNIT, 0.0)
+    flop_s = b.compute_s - instr_s - unlinked_s  # compute time the FLOP roof explains
+    if regime == "compute" and unlinked_s > 0:
+        ev.append(f"{fmt_s(unlinked_s)} of compute is GEMM, convolution or attention "
+                  "kernels linked to no op (a CUDA graph's replay): by their names, with "
+                  "no FLOP count and no roofline")
+    units = {k: v for k, v in b.compute_s_by_unit.items()
+             if k not in ("instruction", UNLINKED_UNIT)}
+    if regime == "compute" and flop_s > 0 and units:
         flops = sum(r.flops for r in b.per_op if r.compute_s > r.instruction_s)
-        units = {k: v for k, v in b.compute_s_by_unit.items() if k != "instruction"}
         unit = max(units, key=lambda k: units[k])
         peak = ceil.peak_flops_per_s.get(unit, ceil.vector_flops_per_s())
         ev.append(f"compute-bound ops ran at {fmt_flops(flops / flop_s)} = "

@@ -563,6 +563,14 @@ def print_memory(d: dict[str, Any]) -> None:
             out.print(f"[bold]largest batch predicted to fit: {pred}[/bold] "
                       f"(capacity {escape(fit['capacity_source'])})")
         for key, c in (fit.get("checked") or {}).items():
+            if key == "largest_ran":
+                lo, hi = c["between"]
+                out.print(f"  [bold]largest batch that ran: {c['batch']}[/bold] (bisected "
+                          f"in {c['runs']} runs; {hi} ran out of memory"
+                          + (f"; stopped: {escape(c['stopped'])}" if c.get("stopped") else "")
+                          + (f"; {hi - lo - 1} batches between untried" if hi - lo > 1
+                             else "") + ")")
+                continue
             what = ("ran" if c["ran"] else
                     "out of memory" if c.get("oom") else f"failed: {c.get('error')}")
             out.print(f"  checked batch {c['batch']} ({key.replace('_', ' ')}): {escape(what)}")
