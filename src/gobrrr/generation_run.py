@@ -51,9 +51,10 @@ Progress = Callable[[str], None]
 # generate's own ops, outside any forward of the model (the trace source's default
 # phase, forward, would say they are the model's)
 BETWEEN = "between forwards"
-# The profiled generation: one prefill and 3 decode steps at most. Every op call is a row
-# of the report (a TinyLlama forward is ~1,600 ops): 8 tokens made a 4.7 MB report.
-PROFILED_TOKENS = 4
+# The profiled generation: one prefill and one decode step (every decode step runs the
+# same ops). Every op call is a row of the report (a TinyLlama forward is ~1,700 op calls):
+# 4 tokens made a 4.9 MB report on the H200, 8 tokens 4.7 MB on this CPU.
+PROFILED_TOKENS = 2
 REPEATS = 5  # unprofiled K-token generations whose median is T_wall
 BATCH_BUDGET_S = 30.0  # the decode batch experiment's time, at most
 

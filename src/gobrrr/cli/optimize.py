@@ -37,6 +37,11 @@ benchmark, channels_last, fused optimizers, set_to_none, CUDA graphs, torch.comp
               help="Remedies or families to try, e.g. --only compile,tf32 (repeatable).")
 @click.option("--no-diagnose", is_flag=True,
               help="Skip diagnose: faster, but no predicted speedups.")
+@click.option("--generate", "generate", type=click.IntRange(min=2), default=None,
+              metavar="N",
+              help="An hf: causal LM's greedy generation of N new tokens: the generation "
+                   "remedies (static cache, bf16 weights) on copies, verified by "
+                   "teacher-forced logits, timed in tokens/s (docs/generation.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None,
@@ -55,7 +60,7 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
              image_size: int | None, dtype: str | None, train: bool, budget_s: float,
              only: tuple[str, ...], no_diagnose: bool, as_json: bool, html_path: Path | None,
              quiet: bool, nproc: int | None = None,
-             dist_timeout_s: float | None = None) -> None:
+             dist_timeout_s: float | None = None, generate: int | None = None) -> None:
     """Apply remedies to a copy of a workload, verify, rank (help: _HELP)."""
     from gobrrr.cli.common import (
         INTERRUPTED_EXIT,
@@ -93,6 +98,10 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
         dev = resolve_device(device)
         say = progress_printer(quiet or rank != 0)  # one rank speaks
         opts = ModelOptions(seq_len, image_size, dtype, train)
+        if generate is not None:
+            _generation(target, dev, batch_size, opts, generate, budget_s, as_json,
+                        html_path, only, distributed, say)
+            return
         if world is not None and distributed:
             res = _distributed(world, target, dev, batch_size, opts, budget_s, only,
                                no_diagnose, dist_timeout_s, say)
@@ -127,6 +136,31 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
     else:
         with results_only_on_stdout(as_json):
             run_guarded(body)
+
+
+def _generation(target: str | None, dev: str, batch_size: int | None, opts: Any,
+                new_tokens: int, budget_s: float, as_json: bool, html_path: Path | None,
+                only: tuple[str, ...], distributed: bool, say: Callable[[str], None]
+                ) -> None:
+    """`optimize hf:NAME --generate N` (generation_optimize.py)."""
+    from gobrrr.cli.common import deliver, shower
+    from gobrrr.errors import UserError
+    from gobrrr.generation_optimize import optimize_generation
+    from gobrrr.models import load_generation
+    from gobrrr.show.terminal import print_generation_optimize
+
+    if distributed:
+        raise UserError("--generate runs in one process, not under torchrun")
+    if only or html_path:
+        raise UserError("--generate tries its own remedies and has no page yet: "
+                        "--only and --html do not apply")
+    if target is None:
+        raise UserError("--generate needs an hf: causal LM target (e.g. hf:gpt2)")
+    say(f"building {target} for generation on {dev}")
+    g = load_generation(target, dev, batch_size, opts)
+    res = optimize_generation(g.model, g.input_ids, new_tokens, name=target,
+                              budget_s=budget_s, progress=say).to_dict()
+    deliver([], shower(as_json, lambda: res, lambda: print_generation_optimize(res)), say)
 
 
 def _distributed(world: Any, target: str | None, dev: str, batch_size: int | None,

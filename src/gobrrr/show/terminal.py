@@ -513,6 +513,43 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def print_generation_optimize(d: dict[str, Any]) -> None:
+    """`gobrrr optimize hf:NAME --generate N`'s result (generation_optimize.py's dict)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    out = console()
+    out.print(f"[bold]gobrrr optimize --generate[/bold]  {escape(d['name'])} on "
+              f"{d['device']}: batch {d['batch']}, {d['prompt_len']}-token prompt, "
+              f"{d['new_tokens']} new tokens, {d['dtype']}; baseline "
+              f"{d['baseline_tokens_per_s']:,.1f} tokens/s")
+    t = Table(show_edge=False)
+    for col, just in (("candidate", "left"), ("tokens/s", "right"), ("speedup", "right"),
+                      ("warm-up", "right"), ("top-1", "right"), ("rel err", "right"),
+                      ("verdict", "left")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for c in d["candidates"]:
+        if c.get("error"):
+            verdict = escape(c["error"])
+        elif c.get("passed"):
+            verdict = "[green]exact[/green]" if c.get("exact") else "[green]verified[/green]"
+        else:
+            verdict = "[red]rejected: logits disagree[/red]"
+        t.add_row(escape(c["name"]),
+                  "-" if c.get("tokens_per_s") is None else f"{c['tokens_per_s']:,.1f}",
+                  _x(c.get("speedup")),
+                  "-" if c.get("prep_s") is None else fmt_s(c["prep_s"]),
+                  "-" if c.get("top1_agreement") is None else f"{c['top1_agreement']:.0%}",
+                  "-" if c.get("rel_err") is None else f"{c['rel_err']:.1e}", verdict)
+    out.print(t)
+    out.print(f"[bold]{escape(d['conclusion'])}[/bold]")
+    for c in d["candidates"]:
+        if c.get("note"):
+            out.print(f"[dim]note: {escape(c['name'])}: {escape(c['note'])}[/dim]")
+    for note in d.get("notes", []):
+        out.print(f"[dim]note: {escape(note)}[/dim]")
+
+
 def print_memory(d: dict[str, Any]) -> None:
     """`gobrrr memory`'s result (gobrrr.memory.MemoryProfile's dict and the workload)."""
     from rich.markup import escape

@@ -1,0 +1,284 @@
+"""`gobrrr optimize hf:NAME --generate N` (issue 21, item 5, first part): generation
+remedies applied to copies of the model, verified by teacher-forced logits, timed, ranked.
+
+Candidates (each on its own deep copy; the user's model, its cache and its generation
+config are never touched):
+- `static cache`: `generate(cache_implementation="static")`, a preallocated KV cache
+  (transformers compiles the decode forward with it on CUDA; on CPU it does not);
+- `bf16 weights`: the model cast to bfloat16 (a model that is not bf16 already): the bytes
+  a decode step reads halve, so the bandwidth bound doubles;
+- `bf16 weights + static cache`: both.
+
+Timing, A/B: after one warm-up of the candidate (its time, a compile included, is
+`prep_s`), REPEATS rounds each run the baseline once and the candidate once, every
+generation synchronised at its end; the speedup is the ratio of the two medians of the
+same rounds, so a machine that slows or speeds up between candidates slows both sides.
+tokens/s = batch x N over a median.
+
+Verification (the issue's rule): greedy tokens diverge on near-ties under any numeric
+change, and random weights make near-ties common, so tokens are not compared. The
+reference is the baseline's own greedy sequence and its raw logits at each new token;
+each candidate generates along that same sequence (a logits processor forces the
+reference token at every step) and its raw logits are compared: the largest absolute
+difference over the largest reference logit (`rel_err`) and the share of positions whose
+top-1 token agrees. A remedy that keeps the arithmetic (the static cache in the model's
+dtype) passes when top-1 agrees everywhere and rel_err <= EXACT_TOL[dtype]; `exact` only
+when the logits are equal bit for bit. A precision change (bf16) is never called exact: it
+passes when top-1 agrees at >= PRECISION_TOP1 of the positions and rel_err <=
+PRECISION_TOL, and its agreement is reported either way.
+The winner is the fastest candidate that passed and beat the baseline by more than
+MIN_SPEEDUP (timing noise); else keep generating as it is.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gobrrr.errors import UserError
+from gobrrr.timing import device_sync
+
+__all__ = ["GenCandidate", "GenerationOptimizeResult", "optimize_generation",
+           "teacher_forced_logits", "compare_logits", "REPEATS"]
+
+REPEATS = 3  # timed generations per candidate (after one warm-up)
+MIN_SPEEDUP = 1.05  # a winner beats the baseline by more than this (timing noise)
+# rel_err allowed where the arithmetic is kept: fp32 reductions in another order (a static
+# cache's attention reads its whole preallocated length, masked) stay within 1e-5; bf16's
+# 8-bit mantissa within a few 1e-3
+EXACT_TOL = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 5e-3}
+PRECISION_TOL = 5e-2  # bf16 against fp32: ~3 significant digits per logit
+PRECISION_TOP1 = 0.9  # positions whose top-1 token must agree under a precision change
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class GenCandidate:
+    name: str
+    kind: str  # "keeps arithmetic" | "precision"
+    tokens_per_s: float | None = None
+    speedup: float | None = None
+    prep_s: float | None = None  # the warm-up generation (a compile included)
+    seconds: list[float] = field(default_factory=list)
+    rel_err: float | None = None
+    top1_agreement: float | None = None
+    exact: bool | None = None
+    passed: bool | None = None
+    error: str | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GenerationOptimizeResult:
+    name: str
+    device: str
+    batch: int
+    prompt_len: int
+    new_tokens: int
+    dtype: str
+    baseline_tokens_per_s: float
+    baseline_seconds: list[float]
+    candidates: list[GenCandidate]
+    winner: str | None
+    conclusion: str
+    optimize_s: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["candidates"] = [c.to_dict() for c in self.candidates]
+        return {"schema": "gobrrr.optimize_generation", **d}
+
+
+def _generate_kwargs(new_tokens: int, **extra: Any) -> dict[str, Any]:
+    return {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False,
+            "pad_token_id": 0, **extra}
+
+
+class _ForceTokens:
+    """A logits processor that makes `reference[:, t]` the only choice at step t: the
+    candidate generates along the reference sequence (teacher forcing)."""
+
+    def __init__(self, reference: Any, prompt_len: int) -> None:
+        self.reference, self.prompt_len = reference, prompt_len
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        pos = input_ids.shape[1]
+        token = self.reference[:, pos].to(scores.device)
+        forced = torch.full_like(scores, float("-inf"))
+        forced.scatter_(1, token[:, None], 0.0)
+        return forced
+
+
+def teacher_forced_logits(model: Any, input_ids: Any, reference: Any, new_tokens: int,
+                          **generate_kwargs: Any) -> Any:
+    """The raw logits (new_tokens x batch x vocab, float32) `model.generate` gives at each
+    new token while forced along `reference` (prompt + new_tokens tokens)."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids, logits_processor=LogitsProcessorList(
+                [_ForceTokens(reference, input_ids.shape[1])]),
+            output_logits=True, return_dict_in_generate=True,
+            **_generate_kwargs(new_tokens, **generate_kwargs))
+    if not torch.equal(out.sequences.cpu(), reference.cpu()):
+        raise RuntimeError("the forced generation left the reference sequence")
+    return torch.stack([t.float().cpu() for t in out.logits])
+
+
+def compare_logits(ref: Any, got: Any) -> tuple[float, float, bool]:
+    """(rel_err, top-1 agreement, exact) of two logits tensors of one shape."""
+    import torch
+
+    scale = float(ref.abs().max()) or 1.0
+    rel = float((ref - got).abs().max()) / scale
+    top1 = float((ref.argmax(-1) == got.argmax(-1)).float().mean())
+    return rel, top1, bool(torch.equal(ref, got))
+
+
+def _seconds(run: Callable[[], Any], sync: Callable[[], None]) -> float:
+    import torch
+
+    with torch.inference_mode():
+        sync()
+        t0 = time.perf_counter()
+        run()
+        sync()
+        return time.perf_counter() - t0
+
+
+def _ab(base: Callable[[], Any], cand: Callable[[], Any], sync: Callable[[], None],
+        repeats: int) -> tuple[float, list[float], list[float]]:
+    """(the candidate's warm-up seconds, the baseline's and the candidate's seconds of
+    `repeats` alternating rounds)."""
+    prep = _seconds(cand, sync)
+    base_s, cand_s = [], []
+    for _ in range(repeats):
+        base_s.append(_seconds(base, sync))
+        cand_s.append(_seconds(cand, sync))
+    return prep, base_s, cand_s
+
+
+def _free(device: str) -> None:
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def optimize_generation(model: Any, input_ids: Any, new_tokens: int, *, name: str,
+                        budget_s: float = 120.0, progress: Progress | None = None
+                        ) -> GenerationOptimizeResult:
+    """The generation remedies, verified, timed and ranked (module docstring)."""
+    import torch
+
+    say = progress or (lambda _m: None)
+    if not hasattr(model, "generate"):
+        raise UserError(f"{name}: the model has no generate(): not a causal LM")
+    if not isinstance(new_tokens, int) or new_tokens < 2:
+        raise UserError(f"generate at least 2 new tokens, not {new_tokens!r}")
+    t_start = time.perf_counter()
+    deadline = t_start + budget_s
+    device = input_ids.device.type
+    sync = device_sync(device)
+    dtype = next(model.parameters()).dtype
+    dtype_name = str(dtype).removeprefix("torch.")
+    batch, prompt = int(input_ids.shape[0]), int(input_ids.shape[1])
+    tokens = batch * new_tokens
+    notes: list[str] = []
+
+    say(f"baseline: {new_tokens} tokens, a warm-up then its reference logits")
+    kw = _generate_kwargs(new_tokens)
+
+    def baseline() -> Any:
+        return model.generate(input_ids, **kw)
+
+    base_secs = [_seconds(baseline, sync)]  # the warm-up: the estimate of a run's cost
+    with torch.inference_mode():
+        out = model.generate(input_ids, output_logits=True, return_dict_in_generate=True,
+                             **kw)
+    reference = out.sequences
+    ref_logits = torch.stack([t.float().cpu() for t in out.logits])
+    del out
+
+    plans: list[tuple[str, str, torch.dtype | None, dict[str, Any]]] = [
+        ("static cache", "keeps arithmetic", None, {"cache_implementation": "static"})]
+    if dtype != torch.bfloat16:
+        plans += [("bf16 weights", "precision", torch.bfloat16, {}),
+                  ("bf16 weights + static cache", "precision", torch.bfloat16,
+                   {"cache_implementation": "static"})]
+    cands: list[GenCandidate] = []
+    all_base: list[float] = []  # the baseline's seconds in every candidate's rounds
+    for cname, kind, cast, extra in plans:
+        c = GenCandidate(cname, kind)
+        cands.append(c)
+        spent = time.perf_counter() - t_start
+        # a candidate's warm-up, REPEATS rounds of two generations, its forced one
+        estimate = (2 * REPEATS + 2) * statistics.median(base_secs)
+        if time.perf_counter() + estimate > deadline:
+            c.error = (f"not run: the budget (--budget-s {budget_s:g}) had "
+                       f"{max(0.0, budget_s - spent):.0f} s left, it needs ~{estimate:.0f} s")
+            continue
+        say(f"{cname}: a copy of the model, timed, then its logits along the reference")
+        try:
+            cand = copy.deepcopy(model)
+            if cast is not None:
+                cand = cand.to(cast)
+            ckw = _generate_kwargs(new_tokens, **extra)
+            def candidate(m: Any = cand, k: dict[str, Any] = ckw) -> Any:
+                return m.generate(input_ids, **k)
+
+            c.prep_s, round_base, c.seconds = _ab(baseline, candidate, sync, REPEATS)
+            all_base += round_base
+            c.tokens_per_s = tokens / statistics.median(c.seconds)
+            c.speedup = statistics.median(round_base) / statistics.median(c.seconds)
+            got = teacher_forced_logits(cand, input_ids, reference, new_tokens, **extra)
+            c.rel_err, c.top1_agreement, c.exact = compare_logits(ref_logits, got)
+            if kind == "keeps arithmetic":
+                c.passed = c.exact or (c.top1_agreement == 1.0
+                                       and c.rel_err <= EXACT_TOL.get(dtype_name, 1e-4))
+            else:
+                c.exact = False  # never called exact, whatever the logits say
+                c.passed = (c.top1_agreement >= PRECISION_TOP1
+                            and c.rel_err <= PRECISION_TOL)
+            if device == "cpu" and "cache_implementation" in extra:
+                c.note = "on CPU transformers does not compile the static-cache forward"
+        except Exception as exc:  # a remedy that fails is a row that says why
+            c.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        finally:
+            cand = None
+            _free(device)
+    base_secs = all_base or base_secs
+    base_tps = tokens / statistics.median(base_secs)
+    ok = [c for c in cands if c.passed and c.speedup and c.speedup > MIN_SPEEDUP]
+    best = max(ok, key=lambda c: c.speedup or 0.0) if ok else None
+    if best is not None:
+        conclusion = (f"{best.name}: {best.tokens_per_s:,.1f} tokens/s, {best.speedup:.2f}x "
+                      f"the baseline's {base_tps:,.1f} (verified: top-1 "
+                      f"{best.top1_agreement:.0%}, rel_err {best.rel_err:.1e})")
+    elif any(c.tokens_per_s for c in cands):
+        conclusion = (f"keep generating as it is: no verified candidate beat "
+                      f"{base_tps:,.1f} tokens/s by more than {MIN_SPEEDUP:.2f}x")
+    else:
+        conclusion = "nothing could be measured within the budget: raise --budget-s"
+    notes.append("verification: teacher-forced raw logits along the baseline's greedy "
+                 "sequence (rel_err = max |difference| / max |reference logit|, and the "
+                 "share of positions whose top-1 token agrees), not the sampled tokens")
+    return GenerationOptimizeResult(
+        name, device, batch, prompt, new_tokens, dtype_name, base_tps, base_secs, cands,
+        best.name if best else None, conclusion, time.perf_counter() - t_start, notes)

@@ -1,0 +1,101 @@
+"""optimize --generate (generation_optimize.py): the verification rule on tiny configs."""
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from gobrrr.generation_optimize import (  # noqa: E402
+    compare_logits,
+    optimize_generation,
+    teacher_forced_logits,
+)
+from test_generation import _gpt2, _llama  # noqa: E402
+
+
+def test_compare_logits_exact_arithmetic():
+    ref = torch.tensor([[[1.0, 4.0, 2.0]], [[0.5, -8.0, 3.0]]])  # 2 positions x 1 x 3
+    assert compare_logits(ref, ref.clone()) == (0.0, 1.0, True)
+    got = ref.clone()
+    got[1, 0, 2] = 3.8  # 0.8 off the largest |logit| 8: rel_err 0.1; top-1 still index 2
+    rel, top1, exact = compare_logits(ref, got)
+    assert rel == pytest.approx(0.1) and top1 == 1.0 and not exact
+    got[0, 0, 0] = 5.0  # position 0's top-1 moves from index 1 to 0: half agree
+    assert compare_logits(ref, got)[1] == 0.5
+
+
+@pytest.mark.parametrize("build", [_gpt2, _llama])
+def test_teacher_forcing_follows_the_reference_and_reproduces_the_baselines_logits(build):
+    m = build()
+    ids = torch.randint(1, 100, (2, 6))
+    kw = {"max_new_tokens": 5, "min_new_tokens": 5, "do_sample": False, "pad_token_id": 0}
+    with torch.inference_mode():
+        out = m.generate(ids, output_logits=True, return_dict_in_generate=True, **kw)
+    ref = torch.stack([t.float() for t in out.logits])
+    got = teacher_forced_logits(m, ids, out.sequences, 5)
+    assert got.shape == (5, 2, 100) and torch.equal(ref, got)  # same model: bit for bit
+    # forced along another sequence, the model's logits differ from its own path's
+    other = out.sequences.clone()
+    other[:, 6] = (other[:, 6] + 1) % 100
+    other[:, 6][other[:, 6] == 0] = 1
+    moved = teacher_forced_logits(m, ids, other, 5)
+    assert torch.equal(moved[0], ref[0]) and not torch.equal(moved[1:], ref[1:])
+
+
+def test_optimize_generation_verifies_each_candidate_and_leaves_the_model_alone():
+    m = _llama()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    config_before = m.generation_config.to_dict()
+    ids = torch.randint(1, 100, (1, 8))
+    res = optimize_generation(m, ids, 6, name="tiny-llama", budget_s=300)
+    names = [c.name for c in res.candidates]
+    assert names == ["static cache", "bf16 weights", "bf16 weights + static cache"]
+    static, bf16, _both = res.candidates
+    assert static.kind == "keeps arithmetic" and static.error is None, static.error
+    # fp32 with the cache preallocated: the same arithmetic, top-1 everywhere
+    assert static.top1_agreement == 1.0 and static.rel_err <= 1e-4 and static.passed
+    assert bf16.kind == "precision" and bf16.exact is False and bf16.rel_err > 0
+    assert res.baseline_tokens_per_s > 0 and all(c.tokens_per_s for c in res.candidates)
+    assert res.winner is None or res.winner in names
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
+    assert m.generation_config.to_dict() == config_before
+    assert next(m.parameters()).dtype == torch.float32
+    d = json.loads(json.dumps(res.to_dict()))
+    assert d["schema"] == "gobrrr.optimize_generation" and len(d["candidates"]) == 3
+
+
+def test_a_budget_too_small_runs_no_candidate_and_says_so():
+    m = _gpt2()
+    res = optimize_generation(m, torch.randint(1, 100, (1, 4)), 3, name="t", budget_s=1e-3)
+    assert all(c.error and c.error.startswith("not run") for c in res.candidates)
+    assert res.winner is None and "nothing could be measured" in res.conclusion
+
+
+def test_bad_input_is_one_line():
+    from gobrrr.errors import UserError
+
+    with pytest.raises(UserError, match="at least 2"):
+        optimize_generation(_gpt2(), torch.randint(1, 100, (1, 4)), 1, name="t")
+    with pytest.raises(UserError, match="no generate"):
+        optimize_generation(torch.nn.Linear(2, 2), torch.zeros(1, 2), 4, name="t")
+
+
+def test_the_command_line_gives_json_and_refuses_what_does_not_apply():
+    from click.testing import CliRunner
+
+    from gobrrr.cli import cli
+
+    r = CliRunner().invoke(cli, ["optimize", "hf:gpt2", "--generate", "3", "--seq-len", "8",
+                                 "--budget-s", "1", "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["schema"] == "gobrrr.optimize_generation" and d["new_tokens"] == 3
+    assert d["prompt_len"] == 8 and d["winner"] is None and d["baseline_tokens_per_s"] > 0
+    for args, needle in ((["hf:gpt2", "--generate", "3", "--only", "tf32"], "--only"),
+                         (["examples:mlp", "--generate", "3"], "hf: causal LM"),
+                         (["hf:gpt2", "--generate", "1"], "1")):
+        r = CliRunner().invoke(cli, ["optimize", *args, "-q"])
+        assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, \
+            r.output
