@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
-# The closing device-machine check of a session: every CUDA test, and the model-name
-# targets the model-names issue asks to work on the GPU. Results in $OUT/final.log.
+# This session's last GPU call (~6 min of device time left): the fit's bisection, the
+# generation report's size after the per-call compaction, optimize --generate.
 set -uo pipefail
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/final.log") 2>&1
-python3 -c "import torch, transformers, sys; print('torch', torch.__version__, torch.cuda.get_device_name(0), 'transformers', transformers.__version__, 'python', sys.version.split()[0])"
-echo "=== cuda + vision tests"
-timeout 240 python3 -m pytest -q -p no:cacheprovider -m "cuda or vision" tests 2>&1 | tail -4
-summ() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); m=d['workload'].get('model',{}); print(sys.argv[2], d['regime'], {k: round(v,3) for k,v in d['fractions'].items()}, 'T_wall %.3g ms' % (d['timing']['median_s']*1e3), 'batch', [p['batch_size'] for p in (d['experiments']['batch_scaling'] or {}).get('points', [])], 'attn', m.get('attn_implementation'), 'uncounted', d['counts']['uncounted_ops'][:4], 'warnings', [n for n in d['notes'] if n.startswith('warning')])" "$@"; }
-for t in "hf:gpt2 --batch-size 8 --seq-len 512" "torchvision:resnet50 --batch-size 64" "hf:tinyllama-1.1b --batch-size 1 --seq-len 512 --dtype bf16"; do
-  /usr/bin/time -f "  wall %e s" timeout 150 python3 -m gobrrr doctor $t --device cuda --json -q > /tmp/r.json || echo "FAILED: $t"
-  summ /tmp/r.json "$t"
-done
+python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
+export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+stamp() { echo "=== $1 ($(date -u +%FT%TZ))"; }
+stamp "optimize hf:tinyllama-1.1b --generate 32 (fp32)"
+timeout 150 python3 -m gobrrr optimize hf:tinyllama-1.1b --generate 32 --seq-len 128 \
+  --budget-s 100 --json -q > "$OUT/optimize-generate-tinyllama.json" 2> "$OUT/opt.err" \
+  || tail -3 "$OUT/opt.err"
+python3 - "$OUT" <<'PY'
+import json, sys
+d = json.load(open(f"{sys.argv[1]}/optimize-generate-tinyllama.json"))
+print("baseline", round(d["baseline_tokens_per_s"], 1), "winner", d["winner"], round(d["optimize_s"], 1))
+for c in d["candidates"]:
+    print(c["name"], c["tokens_per_s"] and round(c["tokens_per_s"], 1), c["speedup"] and round(c["speedup"], 2),
+          c["prep_s"] and round(c["prep_s"], 1), c["top1_agreement"], c["rel_err"], c["passed"], c["error"])
+PY
+stamp "doctor hf:tinyllama-1.1b --generate 64 --dtype bf16 --no-experiments"
+timeout 60 python3 -m gobrrr doctor hf:tinyllama-1.1b --generate 64 --seq-len 128 --dtype bf16 \
+  --no-experiments --json -q > "$OUT/doctor-generate-tinyllama.json" 2> /dev/null || echo failed
+python3 -c "import json,os,sys; p='$OUT/doctor-generate-tinyllama.json'; d=json.load(open(p)); print('bytes', os.path.getsize(p), 'diagnose_s', round(d['diagnose_s'],1), d['regime'])"
+stamp "memory hf:gpt2 --train 8 x 512 --fit"
+timeout 130 python3 -m gobrrr memory hf:gpt2 --train --batch-size 8 --seq-len 512 --device cuda \
+  --fit --json -q > "$OUT/memory-fit-gpt2.json" 2>/dev/null || echo "failed: $?"
+python3 -c "import json; f=json.load(open('$OUT/memory-fit-gpt2.json'))['fit']; print(f['predicted_max_batch'], json.dumps(f['checked']))" | cut -c1-600
+stamp end

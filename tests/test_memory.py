@@ -180,3 +180,28 @@ def test_a_predicted_batch_that_runs_out_of_memory_is_bisected_to_the_largest_th
     assert tried[4:] == [338, 499, 579, 539, 519, 509] and got["runs"] == BISECT_RUNS
     assert got["batch"] == 499 and got["between"] == [499, 509]
     assert got["peak_bytes"] == 10**9 + 10**7 * 499
+
+
+def test_memory_left_allocated_by_a_failed_run_stops_the_bisection(monkeypatch):
+    # The H200's case: after 165 and 182 ran out of memory, 55 did too. Memory still
+    # allocated after the failed runs makes the bisection's answer a lower bound only.
+    from gobrrr import memory_fit
+    from gobrrr.errors import WorkloadError
+
+    held = {"bytes": 0}
+
+    def measure(w):
+        if w.batch_size > 500:
+            held["bytes"] += 2**30  # each failed run leaves 1 GiB behind
+            try:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 15.82 GiB")
+            except RuntimeError as exc:
+                raise WorkloadError("the measured call", exc) from exc
+        return _profile(10**9 + 10**7 * w.batch_size)
+
+    monkeypatch.setattr(memory_fit, "_allocated", lambda device: held["bytes"])
+    fit = memory_fit.fit_batch(_scalable(8), measure=measure,
+                               capacity=lambda device, base: (8 * 10**9, "given"), check=True)
+    got = fit.checked["largest_ran"]
+    assert got["runs"] == 0 and got["held_bytes"] == 2 * 2**30  # 660 and 726 failed
+    assert "2.0 GiB were still allocated" in got["stopped"] and got["batch"] == 16

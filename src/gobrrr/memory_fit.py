@@ -34,6 +34,10 @@ __all__ = ["MemoryFit", "fit_batch", "capacity_bytes", "HEADROOM"]
 
 HEADROOM = 0.95  # of the capacity a predicted peak may use (allocator rounding, caches)
 BISECT_RUNS = 6  # runs spent finding the largest batch that runs when the predicted fails
+# Seen on the H200: after batches 165 and 182 ran out of memory, batch 55 (49 GB
+# predicted of 139 GiB) did too. Memory still allocated past this after a failed run
+# stops the bisection, and the report says so.
+HELD_LIMIT_BYTES = 256 * 2**20
 LINEAR_NOTE = ("approximate: peak bytes taken as linear in the batch from two batches "
                "(allocator rounding and anything not proportional to the batch make "
                "steps)")
@@ -135,9 +139,11 @@ def fit_batch(w: Workload, *, measure: Callable[[Workload], MemoryProfile] = mea
     if check is None:
         check = w.device == "cuda"
     if check and predicted:
+        _free(w.device)
+        base = _allocated(w.device)  # the workload's own state, before any check
         fit.checked = _check(w, predicted, measure, say)
         if fit.checked["predicted"].get("oom"):
-            fit.checked["largest_ran"] = _bisect(w, 2 * b1, predicted, measure, say)
+            fit.checked["largest_ran"] = _bisect(w, 2 * b1, predicted, measure, say, base)
     elif predicted and w.device != "cuda":
         notes.append("not checked by running it: out of memory on a CPU is the kernel "
                      "killing the process, not an exception")
@@ -164,12 +170,19 @@ def _check(w: Workload, predicted: int, measure: Callable[[Workload], MemoryProf
 
 def _bisect(w: Workload, ran: int, failed: int,
             measure: Callable[[Workload], MemoryProfile],
-            say: Callable[[str], None]) -> dict[str, Any]:
+            say: Callable[[str], None], base_bytes: int = 0) -> dict[str, Any]:
     """The largest batch in [ran, failed) that runs, by bisection: `ran` ran (it was
     measured), `failed` ran out of memory. At most BISECT_RUNS runs; what is left
     between the two is the uncertainty, said in `runs` and `between`."""
     runs = 0
     peak: int | None = None
+    held = max(0, _allocated(w.device) - base_bytes)
+    if held > HELD_LIMIT_BYTES:
+        # memory the failed runs left allocated makes every run below them fail early
+        return {"batch": ran, "runs": 0, "between": [ran, failed], "held_bytes": held,
+                "stopped": f"{held / 2**30:.1f} GiB were still allocated after the "
+                           "out-of-memory runs (something kept their tensors): not "
+                           "bisected"}
     while failed - ran > 1 and runs < BISECT_RUNS:
         mid = (ran + failed) // 2
         say(f"bisecting: batch {mid}")
@@ -185,7 +198,24 @@ def _bisect(w: Workload, ran: int, failed: int,
             failed = mid
         finally:
             _free(w.device)
-    return {"batch": ran, "runs": runs, "between": [ran, failed], "peak_bytes": peak}
+        held = max(0, _allocated(w.device) - base_bytes)
+        if held > HELD_LIMIT_BYTES:
+            return {"batch": ran, "runs": runs, "between": [ran, failed], "peak_bytes": peak,
+                    "held_bytes": held,
+                    "stopped": f"{held / 2**30:.1f} GiB still allocated after batch "
+                               f"{failed} ran out of memory: the largest that ran is a "
+                               "lower bound"}
+    return {"batch": ran, "runs": runs, "between": [ran, failed], "peak_bytes": peak,
+            "held_bytes": held}
+
+
+def _allocated(device: str) -> int:
+    """CUDA memory allocated now (0 on CPU, where nothing is measured this way)."""
+    if device != "cuda":
+        return 0
+    import torch
+
+    return int(torch.cuda.memory_allocated())
 
 
 def _free(device: str) -> None:
