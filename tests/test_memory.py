@@ -205,3 +205,22 @@ def test_memory_left_allocated_by_a_failed_run_stops_the_bisection(monkeypatch):
     got = fit.checked["largest_ran"]
     assert got["runs"] == 0 and got["held_bytes"] == 2 * 2**30  # 660 and 726 failed
     assert "2.0 GiB were still allocated" in got["stopped"] and got["batch"] == 16
+
+
+def test_a_child_process_checks_each_batch_and_gives_its_peak():
+    # child_probe runs `gobrrr memory TARGET --batch-size B` in a fresh process (whose
+    # exit frees what an out-of-memory run held); its peak is the in-process one.
+    from gobrrr.memory import measure_memory
+    from gobrrr.memory_fit import HEADROOM, ChildFailed, child_probe, fit_batch
+    from gobrrr.targets import load_target
+
+    w = load_target("examples:mlp_train", "cpu", None, None)
+    probe = child_probe("examples:mlp_train", "cpu", [])
+    fit = fit_batch(w, check=True, probe=probe,
+                    capacity=lambda device, base: (int(3 * base.peak_bytes / HEADROOM), "given"))
+    got = fit.checked["predicted"]
+    assert got["ran"] is True and got["batch"] == fit.predicted_max_batch > 2 * w.batch_size
+    direct = measure_memory(load_target("examples:mlp_train", "cpu", got["batch"], None))
+    assert got["peak_bytes"] == direct.peak_bytes
+    with pytest.raises(ChildFailed, match="examples:no_such|no_such"):
+        child_probe("examples:no_such", "cpu", [])(4)

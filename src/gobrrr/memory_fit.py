@@ -30,7 +30,9 @@ from typing import Any
 from gobrrr.memory import MemoryProfile, measure_memory
 from gobrrr.workload import Workload, call_factory
 
-__all__ = ["MemoryFit", "fit_batch", "capacity_bytes", "HEADROOM"]
+__all__ = ["MemoryFit", "fit_batch", "capacity_bytes", "child_probe", "HEADROOM"]
+
+Probe = Callable[[int], int]  # batch -> its step's peak bytes (raises when it cannot run)
 
 HEADROOM = 0.95  # of the capacity a predicted peak may use (allocator rounding, caches)
 BISECT_RUNS = 6  # runs spent finding the largest batch that runs when the predicted fails
@@ -108,10 +110,12 @@ def _is_oom(exc: BaseException | None) -> bool:
 
 def fit_batch(w: Workload, *, measure: Callable[[Workload], MemoryProfile] = measure_memory,
               capacity: Callable[[str, MemoryProfile], tuple[int | None, str]] = capacity_bytes,
-              check: bool | None = None,
+              check: bool | None = None, probe: Probe | None = None,
               progress: Callable[[str], None] | None = None) -> MemoryFit:
     """The batch that fits (module docstring). `check`: run the predicted batch and the
-    next size up (default: on CUDA only)."""
+    next size up (default: on CUDA only). `probe(batch)`: how a check runs a batch (its
+    peak bytes, or the exception); default, `measure` in this process; `child_probe`
+    runs each in a fresh process."""
     say = progress or (lambda _m: None)
     if not w.batch_size:
         from gobrrr.errors import UserError
@@ -140,43 +144,43 @@ def fit_batch(w: Workload, *, measure: Callable[[Workload], MemoryProfile] = mea
         check = w.device == "cuda"
     if check and predicted:
         _free(w.device)
-        base = _allocated(w.device)  # the workload's own state, before any check
-        fit.checked = _check(w, predicted, measure, say)
+        base = _allocated(w.device) if probe is None else None  # the workload's own
+        run = probe or (lambda b: measure(_at_batch(w, b)).peak_bytes)
+        fit.checked = _check(run, w.device, predicted, say)
         if fit.checked["predicted"].get("oom"):
-            fit.checked["largest_ran"] = _bisect(w, 2 * b1, predicted, measure, say, base)
+            fit.checked["largest_ran"] = _bisect(run, w.device, 2 * b1, predicted, say,
+                                                 base)
     elif predicted and w.device != "cuda":
         notes.append("not checked by running it: out of memory on a CPU is the kernel "
                      "killing the process, not an exception")
     return fit
 
 
-def _check(w: Workload, predicted: int, measure: Callable[[Workload], MemoryProfile],
-           say: Callable[[str], None]) -> dict[str, Any]:
+def _check(run: Probe, device: str, predicted: int, say: Callable[[str], None]
+           ) -> dict[str, Any]:
     """Run the predicted batch, then the next size up (+10%, at least one more)."""
     out: dict[str, Any] = {}
     up = max(predicted + 1, (predicted * 11 + 9) // 10)  # +10%, rounded up, in integers
     for key, batch in (("predicted", predicted), ("next_up", up)):
         say(f"checking batch {batch}")
         try:
-            got = measure(_at_batch(w, batch))
-            out[key] = {"batch": batch, "ran": True, "peak_bytes": got.peak_bytes}
+            out[key] = {"batch": batch, "ran": True, "peak_bytes": run(batch)}
         except Exception as exc:  # an OOM is the answer sought; anything else is said
             out[key] = {"batch": batch, "ran": False, "oom": _is_oom(exc),
                         "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
         finally:
-            _free(w.device)
+            _free(device)
     return out
 
 
-def _bisect(w: Workload, ran: int, failed: int,
-            measure: Callable[[Workload], MemoryProfile],
-            say: Callable[[str], None], base_bytes: int = 0) -> dict[str, Any]:
+def _bisect(run: Probe, device: str, ran: int, failed: int, say: Callable[[str], None],
+            base_bytes: int | None = None) -> dict[str, Any]:
     """The largest batch in [ran, failed) that runs, by bisection: `ran` ran (it was
     measured), `failed` ran out of memory. At most BISECT_RUNS runs; what is left
     between the two is the uncertainty, said in `runs` and `between`."""
     runs = 0
     peak: int | None = None
-    held = max(0, _allocated(w.device) - base_bytes)
+    held = _held(device, base_bytes)
     if held > HELD_LIMIT_BYTES:
         # memory the failed runs left allocated makes every run below them fail early
         return {"batch": ran, "runs": 0, "between": [ran, failed], "held_bytes": held,
@@ -188,17 +192,17 @@ def _bisect(w: Workload, ran: int, failed: int,
         say(f"bisecting: batch {mid}")
         runs += 1
         try:
-            peak = measure(_at_batch(w, mid)).peak_bytes
+            peak = run(mid)
             ran = mid
         except Exception as exc:  # an OOM narrows the range; anything else stops it
             if not _is_oom(exc):
-                _free(w.device)
+                _free(device)
                 return {"batch": ran, "runs": runs, "between": [ran, failed],
                         "stopped": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
             failed = mid
         finally:
-            _free(w.device)
-        held = max(0, _allocated(w.device) - base_bytes)
+            _free(device)
+        held = _held(device, base_bytes)
         if held > HELD_LIMIT_BYTES:
             return {"batch": ran, "runs": runs, "between": [ran, failed], "peak_bytes": peak,
                     "held_bytes": held,
@@ -207,6 +211,12 @@ def _bisect(w: Workload, ran: int, failed: int,
                                "lower bound"}
     return {"batch": ran, "runs": runs, "between": [ran, failed], "peak_bytes": peak,
             "held_bytes": held}
+
+
+def _held(device: str, base_bytes: int | None) -> int:
+    """What this process still holds beyond `base_bytes` (None: the runs were not in
+    this process, so nothing of theirs can be held here)."""
+    return 0 if base_bytes is None else max(0, _allocated(device) - base_bytes)
 
 
 def _allocated(device: str) -> int:
@@ -226,3 +236,32 @@ def _free(device: str) -> None:
         import torch
 
         torch.cuda.empty_cache()
+
+
+class ChildFailed(RuntimeError):
+    """A check's child process failed; its message is the child's last line."""
+
+
+def child_probe(target: str, device: str, options: list[str],
+                timeout_s: float = 600.0) -> Probe:
+    """Run each checked batch as `gobrrr memory TARGET --batch-size B` in a fresh
+    process, whose exit frees whatever it held (in-process, a batch that ran out of
+    memory left 83.2 GiB allocated on the H200). `options`: the target's model options
+    as command-line words (--seq-len, --dtype, --train, --image-size)."""
+    import json
+    import subprocess
+    import sys
+
+    def run(batch: int) -> int:
+        cmd = [sys.executable, "-m", "gobrrr", "memory", target, "--batch-size",
+               str(batch), "--device", device, *options, "--json", "-q"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise ChildFailed(f"batch {batch}: no result within {timeout_s:.0f} s") from exc
+        if done.returncode != 0:
+            lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+            raise ChildFailed(lines[-1] if lines else f"exit {done.returncode}")
+        return int(json.loads(done.stdout)["peak_bytes"])
+
+    return run

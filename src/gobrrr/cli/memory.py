@@ -55,9 +55,15 @@ def memory(target: str | None, device: str, batch_size: int | None, seq_len: int
         prof = measure_memory(w)
         d = {"schema": "gobrrr.memory", "workload": w.to_dict(), **prof.to_dict()}
         if fit:
-            from gobrrr.memory_fit import fit_batch
+            from gobrrr.memory_fit import child_probe, fit_batch
 
-            d["fit"] = fit_batch(w, progress=say).to_dict()
+            # each checked batch in a fresh process (a target given by name can be
+            # rebuilt there): what a batch that ran out of memory held goes with it
+            words = [*(["--seq-len", str(seq_len)] if seq_len else []),
+                     *(["--image-size", str(image_size)] if image_size else []),
+                     *(["--dtype", dtype] if dtype else []), *(["--train"] if train else [])]
+            probe = child_probe(target, w.device, words) if target else None
+            d["fit"] = fit_batch(w, probe=probe, progress=say).to_dict()
         deliver([], shower(as_json, lambda: d, lambda: print_memory(d)), say)
 
     with results_only_on_stdout(as_json):
