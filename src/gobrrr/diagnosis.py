@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from gobrrr.budget import Budget, compute_budget, with_communication, with_data_loading
+from gobrrr.ceiling_defense import defended
 from gobrrr.compiled import CompileInfo
 from gobrrr.experiments import Measured
 from gobrrr.hardware import Ceilings
@@ -53,7 +54,10 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
                started_s: float | None = None) -> Report:
     """The Report of `run` (module docstring). `started_s`: the time.perf_counter() when
     its source began (the report's diagnose_s)."""
-    budget = budget_for(run, ceilings)
+    # a roof an op beat is measured again, and the budget made with it (ceiling_defense)
+    budget, ceilings, defense = defended(lambda c: budget_for(run, c), run.source,
+                                         run.counts.records, ceilings,
+                                         budget_for(run, ceilings))
     batch, graph = (experiments or Measured()).read(budget)
     findings = compiled.findings() if compiled is not None else []
     contended = run.contention.finding(run.device) if run.contention is not None else None
@@ -68,6 +72,6 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
         workload=run.workload, ceilings=ceilings, timing=run.timing, counts=run.counts,
         budget=budget, verdict=verdict, remedies=remedies, batch=batch, graph=graph,
         diagnose_s=0.0 if started_s is None else time.perf_counter() - started_s,
-        notes=run.notes + budget.notes, state=state, compiled=compiled,
+        notes=run.notes + budget.notes + defense, state=state, compiled=compiled,
         distributed=distributed, steps=run.steps_dict(), data_loading=run.data_loading,
         contention=run.contention)
