@@ -166,6 +166,43 @@ def test_compile_estimates_from_the_graph_size_then_from_the_measured_compile():
     assert compile_prep_s("cuda", 370, "default", False, ro_first)[0] == pytest.approx(20.0)
 
 
+def test_a_recorded_compile_of_this_machine_sets_the_first_estimate():
+    from gobrrr.remedies.compile_record import RecordedCompile
+
+    # this machine compiled a 936-op graph in reduce-overhead mode (x 1.2) in 30 s. A
+    # 370-op default compile: 30 / 1.2 x (15 + 37) / (15 + 93.6) = 11.97 s (the prior's
+    # slope scales the size); the measured compile of this search still comes first.
+    rec = RecordedCompile(936, 1.2, 30.0, 109.0, "compile(reduce-overhead)",
+                          "2026-11-30T10:00:00+00:00")
+    s, basis = compile_prep_s("cuda", 370, "default", False, None, rec)
+    assert s == pytest.approx(30 / 1.2 * 52.0 / 108.6)
+    assert basis == ("this machine's compile of a 936-op graph (compile(reduce-overhead)), "
+                     "30 s on 2026-11-30, estimated then 109 s, scaled to 370 ops")
+    measured = MeasuredCompile(20.0, 1.0)
+    assert compile_prep_s("cuda", 370, "default", False, measured, rec)[0] == 20.0
+
+
+def test_the_compile_record_keeps_what_was_measured_and_finds_the_nearest(tmp_path,
+                                                                          monkeypatch):
+    from gobrrr.remedies import compile_record
+
+    monkeypatch.setattr(compile_record, "record_path", lambda device: tmp_path / "c.json")
+    assert compile_record.nearest("cpu", 100) is None
+    compile_record.record("cpu", 50, 1.0, 10.0, "compile", 12.0)
+    compile_record.record("cpu", 900, 1.2, 40.0, "compile(reduce-overhead)", None)
+    compile_record.record("cpu", 0, 1.0, 5.0, "compile", None)  # no graph: not kept
+    assert compile_record.nearest("cpu", 100).n_ops == 50  # 2x off beats 9x off
+    assert compile_record.nearest("cpu", 500).seconds == 40.0
+    (tmp_path / "c.json").write_text('{"schema_version": 1, "entries": [{"n_ops": "x"}]}')
+    assert compile_record.nearest("cpu", 100) is None  # a damaged entry is left out
+    for i in range(compile_record.MAX_ENTRIES + 5):
+        compile_record.record("cpu", 10 + i, 1.0, 1.0, "compile", None)
+    import json
+
+    kept = json.loads((tmp_path / "c.json").read_text())["entries"]
+    assert len(kept) == compile_record.MAX_ENTRIES and kept[-1]["n_ops"] == 64
+
+
 def test_measuring_cost():
     # 6 candidate calls + max(A/B budget + 2 blocks, 8 rounds x 2 blocks)
     assert measure_s(0.01, 1.5, "cuda") == pytest.approx(0.06 + 1.52)

@@ -195,9 +195,13 @@ def cache_dir() -> Path:
     return Path(base) / "gobrrr"
 
 
+def machine_key(fp: dict[str, str]) -> str:
+    """A short hash of a fingerprint: one machine and software stack in file names."""
+    return hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _cache_path(fp: dict[str, str]) -> Path:
-    key = hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir() / f"ceilings-{fp['device']}-{key}.json"
+    return cache_dir() / f"ceilings-{fp['device']}-{machine_key(fp)}.json"
 
 
 def _non_finite(value: Any, where: str = "") -> str | None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from gobrrr.gains import Gain, combine
 from gobrrr.remedies.base import PREP_CAPTURE, PREP_COMPILE, PREP_FLAG
+from gobrrr.remedies.compile_record import RecordedCompile
 from gobrrr.remedies.verify import AB_BLOCK_S, AB_MIN_ROUNDS
 
 if TYPE_CHECKING:
@@ -203,9 +204,12 @@ def compile_factor(mode: str, freezing: bool) -> float:
 
 
 def compile_prep_s(device: str, n_ops: int, mode: str, freezing: bool,
-                   measured: MeasuredCompile | None) -> tuple[float, str]:
+                   measured: MeasuredCompile | None,
+                   recorded: RecordedCompile | None = None) -> tuple[float, str]:
     """(seconds, basis) to compile the workload in `mode`: the first measured compile
-    scaled by the modes' factors, else the prior from the graph size."""
+    scaled by the modes' factors, else this machine's recorded compile nearest in size
+    (compile_record.py) scaled to this graph's size by the prior's own slope, else the
+    prior from the graph size."""
     factor = compile_factor(mode, freezing)
     scaled = f" x {factor:g} ({mode}{' + freezing' if freezing else ''})" \
         if factor != 1 else ""
@@ -217,6 +221,14 @@ def compile_prep_s(device: str, n_ops: int, mode: str, freezing: bool,
         return s, base + scaled
     base_s = COMPILE_BASE_S.get(device, COMPILE_BASE_S["cuda"])
     per_op_s = COMPILE_PER_OP_S.get(device, COMPILE_PER_OP_S["cuda"])
+    if recorded is not None:
+        size = (base_s + n_ops * per_op_s) / (base_s + recorded.n_ops * per_op_s)
+        s = recorded.seconds / recorded.factor * size * factor
+        was = (f", estimated then {_secs(recorded.estimate_s)}"
+               if recorded.estimate_s else "")
+        return s, (f"this machine's compile of a {recorded.n_ops}-op graph "
+                   f"({recorded.mode}), {_secs(recorded.seconds)} on {recorded.at[:10]}"
+                   f"{was}, scaled to {n_ops} ops{scaled}")
     s = (base_s + n_ops * per_op_s) * factor
     return s, f"{base_s:g} s + {n_ops} ops x {per_op_s:g} s{scaled}, before any compile"
 
@@ -260,6 +272,7 @@ class SearchState:
     budget: Budget | None = None  # for combined predictions
     done: dict[str, Outcome] = field(default_factory=dict)  # option name -> outcome
     measured_compile: MeasuredCompile | None = None
+    recorded_compile: RecordedCompile | None = None  # this machine's, nearest in size
 
 
 def _is_exec(e: Entry) -> bool:
@@ -310,7 +323,7 @@ def _prep(state: SearchState, parts: Sequence[Entry]) -> tuple[float, str]:
         mode = max(modes, key=lambda m: MODE_FACTOR.get(m, 1.0))
         freezing = any(e.group == "freezing" for e in compiles)
         return compile_prep_s(state.device, state.n_ops, mode, freezing,
-                              state.measured_compile)
+                              state.measured_compile, state.recorded_compile)
     if any(e.prep == PREP_CAPTURE for e in parts):
         return _CAPTURE_CALLS * state.call_s, f"{_CAPTURE_CALLS} calls to capture"
     return 0.0, ""

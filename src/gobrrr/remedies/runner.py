@@ -26,7 +26,7 @@ from gobrrr.counting import count
 from gobrrr.errors import WARNING
 from gobrrr.gains import Gain, combine
 from gobrrr.phases import working_ops
-from gobrrr.remedies import catalog
+from gobrrr.remedies import catalog, compile_record
 from gobrrr.remedies.base import (
     PREP_COMPILE,
     Candidate,
@@ -255,6 +255,7 @@ def search(specs: list[RemedySpec], ctx: Context,
     results += rows
     state = SearchState(entries, ctx.device, working_ops(ctx.records), call_s, ab_budget_s,
                         ctx.budget)
+    state.recorded_compile = compile_record.nearest(ctx.device, state.n_ops)
     ran = 0
     with _ctrl_c_recorded() as ctrl_c:
         while True:
@@ -355,6 +356,9 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
     state.done[opt.name] = Outcome(got.status, got.measured_speedup, got.compile_s)
     if compiles and got.compile_s and state.measured_compile is None:
         state.measured_compile = _measured_compile(combo, got.compile_s)
+        if got.status != "failed":  # the next search's first estimate starts from it
+            compile_record.record(state.device, state.n_ops, state.measured_compile.factor,
+                                  got.compile_s, opt.name, opt.prep_s)
         if opt.prep_prior and got.status != "failed":
             say(f"  compile: estimated ~{opt.prep_s:.1f} s ({opt.prep_basis}), measured "
                 f"{got.compile_s:.1f} s ({got.compile_s / max(opt.prep_s, 1e-9):.2f}x the "
