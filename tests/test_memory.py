@@ -224,3 +224,22 @@ def test_a_child_process_checks_each_batch_and_gives_its_peak():
     assert got["peak_bytes"] == direct.peak_bytes
     with pytest.raises(ChildFailed, match="examples:no_such|no_such"):
         child_probe("examples:no_such", "cpu", [])(4)
+
+
+def test_the_doctor_report_carries_the_steps_memory():
+    # the live diagnosis measures what `gobrrr memory` does (report 1.10's `memory`),
+    # the same figures; and the user's optimizer comes back without state
+    from gobrrr.api import diagnose_workload
+    from gobrrr.schema import validate
+
+    step, x, model, opt = _adam_step(True)
+    r = diagnose_workload(from_callable(step, (x,)), time_budget_s=0.3)
+    params = (256 * 512 + 512 + 512 * 256 + 256) * F32
+    m = r.to_dict()["memory"]
+    assert m["parameters_bytes"] == m["gradients_bytes"] == params
+    assert m["optimizer_state_bytes"] == 2 * params + 4 * F32
+    validate(json.loads(r.to_json()), "report")
+    assert len(opt.state) == 0
+    # without experiments, no memory section
+    assert "memory" not in diagnose_workload(from_callable(step, (x,)), experiments=False,
+                                             time_budget_s=0.3).to_dict()

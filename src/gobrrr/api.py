@@ -87,7 +87,7 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
     m = measure_live(w, experiments=experiments, time_budget_s=time_budget_s,
                      progress=progress)
     return report_for(m.run, m.ceilings, experiments=m.experiments, compiled=m.compiled,
-                      state=m.state, facts=m.facts, started_s=m.started_s)
+                      state=m.state, facts=m.facts, started_s=m.started_s, memory=m.memory)
 
 
 def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bool = True,

@@ -12,7 +12,8 @@ Report is made (nothing is patched in afterwards):
 - `facts`: what the workload reaches, for the remedies that apply only to some
   (remedies.base.Context's fields);
 - `distributed`: rank 0's merge of every rank (dist/section.py), whose evidence lines
-  lead the verdict's.
+  lead the verdict's;
+- `memory`: what one step keeps alive (memory.MemoryProfile's dict), the live source's.
 
 budget -> (experiments read against it) -> verdict -> remedies -> Report.
 """
@@ -51,7 +52,8 @@ def budget_for(run: MeasuredRun, ceilings: Ceilings) -> Budget:
 def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | None = None,
                compiled: CompileInfo | None = None, state: StateCheck | None = None,
                facts: dict[str, Any] | None = None, distributed: Any = None,
-               started_s: float | None = None) -> Report:
+               started_s: float | None = None, memory: dict[str, Any] | None = None
+               ) -> Report:
     """The Report of `run` (module docstring). `started_s`: the time.perf_counter() when
     its source began (the report's diagnose_s)."""
     # a roof an op beat is measured again, and the budget made with it (ceiling_defense)
@@ -74,4 +76,4 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
         diagnose_s=0.0 if started_s is None else time.perf_counter() - started_s,
         notes=run.notes + budget.notes + defense, state=state, compiled=compiled,
         distributed=distributed, steps=run.steps_dict(), data_loading=run.data_loading,
-        contention=run.contention)
+        contention=run.contention, memory=memory)

@@ -59,6 +59,7 @@ class LiveMeasurement:
     compiled: CompileInfo | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # what remedies.Context reads
     started_s: float = 0.0  # time.perf_counter() when the source began
+    memory: dict[str, Any] | None = None  # one step's memory (memory.py), experiments on
 
 
 def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float = 2.0,
@@ -140,6 +141,19 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
             for p in batch_t.points:
                 if p.error:
                     warn(f"batch scaling at {p.factor}x failed: {p.error}")
+        memory = None
+        if experiments and not is_compiled and 2 * wall.median_s > time_budget_s:
+            notes.append(f"memory not measured: its two calls ({2 * wall.median_s:.3g} s) "
+                         f"exceed the time budget of a measurement ({time_budget_s:g} s); "
+                         "`gobrrr memory` measures it")
+        elif experiments and not is_compiled:
+            # what one step keeps alive (the report's `memory`): a warm call and one
+            # under torch's MemTracker, the user's state restored as in `gobrrr memory`
+            from gobrrr.memory import measure_memory
+
+            say("memory: one call with every tensor storage followed (MemTracker)")
+            got = _attempt("the memory measurement", warn, lambda: measure_memory(w))
+            memory = got.to_dict() if got is not None else None
     for line in state.warnings:  # what could not be restored of the user's state
         warn(line)
     run = MeasuredRun(source="callable", workload=w.to_dict(), device=w.device, timing=wall,
@@ -147,7 +161,7 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
                       steps=[Step(w.name, wall.median_s)], notes=notes,
                       contention=cpu[0] if cpu else None)
     return LiveMeasurement(run, ceil, Measured(batch_t, counts_by_factor, graph_t), state,
-                           compile_info, reached_facts(w), t0)
+                           compile_info, reached_facts(w), t0, memory)
 
 
 class _FirstOutputCheck:

@@ -47,7 +47,8 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #      runner_up, runner_up_range, uncertain (the share over T_wall's spread);
 #      contention (other processes' load against the cores and torch's threads)
 # 1.10: compute_s_by_unit "unlinked" (math kernels linked to no op, by name: a replayed
-#       CUDA graph in a recorded trace), counted as compute
+#       CUDA graph in a recorded trace), counted as compute; memory (one step's peak and
+#       its categories, `gobrrr memory`'s figures: the live source with experiments)
 SCHEMA_VERSION = "1.10"
 
 
@@ -80,6 +81,9 @@ class Report:
     # a generation's prefill and decode (generation.GenerationProfile.to_dict()); None:
     # no generation was measured
     generation: dict[str, Any] | None = None
+    # one step's memory (memory.MemoryProfile.to_dict()): peak and categories at it;
+    # None: not measured (no experiments, compiled, or a trace)
+    memory: dict[str, Any] | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc)
                          .isoformat(timespec="seconds"))
 
@@ -132,7 +136,8 @@ class Report:
             {} if self.data_loading is None else {"data_loading": self.data_loading.to_dict()}
         ) | (
             {} if self.contention is None else {"contention": self.contention.to_dict()}
-        ) | ({} if self.generation is None else {"generation": self.generation})
+        ) | ({} if self.generation is None else {"generation": self.generation}) | (
+            {} if self.memory is None else {"memory": self.memory})
 
     def to_json(self, indent: int | None = 2) -> str:
         """`--json`'s text (jsontext: tables one row per line); `indent=None`: one line."""

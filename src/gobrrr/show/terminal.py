@@ -388,6 +388,8 @@ def print_report(report: dict[str, Any]) -> None:
     if d.get("generation"):  # report 1.8+: doctor --generate
         for line in generation_lines(d["generation"]):
             out.print(escape(line))
+    if d.get("memory"):  # report 1.10+: what one step keeps alive
+        out.print(memory_line(d["memory"]))
     low_s = b.get("low_roof_s")  # report 1.5+
     if b["below_roof_s"] > 0 or (low_s or 0) > 0:
         low = ("" if low_s is None else
@@ -548,6 +550,22 @@ def print_generation_optimize(d: dict[str, Any]) -> None:
             out.print(f"[dim]note: {escape(c['name'])}: {escape(c['note'])}[/dim]")
     for note in d.get("notes", []):
         out.print(f"[dim]note: {escape(note)}[/dim]")
+
+
+def memory_line(m: dict[str, Any]) -> str:
+    """One line of a report's `memory`: the peak and its largest categories."""
+    from gobrrr.memory import CATEGORIES
+
+    parts = sorted(((name, m.get(f"{name}_bytes", 0)) for name in CATEGORIES.values()),
+                   key=lambda kv: -kv[1])
+    shown = ", ".join(f"{name.replace('_', ' ')} {fmt_num(v, 'B')}" for name, v in parts
+                      if v > 0)
+    alloc = m.get("allocator") or {}
+    extra = (f"; the allocator's peak {fmt_num(alloc['max_allocated_bytes'], 'B')}"
+             if alloc.get("max_allocated_bytes") else "")
+    return (f"memory: one step's peak {fmt_num(m['peak_bytes'], 'B')} of live tensors "
+            f"({shown}){extra} [dim](gobrrr memory: by module, and the batch that fits "
+            "with --fit)[/dim]")
 
 
 def print_memory(d: dict[str, Any]) -> None:
