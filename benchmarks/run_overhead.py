@@ -12,7 +12,12 @@ Four ways alternate, ROUNDS times:
 - gobrrr imports: the same after importing what `gobrrr run` loads for its report
   (GOBRRR_IMPORTS), nothing else: the share of the cost that loading them alone makes;
 - gobrrr run: `python -m gobrrr run -q mlp_train.py` (window 3 + 20 + 1 + 3 steps, ended
-  by step ~30).
+  by step ~30);
+- profiler only: the script with no gobrrr code, a torch.profiler session (CPU,
+  record_shapes) started at its 24th optimizer step and stopped at its 28th by a global
+  optimizer hook then removed: what the profiled steps alone leave behind;
+- gobrrr run, no report: `gobrrr run` with the report not made when the window closes
+  (gobrrr.script._report replaced): what everything but the report leaves behind.
 The medians and their ratios are printed and written as JSON.
 
   python benchmarks/run_overhead.py [--rounds 5] [--steps 6000] [--out F.json]
@@ -79,9 +84,33 @@ def main() -> None:
     imports = (f"import runpy, sys\nimport {GOBRRR_IMPORTS}  # noqa\nsys.argv = sys.argv[1:]\n"
                "runpy.run_path(sys.argv[0], run_name='__main__')\n")
     (tmp / "imports.py").write_text(imports)
+    profiler = ("import runpy, sys, torch\n"
+                "from torch.optim.optimizer import register_optimizer_step_post_hook\n"
+                "from torch.profiler import ProfilerActivity, profile\n"
+                "state = {'n': 0, 'prof': None}\n"
+                "def hook(*_):\n"
+                "    state['n'] += 1\n"
+                "    if state['n'] == 24:\n"
+                "        state['prof'] = profile(activities=[ProfilerActivity.CPU], "
+                "record_shapes=True)\n"
+                "        state['prof'].start()\n"
+                "    elif state['n'] == 28:\n"
+                "        state['prof'].stop()\n"
+                "        handle.remove()\n"
+                "handle = register_optimizer_step_post_hook(hook)\n"
+                "sys.argv = sys.argv[1:]\n"
+                "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    (tmp / "profiler.py").write_text(profiler)
+    no_report = ("import sys\nimport gobrrr.script as s\n"
+                 "s._report = lambda *a, **k: None\n"
+                 "from gobrrr.cli import main\nsys.argv = ['gobrrr', 'run', '-q', *sys.argv[1:]]\n"
+                 "main()\n")
+    (tmp / "no_report.py").write_text(no_report)
     pre = {"plain": [sys.executable], "control": [sys.executable, str(tmp / "control.py")],
            "gobrrr imports": [sys.executable, str(tmp / "imports.py")],
-           "gobrrr run": [sys.executable, "-m", "gobrrr", "run", "-q"]}
+           "gobrrr run": [sys.executable, "-m", "gobrrr", "run", "-q"],
+           "profiler only": [sys.executable, str(tmp / "profiler.py")],
+           "gobrrr run, no report": [sys.executable, str(tmp / "no_report.py")]}
     rates: dict[str, list[float]] = {k: [] for k in pre}
     for r in range(a.rounds + 1):  # round 0 warms the disk cache and calibrates: dropped
         for kind, cmd in pre.items():
@@ -98,8 +127,7 @@ def main() -> None:
     result = {"steps": a.steps, "time_from": a.time_from, "rounds": a.rounds,
               "control_imports": CONTROL, "steps_per_s": rates, "median_steps_per_s": med,
               "gobrrr_imports": GOBRRR_IMPORTS,
-              "slower_by": {k: 1 - med[k] / med["plain"]
-                            for k in ("control", "gobrrr imports", "gobrrr run")},
+              "slower_by": {k: 1 - med[k] / med["plain"] for k in med if k != "plain"},
               "gobrrr_run_vs_control": 1 - med["gobrrr run"] / med["control"],
               "python": sys.version.split()[0], "torch": __import__("torch").__version__,
               "cpus": len(os.sched_getaffinity(0))}
@@ -109,6 +137,8 @@ def main() -> None:
           "slower), gobrrr run "
           f"{med['gobrrr run']:.1f} ({100 * result['slower_by']['gobrrr run']:.2f}% slower; "
           f"{100 * result['gobrrr_run_vs_control']:.2f}% slower than the control)")
+    for k in ("profiler only", "gobrrr run, no report"):
+        print(f"  {k}: {med[k]:.1f} ({100 * result['slower_by'][k]:.2f}% slower)")
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
 

@@ -286,3 +286,26 @@ def test_the_decode_batch_experiment_stops_at_out_of_memory_and_on_its_budget():
     with pytest.raises(ValueError):  # any other failure is the workload's, raised
         decode_batch_scaling(None, ids, bandwidth_bytes_per_s=None, peak_flops_per_s=None,
                              measure=lambda *a, **k: (_ for _ in ()).throw(ValueError("x")))
+
+
+def test_a_callable_that_calls_generate_is_diagnosed_as_a_generation():
+    # gobrrr.diagnose(lambda: model.generate(...)): found from the call, not said
+    from gobrrr import diagnose
+
+    m = _gpt2()
+    ids = torch.randint(1, 100, (2, 8))
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    r = diagnose(lambda: m.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=0,
+                                    num_beams=1), experiments=False)
+    g = r.generation
+    assert g is not None and g["new_tokens"] == 5 and g["batch"] == 2
+    assert g["prompt_len"] == 8 and g["decode"]["steps"] == 4
+    assert r.notes[0].startswith("the callable calls GPT2LMHeadModel.generate: diagnosed "
+                                 "as greedy generation of exactly 5 new tokens after its "
+                                 "2 x 8 prompt; its other arguments were not used: "
+                                 "num_beams")
+    assert "generate" not in m.__dict__  # the wrapper is gone
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
+    # a callable that reaches the model but only calls its forward goes the ordinary way
+    plain = diagnose(lambda: m(ids).logits, experiments=False, time_budget_s=0.2)
+    assert plain.generation is None

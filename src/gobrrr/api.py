@@ -18,6 +18,7 @@ from gobrrr.dist.diagnose import DistOptions, diagnose_distributed
 from gobrrr.dist.lockstep import World, timeout_from_env
 from gobrrr.dist.optimize import DistOptimizeOptions, optimize_distributed
 from gobrrr.errors import WARNING
+from gobrrr.generation_detect import find_generation
 from gobrrr.live import measure_live
 from gobrrr.remedies import catalog
 from gobrrr.remedies.plan import DIAGNOSE_SHARE, diagnose_budget
@@ -57,6 +58,14 @@ def diagnose(fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None =
             world, _fingerprint(fn), w.device, lambda: w,
             DistOptions(time_budget_s=time_budget_s, timeout_s=timeout_from_env(),
                         experiments=experiments), progress=progress)
+    elif (found := find_generation(w)) is not None:
+        # a callable that calls model.generate: prefill and decode apart
+        from gobrrr.generation_run import diagnose_generation  # the trace source: heavy
+
+        report = diagnose_generation(found.model, found.input_ids, found.new_tokens,
+                                     name=w.name, progress=progress,
+                                     experiments=experiments)
+        report.notes.insert(0, found.note())
     else:
         report = diagnose_workload(w, experiments=experiments, time_budget_s=time_budget_s,
                                    progress=progress)
