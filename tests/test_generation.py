@@ -309,3 +309,51 @@ def test_a_callable_that_calls_generate_is_diagnosed_as_a_generation():
     # a callable that reaches the model but only calls its forward goes the ordinary way
     plain = diagnose(lambda: m(ids).logits, experiments=False, time_budget_s=0.2)
     assert plain.generation is None
+
+
+def test_the_prompt_length_experiment_doubles_until_prefill_stops_rising():
+    from types import SimpleNamespace
+
+    from gobrrr.generation_prompt import max_positions, prefill_length_scaling
+
+    # prefill time: 10 ms flat up to 32 tokens, then 0.5 ms a token (compute bound):
+    # 8: 800, 16: 1,600, 32: 3,200, 64: 32 ms -> 2,000 tokens/s, 0.63x: stopped at 64
+    seen = []
+
+    def measure(model, ids, n, *, peak_flops_per_s, **kw):
+        seen.append((tuple(ids.shape), n, kw))
+        t = ids.shape[1]
+        s = 0.01 if t <= 32 else 0.0005 * t
+        return SimpleNamespace(batch=ids.shape[0], prompt_len=t, prefill_s=s,
+                               prefill_flops=1000 * t, mfu=1000 * t / s / peak_flops_per_s)
+
+    clock = iter(range(100)).__next__
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=1024))
+    r = prefill_length_scaling(model, torch.ones(1, 8, dtype=torch.long),
+                               peak_flops_per_s=1e6, measure=measure,
+                               clock=lambda: float(clock()), pad_token_id=0)
+    assert [p.prompt_len for p in r.points] == [8, 16, 32, 64]
+    assert [round(p.tokens_per_s) for p in r.points] == [800, 1600, 3200, 2000]
+    assert r.points[-1].mfu == pytest.approx(64_000 / 0.032 / 1e6)
+    assert "stopped rising" in r.stopped and seen[0] == ((1, 8), 2, {"pad_token_id": 0})
+    assert max_positions(model) == 1024
+    # the model's positions end it: a 64-position model runs 8, 16, 32 (62 is the most)
+    small = SimpleNamespace(config=SimpleNamespace(n_positions=64))
+    clock = iter(range(100)).__next__
+    r = prefill_length_scaling(small, torch.ones(1, 8, dtype=torch.long),
+                               peak_flops_per_s=1e6, measure=measure,
+                               clock=lambda: float(clock()))
+    assert [p.prompt_len for p in r.points] == [8, 16, 32]
+    assert r.stopped == "no longer prompt fits the model's positions"
+
+
+def test_the_prompt_length_experiment_runs_on_a_real_model():
+    from gobrrr.generation_prompt import prefill_length_scaling
+
+    m = _gpt2()  # 64 positions: prompts of 4, 8, 16, 32 at most
+    r = prefill_length_scaling(m, torch.randint(1, 100, (2, 4)), peak_flops_per_s=1e11,
+                               budget_s=60, pad_token_id=0)
+    assert r.points and r.points[0].prompt_len == 4 and r.points[0].tokens_per_s > 0
+    assert all(b.prompt_len == 2 * a.prompt_len for a, b in zip(r.points, r.points[1:], strict=False))
+    assert all(p.prompt_len + 2 <= 64 for p in r.points)
+    assert r.points[0].flops and r.points[0].mfu is not None

@@ -18,7 +18,9 @@ generation's own figures beside the budget.
    ends), so the budget splits the very call it profiled; the report's `generation`
    says how the N-token figures share out between prefill and decode.
 4. With experiments, the decode batch experiment (generation_batch.py): tokens/s at
-   batch 1, 2, 4, ... against both roofs, in `generation.batch_scaling`.
+   batch 1, 2, 4, ... against both roofs, in `generation.batch_scaling`; and the
+   prompt-length experiment (generation_prompt.py): prefill's tokens/s and MFU at 1, 2,
+   4, ... times the prompt, in `generation.prompt_scaling`.
 The model is unchanged afterwards (hooks removed; inference mode throughout).
 """
 
@@ -35,6 +37,7 @@ from typing import Any
 from gobrrr.diagnosis import report_for
 from gobrrr.generation import GenerationProfile, profile_generation
 from gobrrr.generation_batch import decode_batch_scaling
+from gobrrr.generation_prompt import prefill_length_scaling
 from gobrrr.hardware import calibrate
 from gobrrr.phases import DECODE, FORWARD, PREFILL
 from gobrrr.remedies.base import workload_facts
@@ -57,6 +60,7 @@ BETWEEN = "between forwards"
 PROFILED_TOKENS = 2
 REPEATS = 5  # unprofiled K-token generations whose median is T_wall
 BATCH_BUDGET_S = 30.0  # the decode batch experiment's time, at most
+PROMPT_BUDGET_S = 15.0  # the prompt-length experiment's time, at most
 
 
 def _generate(model: Any, ids: Any, n: int) -> Callable[[], Any]:
@@ -113,7 +117,8 @@ def _profiled_trace(model: Any, run: Callable[[], Any], device: str) -> Path:
 def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: str,
                         details: dict[str, Any] | None = None, description: str = "",
                         progress: Progress | None = None, experiments: bool = True,
-                        batch_budget_s: float = BATCH_BUDGET_S) -> Report:
+                        batch_budget_s: float = BATCH_BUDGET_S,
+                        prompt_budget_s: float = PROMPT_BUDGET_S) -> Report:
     """The Report of a greedy generation of `new_tokens` tokens (module docstring);
     `experiments`: the decode batch experiment too (generation_batch.py)."""
     import torch
@@ -161,6 +166,11 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
                                        peak_flops_per_s=peak, budget_s=batch_budget_s,
                                        progress=say, pad_token_id=0)
         gen["batch_scaling"] = scaling.to_dict()
+        say("the prompt-length experiment: prefill at 1, 2, 4, ... times the prompt")
+        prompt = prefill_length_scaling(model, input_ids, peak_flops_per_s=peak,
+                                        budget_s=prompt_budget_s, progress=say,
+                                        pad_token_id=0)
+        gen["prompt_scaling"] = prompt.to_dict()
     notes = [f"generation: greedy, {new_tokens} new tokens after a {prof.prompt_len}-token "
              f"prompt, batch {prof.batch}: {prof.summary()}",
              f"the budget is one generation of {k} tokens (1 prefill + {k - 1} decode "
@@ -168,7 +178,8 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
              f"T_wall is the median of {REPEATS} unprofiled ones",
              *[n for n in a.run.notes if n != PROFILED_WALL_NOTE
                and not n.startswith(("steps: ", "ceilings: given"))],
-             *prof.notes, *([scaling.summary()] if scaling else [])]
+             *prof.notes, *([scaling.summary()] if scaling else []),
+             *([prompt.summary()] if experiments else [])]
     workload = {"name": name, "description": description or f"{name}: generation",
                 "device": device, "batch_size": prof.batch, "source": "generation",
                 **({"model": details} if details else {})}

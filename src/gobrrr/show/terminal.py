@@ -325,6 +325,12 @@ def generation_lines(g: dict[str, Any]) -> list[str]:
         if roofs:
             lines.append(f"  at batch {best['batch']}: " + ", ".join(roofs) + " tokens/s"
                          + (f" (the lower: {best['limit']})" if best.get("limit") else ""))
+    ps = g.get("prompt_scaling")  # report 1.10: the prompt-length experiment
+    if ps and ps["points"]:
+        lines.append("  prefill tokens/s by prompt length: " + " · ".join(
+            f"{p['prompt_len']}: {p['tokens_per_s']:,.0f}"
+            + (f" (MFU {p['mfu']:.0%})" if p.get("mfu") is not None else "")
+            for p in ps["points"]) + f" ({ps['stopped']})")
     return lines
 
 
