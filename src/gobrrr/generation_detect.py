@@ -71,6 +71,8 @@ def find_generation(w: Workload) -> FoundGeneration | None:
 
         return generate
 
+    # a `generate` the user set on the instance itself is put back as it was
+    own = {id(m): m.__dict__["generate"] for m in models if "generate" in m.__dict__}
     for m in models:
         m.generate = wrapped(m)
     try:
@@ -79,6 +81,8 @@ def find_generation(w: Workload) -> FoundGeneration | None:
     finally:
         for m in models:
             m.__dict__.pop("generate", None)
+            if id(m) in own:
+                m.__dict__["generate"] = own[id(m)]
     if not calls:
         return None
     model, args, kwargs = calls[0]
