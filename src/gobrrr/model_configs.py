@@ -72,6 +72,18 @@ HF_CONFIGS: dict[str, HFConfig] = {c.name: c for c in (
         ("TinyLlama/TinyLlama-1.1B-Chat-v1.0",
          "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T"),
         "TinyLlama 1.1B, a LLaMA-2-style decoder"),
+    # Qwen2.5-0.5B (Qwen team 2024): a LLaMA-like decoder with biased q/k/v projections,
+    # 7:1 grouped-query attention (2 key/value heads for 14), a 152k vocabulary whose
+    # embedding is tied to the output head (a third of the weights) and rope theta 1e6.
+    HFConfig(
+        "qwen2.5-0.5b", "qwen2", "causal_lm",
+        {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+         "num_attention_heads": 14, "num_key_value_heads": 2,
+         "max_position_embeddings": 32768, "vocab_size": 151936, "rms_norm_eps": 1e-6,
+         "rope_theta": 1000000.0, "tie_word_embeddings": True, "use_sliding_window": False},
+        "https://huggingface.co/Qwen/Qwen2.5-0.5B/blob/main/config.json",
+        ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B-Instruct"),
+        "Qwen2.5 0.5B, a Qwen2 decoder (GQA, tied 152k-token embedding)"),
 )}
 
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# This session's GPU runs, one part per device call (600 s each at most):
+#   OUT=$OUT bash benchmarks/session_c_gpu.sh lean|table|checks
+# lean:   benchmarks/lean_gpu.py: HF generate, generate with the static cache, and the
+#         lean decode loop (eager, CUDA graph, compiled) on TinyLlama-1.1B, GPT-2 small and
+#         Qwen2.5-0.5B, bf16, batch 1 and 8 (issue 21: where the 40% of the bound is);
+# table:  issue 21 item 7: the hand search and `gobrrr optimize --generate` per row;
+# checks: the CUDA paths not yet run on the H200 (memory --fit with fresh-process checks,
+#         doctor --generate with its experiments, the cuda-marked tests).
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+part=${1:?lean, table or checks}
+exec > >(tee "$OUT/session_c-$part.log") 2>&1
+python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
+export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+stamp() { echo "=== $1 ($(date -u +%FT%TZ))"; }
+case "$part" in
+lean)
+  stamp "lean_gpu.py"
+  timeout 570 python3 benchmarks/lean_gpu.py --out "$OUT/lean_gpu.json" \
+    --models tinyllama-1.1b,gpt2,qwen2.5-0.5b --batches 1,8 --budget-s 500 2>&1 \
+    | grep -v -e USDT -e Warn -e "Model config"
+  ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac

@@ -1,0 +1,178 @@
+"""A lean greedy decode loop over a static KV cache (issue 21, items 4 and 5): what
+`model.generate` does for greedy decoding, without its per-step host work, so that the
+decode step's own cost can be seen and then taken away.
+
+HF `generate` spends host time around every decode step (logits processors, stopping
+criteria, cache bookkeeping, and a device-to-host read of `unfinished_sequences` that
+stops the host from running ahead of the GPU). At batch 1 on a GPU that host time is most
+of a step (measured on the H200: TinyLlama-1.1B in bf16 with HF's static cache and compiled
+forward ran at 16% of the bandwidth bound). This loop does only the model's work:
+
+- prefill: one forward over the prompt into a `transformers.StaticCache` (the cache keeps
+  its own write position on the device, `cumulative_length`, so a step needs no host
+  arithmetic), then the argmax of the last position;
+- decode: `new_tokens - 1` steps, each one forward of one token per sequence and an argmax,
+  the chosen token written into a preallocated sequence on the device: nothing reads back
+  to the host until the end, so the host queues steps while the GPU runs them.
+
+A decode step runs in one of three modes:
+- `eager`: the model's forward as it is (any device);
+- `graph` (CUDA): the step (forward, argmax, the next input) captured once into a CUDA
+  graph and replayed: one launch per step instead of hundreds (the essay's overhead
+  remedy; the arithmetic is the eager one);
+- `compile` (CUDA): the step under `torch.compile(mode="reduce-overhead")`: Inductor's
+  fused kernels, replayed as CUDA graphs (what gpt-fast does). Fusion reorders float
+  arithmetic: its logits are close to the eager ones, not equal.
+
+The model is only read: its weights, config and generation config are untouched (the
+cache is the loop's own). With `force`, the loop feeds the given sequence's tokens
+instead of its argmax and keeps every step's logits: the teacher-forced logits that
+verification compares (generation_optimize.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from gobrrr.errors import UserError
+
+__all__ = ["LeanDecoder", "MODES", "lean_supported"]
+
+MODES = ("eager", "graph", "compile")
+WARMUP_STEPS = 3  # eager steps on a side stream before a capture (cuBLAS, allocator)
+
+
+def lean_supported(model: Any) -> str | None:
+    """None when the loop can drive this model, else why not (one line)."""
+    try:
+        import transformers  # noqa: F401
+        from transformers import StaticCache  # noqa: F401
+    except ImportError:
+        return "transformers with StaticCache is not installed"
+    params = inspect.signature(model.forward).parameters
+    if "position_ids" not in params:
+        return f"{type(model).__name__}.forward takes no position_ids"
+    if not any(k in params for k in ("past_key_values", "cache")):
+        return f"{type(model).__name__}.forward takes no KV cache"
+    return None
+
+
+class LeanDecoder:
+    """Greedy decoding of `batch` sequences of up to `max_len` tokens (module docstring).
+    One decoder per (batch, max_len); `generate` may be called many times."""
+
+    def __init__(self, model: Any, *, batch: int, max_len: int, mode: str = "eager") -> None:
+        import torch
+        from transformers import StaticCache
+
+        if mode not in MODES:
+            raise UserError(f"lean decode mode must be one of {', '.join(MODES)}, not {mode!r}")
+        why = lean_supported(model)
+        if why:
+            raise UserError(f"the lean decode loop cannot drive this model: {why}")
+        p = next(model.parameters())
+        self.device = p.device
+        if mode != "eager" and self.device.type != "cuda":
+            raise UserError(f"lean decode mode {mode!r} needs a CUDA model")
+        self.model, self.batch, self.max_len, self.mode = model, batch, max_len, mode
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "past_key_values" if "past_key_values" in params else "cache"
+        self._keep_kw = "logits_to_keep" in params
+        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        self._tok = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
+        self._pos = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+        self._graph: Any = None
+        self._step_logits: Any = None  # the captured step's output (graph mode)
+        self._compiled: Any = None
+
+    def _forward(self, ids: Any, pos: Any) -> Any:
+        kw: dict[str, Any] = {"position_ids": pos, self._cache_kw: self.cache,
+                              "use_cache": True}
+        if self._keep_kw:
+            kw["logits_to_keep"] = 1
+        return self.model(ids, **kw).logits[:, -1]
+
+    def _eager_step(self) -> Any:
+        """One decode step from the input buffers: logits of the next position; the
+        buffers then hold the argmax token and the next position."""
+        logits = self._forward(self._tok, self._pos)
+        self._tok.copy_(logits.argmax(-1, keepdim=True))
+        self._pos.add_(1)
+        return logits
+
+    def _prefill(self, input_ids: Any) -> Any:
+        import torch
+
+        n = input_ids.shape[1]
+        pos = torch.arange(n, device=self.device)[None]
+        logits = self._forward(input_ids, pos)
+        self._tok.copy_(logits.argmax(-1, keepdim=True))
+        self._pos.fill_(n)
+        return logits
+
+    def _prepare(self, input_ids: Any) -> None:
+        """Graph and compile modes: warm the step up, then capture or compile it, on a
+        throwaway prompt of the same shape (the cache is reset after)."""
+        import torch
+
+        if self.mode == "graph" and self._graph is None:
+            self.cache.reset()
+            self._prefill(input_ids)
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(WARMUP_STEPS):
+                    self._eager_step()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._step_logits = self._eager_step()
+            self._graph = graph
+        elif self.mode == "compile" and self._compiled is None:
+            self._compiled = torch.compile(self._eager_step, mode="reduce-overhead",
+                                           fullgraph=False, dynamic=False)
+            self.cache.reset()
+            self._prefill(input_ids)
+            for _ in range(WARMUP_STEPS):
+                torch.compiler.cudagraph_mark_step_begin()
+                self._compiled()
+
+    def _step(self) -> Any:
+        import torch
+
+        if self.mode == "graph":
+            self._graph.replay()
+            return self._step_logits
+        if self.mode == "compile":
+            torch.compiler.cudagraph_mark_step_begin()
+            return self._compiled()
+        return self._eager_step()
+
+    def generate(self, input_ids: Any, new_tokens: int, *, force: Any = None
+                 ) -> tuple[Any, Any]:
+        """(sequences: prompt + new_tokens tokens, the logits of each new token as a
+        new_tokens x batch x vocab float32 CPU tensor when `force` is given, else None)."""
+        import torch
+
+        b, n = input_ids.shape
+        if b != self.batch or n + new_tokens > self.max_len:
+            raise UserError(f"this decoder holds batch {self.batch} up to {self.max_len} "
+                            f"tokens, not batch {b} with {n} + {new_tokens}")
+        with torch.inference_mode():
+            self._prepare(input_ids)
+            self.cache.reset()
+            seq = torch.empty(b, n + new_tokens, dtype=torch.long, device=self.device)
+            seq[:, :n] = input_ids
+            kept: list[Any] = []
+            logits = self._prefill(input_ids)
+            for i in range(new_tokens):
+                if force is not None:
+                    kept.append(logits.float().cpu())
+                    self._tok.copy_(force[:, n + i:n + i + 1])
+                seq[:, n + i:n + i + 1] = self._tok
+                if i + 1 < new_tokens:
+                    # the step writes its argmax into the input buffer; when forcing, the
+                    # reference token replaces it at the top of the next iteration
+                    logits = self._step()
+        return seq, (torch.stack(kept) if force is not None else None)
