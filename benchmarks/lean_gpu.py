@@ -95,9 +95,9 @@ def main() -> None:
                                      **kw)
             ref_logits = torch.stack([t.float().cpu() for t in ref.logits])
             arms = {
-                "generate": lambda: model.generate(ids, **kw),
-                "generate static": lambda: model.generate(ids, cache_implementation="static",
-                                                          **kw),
+                "generate": lambda m=model, i=ids: m.generate(i, **kw),
+                "generate static": lambda m=model, i=ids: m.generate(
+                    i, cache_implementation="static", **kw),
             }
             for mode in ("eager", "graph", "compile"):
                 if mode != "eager" and device != "cuda":
@@ -112,8 +112,8 @@ def main() -> None:
                     dec = None
                     if isinstance(run, str):
                         dec = LeanDecoder(model, batch=b, max_len=a.prompt + a.new, mode=run)
-                        def run(d=dec):
-                            return d.generate(ids, a.new)
+                        def run(d=dec, i=ids):
+                            return d.generate(i, a.new)
                     with torch.inference_mode():
                         r["prep_s"] = timed(run, sync)
                         secs = [timed(run, sync) for _ in range(REPEATS)]

@@ -21,5 +21,16 @@ lean)
     --models tinyllama-1.1b,gpt2,qwen2.5-0.5b --batches 1,8 --budget-s 500 2>&1 \
     | grep -v -e USDT -e Warn -e "Model config"
   ;;
+table)
+  python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/torchao-*.whl 2>&1 | tail -1
+  stamp "cuda tests: the lean loop and the graph experiment"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_generation_lean.py 2>&1 \
+    | grep -v USDT | grep -e "^E " -e passed -e failed | tail -8
+  stamp "generate_table.py ${MODELS:-tinyllama-1.1b} ${BATCHES:-1}"
+  timeout ${TABLE_S:-420} python3 benchmarks/generate_table.py --out "$OUT/generate.json" \
+    --md "$OUT/generate.md" --models ${MODELS:-tinyllama-1.1b} --batches ${BATCHES:-1} \
+    --optimize-budget-s ${OPT_BUDGET:-200} 2>&1 | grep -v -e USDT -e Warn -e "Model config" -e "Failed to load"
+  cat "$OUT/generate.md"
+  ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

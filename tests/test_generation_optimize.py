@@ -1,5 +1,6 @@
 """optimize --generate (generation_optimize.py): the verification rule on tiny configs."""
 
+import importlib.util
 import json
 
 import pytest
@@ -10,6 +11,7 @@ transformers = pytest.importorskip("transformers")
 from gobrrr.generation_optimize import (  # noqa: E402
     compare_logits,
     optimize_generation,
+    plans_for,
     teacher_forced_logits,
 )
 from test_generation import _gpt2, _llama  # noqa: E402
@@ -51,19 +53,49 @@ def test_optimize_generation_verifies_each_candidate_and_leaves_the_model_alone(
     ids = torch.randint(1, 100, (1, 8))
     res = optimize_generation(m, ids, 6, name="tiny-llama", budget_s=300)
     names = [c.name for c in res.candidates]
-    assert names == ["static cache", "bf16 weights", "bf16 weights + static cache"]
-    static, bf16, _both = res.candidates
+    # on CPU: no CUDA-graph loops; batch 1: prompt lookup; fp32: the bf16 rows
+    assert names == ["static cache", "prompt lookup", "bf16 weights",
+                     "bf16 weights + static cache", "int8 weight-only (torchao)"]
+    static, lookup, bf16, _both, int8 = res.candidates
     assert static.kind == "keeps arithmetic" and static.error is None, static.error
     # fp32 with the cache preallocated: the same arithmetic, top-1 everywhere
     assert static.top1_agreement == 1.0 and static.rel_err <= 1e-4 and static.passed
+    # greedy prompt lookup checks its drafts with the same model: the same tokens
+    assert lookup.error is None and lookup.top1_agreement == 1.0 and lookup.passed
     assert bf16.kind == "precision" and bf16.exact is False and bf16.rel_err > 0
-    assert res.baseline_tokens_per_s > 0 and all(c.tokens_per_s for c in res.candidates)
+    if importlib.util.find_spec("torchao") is None:
+        assert int8.error == "not run: torchao is not installed (pip install torchao)"
+    else:  # quantised: its agreement said, never exact
+        assert int8.error is None and int8.exact is False and int8.rel_err > 0
+    ran = [c for c in res.candidates if not (c.error or "").startswith("not run")]
+    assert res.baseline_tokens_per_s > 0 and all(c.tokens_per_s for c in ran)
+    assert all(c.how for c in res.candidates)
     assert res.winner is None or res.winner in names
     assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
     assert m.generation_config.to_dict() == config_before
     assert next(m.parameters()).dtype == torch.float32
     d = json.loads(json.dumps(res.to_dict()))
-    assert d["schema"] == "gobrrr.optimize_generation" and len(d["candidates"]) == 3
+    assert d["schema"] == "gobrrr.optimize_generation" and len(d["candidates"]) == 5
+
+
+def test_the_candidates_follow_the_model_device_and_batch(monkeypatch):
+    import gobrrr.generation_optimize as go
+
+    eager = _llama()
+    eager.config._attn_implementation = "eager"
+    names = [p.name for p in plans_for(eager, "cpu", 2)]
+    # eager attention: SDPA tried; batch 2: no prompt lookup; CPU: no CUDA graphs
+    assert "SDPA attention" in names and "prompt lookup" not in names
+    assert not any("CUDA graph" in n for n in names)
+    cuda = [p.name for p in plans_for(_llama(), "cuda", 1)]
+    assert cuda[:2] == ["lean loop, compiled + CUDA graph", "lean loop + CUDA graph"]
+    assert "bf16 weights + lean loop, compiled + CUDA graph" in cuda
+    assert "SDPA attention" not in cuda  # the tiny config runs SDPA already
+    bf16 = _llama().to(torch.bfloat16)
+    assert not any(p.name.startswith("bf16") for p in plans_for(bf16, "cuda", 1))
+    monkeypatch.setattr(go, "_has_torchao", lambda: False)
+    int8 = plans_for(_llama(), "cpu", 1)[-1]
+    assert int8.skip == "torchao is not installed (pip install torchao)"
 
 
 def test_a_budget_too_small_runs_no_candidate_and_says_so():

@@ -11,7 +11,7 @@ from gobrrr.marks import step, watch
 from gobrrr.version import __version__
 
 __all__ = ["__version__", "count", "calibrate", "diagnose", "optimize", "step", "watch",
-           "run_script"]
+           "run_script", "LeanDecoder"]
 
 
 def __getattr__(name: str) -> Any:
@@ -28,6 +28,10 @@ def __getattr__(name: str) -> Any:
         from gobrrr.script import run_script
 
         return run_script
+    if name == "LeanDecoder":
+        from gobrrr.generation_lean import LeanDecoder
+
+        return LeanDecoder
     if name in ("diagnose", "optimize"):
         from gobrrr import api
 

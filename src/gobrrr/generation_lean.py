@@ -20,9 +20,11 @@ A decode step runs in one of three modes:
 - `graph` (CUDA): the step (forward, argmax, the next input) captured once into a CUDA
   graph and replayed: one launch per step instead of hundreds (the essay's overhead
   remedy; the arithmetic is the eager one);
-- `compile` (CUDA): the step under `torch.compile(mode="reduce-overhead")`: Inductor's
-  fused kernels, replayed as CUDA graphs (what gpt-fast does). Fusion reorders float
-  arithmetic: its logits are close to the eager ones, not equal.
+- `compile`: the step under `torch.compile` (Inductor's fused kernels: a LLaMA layer's
+  dozens of small elementwise kernels become a few), and on CUDA that compiled step
+  captured into a CUDA graph as above (what gpt-fast does with reduce-overhead; captured
+  by hand because Inductor's own CUDA graphs skip a step that writes its input buffers).
+  Fusion reorders float arithmetic: its logits are close to the eager ones, not equal.
 
 The model is only read: its weights, config and generation config are untouched (the
 cache is the loop's own). With `force`, the loop feeds the given sequence's tokens
@@ -73,8 +75,8 @@ class LeanDecoder:
             raise UserError(f"the lean decode loop cannot drive this model: {why}")
         p = next(model.parameters())
         self.device = p.device
-        if mode != "eager" and self.device.type != "cuda":
-            raise UserError(f"lean decode mode {mode!r} needs a CUDA model")
+        if mode == "graph" and self.device.type != "cuda":
+            raise UserError("lean decode mode 'graph' needs a CUDA model")
         self.model, self.batch, self.max_len, self.mode = model, batch, max_len, mode
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "past_key_values" if "past_key_values" in params else "cache"
@@ -112,40 +114,38 @@ class LeanDecoder:
         return logits
 
     def _prepare(self, input_ids: Any) -> None:
-        """Graph and compile modes: warm the step up, then capture or compile it, on a
-        throwaway prompt of the same shape (the cache is reset after)."""
+        """Graph and compile modes, once: warm the step up (compile it), then capture it
+        on CUDA, on the prompt given (the cache is reset after)."""
         import torch
 
-        if self.mode == "graph" and self._graph is None:
-            self.cache.reset()
-            self._prefill(input_ids)
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(WARMUP_STEPS):
-                    self._eager_step()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self._step_logits = self._eager_step()
-            self._graph = graph
-        elif self.mode == "compile" and self._compiled is None:
-            self._compiled = torch.compile(self._eager_step, mode="reduce-overhead",
-                                           fullgraph=False, dynamic=False)
-            self.cache.reset()
-            self._prefill(input_ids)
+        if self.mode == "eager" or self._graph is not None or self._compiled is not None:
+            return
+        step = self._eager_step
+        if self.mode == "compile":
+            step = torch.compile(self._eager_step, fullgraph=False, dynamic=False)
+        self.cache.reset()
+        self._prefill(input_ids)
+        if self.device.type != "cuda":  # compile on CPU: no graph to capture
             for _ in range(WARMUP_STEPS):
-                torch.compiler.cudagraph_mark_step_begin()
-                self._compiled()
+                step()
+            self._compiled = step
+            return
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_STEPS):
+                step()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._step_logits = step()
+        self._graph = graph
 
     def _step(self) -> Any:
-        import torch
-
-        if self.mode == "graph":
+        if self._graph is not None:
             self._graph.replay()
             return self._step_logits
-        if self.mode == "compile":
-            torch.compiler.cudagraph_mark_step_begin()
+        if self._compiled is not None:
             return self._compiled()
         return self._eager_step()
 

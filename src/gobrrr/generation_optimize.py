@@ -1,13 +1,24 @@
-"""`gobrrr optimize hf:NAME --generate N` (issue 21, item 5, first part): generation
-remedies applied to copies of the model, verified by teacher-forced logits, timed, ranked.
+"""`gobrrr optimize hf:NAME --generate N` (issue 21, item 5): generation remedies applied to
+copies of the model, verified by teacher-forced logits, timed, ranked.
 
 Candidates (each on its own deep copy; the user's model, its cache and its generation
-config are never touched):
+config are never touched), in the order they are tried (the budget may stop the list):
+- `lean loop, compiled + CUDA graph` (CUDA): gobrrr.LeanDecoder(mode="compile"): a greedy
+  loop over a static cache without generate's per-step host work, its decode step fused by
+  Inductor and replayed as one CUDA graph (generation_lean.py);
+- `lean loop + CUDA graph` (CUDA): the same loop with the eager kernels in the graph;
 - `static cache`: `generate(cache_implementation="static")`, a preallocated KV cache
   (transformers compiles the decode forward with it on CUDA; on CPU it does not);
-- `bf16 weights`: the model cast to bfloat16 (a model that is not bf16 already): the bytes
-  a decode step reads halve, so the bandwidth bound doubles;
-- `bf16 weights + static cache`: both.
+- `SDPA attention` (a model on eager attention): `attn_implementation="sdpa"`;
+- `prompt lookup` (batch 1): `generate(prompt_lookup_num_tokens=PROMPT_LOOKUP_TOKENS)`,
+  drafts copied from the prompt checked by one forward (greedy: the same tokens);
+- `bf16 weights`, `bf16 weights + static cache` and `bf16 weights + lean loop, compiled
+  + CUDA graph` (a model that is not bf16 already): the bytes a decode step reads halve,
+  so the bandwidth bound doubles;
+- `int8 weight-only (torchao)`: torchao's Int8WeightOnlyConfig on the linear layers, when
+  torchao is installed (an optional extra); a row that says so when it is not. Its
+  speed is measured, never assumed (torchao's own table has int8 dynamic quantisation
+  11x slower).
 
 Timing, A/B: after one warm-up of the candidate (its time, a compile included, is
 `prep_s`), REPEATS rounds each run the baseline once and the candidate once, every
@@ -42,7 +53,8 @@ from typing import Any
 from gobrrr.errors import UserError
 from gobrrr.timing import device_sync
 
-__all__ = ["GenCandidate", "GenerationOptimizeResult", "optimize_generation",
+__all__ = ["GenCandidate", "GenPlan", "GenerationOptimizeResult", "optimize_generation",
+           "plans_for",
            "teacher_forced_logits", "compare_logits", "REPEATS"]
 
 REPEATS = 3  # timed generations per candidate (after one warm-up)
@@ -53,6 +65,10 @@ MIN_SPEEDUP = 1.05  # a winner beats the baseline by more than this (timing nois
 EXACT_TOL = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 5e-3}
 PRECISION_TOL = 5e-2  # bf16 against fp32: ~3 significant digits per logit
 PRECISION_TOP1 = 0.9  # positions whose top-1 token must agree under a precision change
+PROMPT_LOOKUP_TOKENS = 10  # draft tokens per check (transformers' documented example)
+# the first compile's warm-up, before one was seen in this search (measured on the H200,
+# bf16: TinyLlama-1.1B 27-35 s, GPT-2 small 8-18 s, Qwen2.5-0.5B 25-82 s)
+COMPILE_PREP_GUESS_S = {"cuda": 35.0, "cpu": 15.0}
 
 Progress = Callable[[str], None]
 
@@ -71,6 +87,8 @@ class GenCandidate:
     passed: bool | None = None
     error: str | None = None
     note: str = ""
+    how: str = ""  # how to apply it to the user's own code
+
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +114,108 @@ class GenerationOptimizeResult:
         d = asdict(self)
         d["candidates"] = [c.to_dict() for c in self.candidates]
         return {"schema": "gobrrr.optimize_generation", **d}
+
+
+@dataclass(frozen=True)
+class GenPlan:
+    """One candidate: what is done to the copy and how it generates."""
+
+    name: str
+    kind: str  # "keeps arithmetic" | "precision"
+    how: str
+    cast: Any = None  # a torch dtype the copy is cast to
+    generate_kw: dict[str, Any] = field(default_factory=dict)
+    lean_mode: str | None = None  # generation_lean.MODES
+    attn: str | None = None  # an attn_implementation for the copy
+    quant: str | None = None  # "int8 weight-only"
+    compiles: bool = False  # its warm-up compiles (the budget's estimate)
+    skip: str | None = None  # why it is not run here (a row that says so)
+
+
+def _has_torchao() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torchao") is not None
+
+
+def plans_for(model: Any, device: str, batch: int) -> list[GenPlan]:
+    """The candidates for this model, device and batch, in the order they are tried."""
+    import torch
+
+    from gobrrr.generation_lean import lean_supported
+
+    dtype = next(model.parameters()).dtype
+    lean_why = lean_supported(model)
+    lean = ("gobrrr.LeanDecoder(model, batch=B, max_len=PROMPT+N, mode={m!r})"
+            ".generate(input_ids, N)")
+    static = {"cache_implementation": "static"}
+    out: list[GenPlan] = []
+    if device == "cuda":
+        out += [GenPlan("lean loop, compiled + CUDA graph", "keeps arithmetic",
+                        lean.format(m="compile"), lean_mode="compile", compiles=True,
+                        skip=lean_why),
+                GenPlan("lean loop + CUDA graph", "keeps arithmetic",
+                        lean.format(m="graph"), lean_mode="graph", skip=lean_why)]
+    out.append(GenPlan("static cache", "keeps arithmetic",
+                       'model.generate(..., cache_implementation="static")',
+                       generate_kw=static, compiles=device == "cuda"))
+    attn = getattr(model.config, "_attn_implementation", None)
+    if attn == "eager":
+        out.append(GenPlan("SDPA attention", "keeps arithmetic",
+                           'from_pretrained(..., attn_implementation="sdpa")', attn="sdpa"))
+    if batch == 1:
+        out.append(GenPlan("prompt lookup", "keeps arithmetic",
+                           f"model.generate(..., prompt_lookup_num_tokens="
+                           f"{PROMPT_LOOKUP_TOKENS})",
+                           generate_kw={"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS}))
+    if dtype != torch.bfloat16:
+        bf = torch.bfloat16
+        out += [GenPlan("bf16 weights", "precision", "model.to(torch.bfloat16)", cast=bf),
+                GenPlan("bf16 weights + static cache", "precision",
+                        'model.to(torch.bfloat16); generate(..., '
+                        'cache_implementation="static")', cast=bf, generate_kw=static,
+                        compiles=device == "cuda")]
+        if device == "cuda":
+            out.append(GenPlan("bf16 weights + lean loop, compiled + CUDA graph",
+                               "precision", "model.to(torch.bfloat16); "
+                               + lean.format(m="compile"), cast=bf, lean_mode="compile",
+                               compiles=True, skip=lean_why))
+    out.append(GenPlan("int8 weight-only (torchao)", "precision",
+                       "torchao.quantization.quantize_(model, Int8WeightOnlyConfig())",
+                       quant="int8 weight-only",
+                       skip=None if _has_torchao() else
+                       "torchao is not installed (pip install torchao)"))
+    return out
+
+
+def _prepared_copy(model: Any, plan: GenPlan) -> Any:
+    """A deep copy of the model with the plan's cast, attention and quantisation."""
+    cand = copy.deepcopy(model)
+    if plan.cast is not None:
+        cand = cand.to(plan.cast)
+    if plan.attn is not None:
+        cand.set_attn_implementation(plan.attn)
+    if plan.quant == "int8 weight-only":
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+        quantize_(cand, Int8WeightOnlyConfig())
+    return cand
+
+
+def _runners(cand: Any, plan: GenPlan, input_ids: Any, reference: Any, new_tokens: int
+             ) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(one timed generation, the teacher-forced logits along `reference`)."""
+    if plan.lean_mode is not None:
+        from gobrrr.generation_lean import LeanDecoder
+
+        dec = LeanDecoder(cand, batch=int(input_ids.shape[0]),
+                          max_len=int(input_ids.shape[1]) + new_tokens, mode=plan.lean_mode)
+        return (lambda: dec.generate(input_ids, new_tokens),
+                lambda: dec.generate(input_ids, new_tokens, force=reference)[1])
+    kw = _generate_kwargs(new_tokens, **plan.generate_kw)
+    return (lambda: cand.generate(input_ids, **kw),
+            lambda: teacher_forced_logits(cand, input_ids, reference, new_tokens,
+                                          **plan.generate_kw))
 
 
 def _generate_kwargs(new_tokens: int, **extra: Any) -> dict[str, Any]:
@@ -216,52 +336,52 @@ def optimize_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
     ref_logits = torch.stack([t.float().cpu() for t in out.logits])
     del out
 
-    plans: list[tuple[str, str, torch.dtype | None, dict[str, Any]]] = [
-        ("static cache", "keeps arithmetic", None, {"cache_implementation": "static"})]
-    if dtype != torch.bfloat16:
-        plans += [("bf16 weights", "precision", torch.bfloat16, {}),
-                  ("bf16 weights + static cache", "precision", torch.bfloat16,
-                   {"cache_implementation": "static"})]
     cands: list[GenCandidate] = []
     all_base: list[float] = []  # the baseline's seconds in every candidate's rounds
-    for cname, kind, cast, extra in plans:
-        c = GenCandidate(cname, kind)
+    compile_prep_s = COMPILE_PREP_GUESS_S.get(device, 15.0)
+    for plan in plans_for(model, device, batch):
+        c = GenCandidate(plan.name, plan.kind, how=plan.how)
         cands.append(c)
+        if plan.skip:
+            c.error = f"not run: {plan.skip}"
+            continue
         spent = time.perf_counter() - t_start
-        # a candidate's warm-up, REPEATS rounds of two generations, its forced one
-        estimate = (2 * REPEATS + 2) * statistics.median(base_secs)
+        # a candidate's warm-up (a compile's seconds where it compiles), REPEATS rounds
+        # of two generations, its forced one
+        estimate = ((2 * REPEATS + 2) * statistics.median(base_secs)
+                    + (compile_prep_s if plan.compiles else 0.0))
         if time.perf_counter() + estimate > deadline:
             c.error = (f"not run: the budget (--budget-s {budget_s:g}) had "
                        f"{max(0.0, budget_s - spent):.0f} s left, it needs ~{estimate:.0f} s")
             continue
-        say(f"{cname}: a copy of the model, timed, then its logits along the reference")
+        say(f"{plan.name}: a copy of the model, timed, then its logits along the reference")
+        cand: Any = None
+        run: Any = None
+        forced: Any = None
         try:
-            cand = copy.deepcopy(model)
-            if cast is not None:
-                cand = cand.to(cast)
-            ckw = _generate_kwargs(new_tokens, **extra)
-            def candidate(m: Any = cand, k: dict[str, Any] = ckw) -> Any:
-                return m.generate(input_ids, **k)
-
-            c.prep_s, round_base, c.seconds = _ab(baseline, candidate, sync, REPEATS)
+            cand = _prepared_copy(model, plan)
+            run, forced = _runners(cand, plan, input_ids, reference, new_tokens)
+            c.prep_s, round_base, c.seconds = _ab(baseline, run, sync, REPEATS)
+            if plan.compiles:
+                compile_prep_s = c.prep_s  # this search's own compile, for the next
             all_base += round_base
             c.tokens_per_s = tokens / statistics.median(c.seconds)
             c.speedup = statistics.median(round_base) / statistics.median(c.seconds)
-            got = teacher_forced_logits(cand, input_ids, reference, new_tokens, **extra)
+            got = forced()
             c.rel_err, c.top1_agreement, c.exact = compare_logits(ref_logits, got)
-            if kind == "keeps arithmetic":
+            if plan.kind == "keeps arithmetic":
                 c.passed = c.exact or (c.top1_agreement == 1.0
                                        and c.rel_err <= EXACT_TOL.get(dtype_name, 1e-4))
             else:
                 c.exact = False  # never called exact, whatever the logits say
                 c.passed = (c.top1_agreement >= PRECISION_TOP1
                             and c.rel_err <= PRECISION_TOL)
-            if device == "cpu" and "cache_implementation" in extra:
+            if device == "cpu" and plan.generate_kw.get("cache_implementation"):
                 c.note = "on CPU transformers does not compile the static-cache forward"
         except Exception as exc:  # a remedy that fails is a row that says why
             c.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         finally:
-            cand = None
+            run = forced = cand = None  # the copy's memory goes before the next
             _free(device)
     base_secs = all_base or base_secs
     base_tps = tokens / statistics.median(base_secs)
@@ -270,7 +390,8 @@ def optimize_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
     if best is not None:
         conclusion = (f"{best.name}: {best.tokens_per_s:,.1f} tokens/s, {best.speedup:.2f}x "
                       f"the baseline's {base_tps:,.1f} (verified: top-1 "
-                      f"{best.top1_agreement:.0%}, rel_err {best.rel_err:.1e})")
+                      f"{best.top1_agreement:.0%}, rel_err {best.rel_err:.1e}); apply: "
+                      f"{best.how}")
     elif any(c.tokens_per_s for c in cands):
         conclusion = (f"keep generating as it is: no verified candidate beat "
                       f"{base_tps:,.1f} tokens/s by more than {MIN_SPEEDUP:.2f}x")

@@ -20,7 +20,8 @@ generation's own figures beside the budget.
 4. With experiments, the decode batch experiment (generation_batch.py): tokens/s at
    batch 1, 2, 4, ... against both roofs, in `generation.batch_scaling`; and the
    prompt-length experiment (generation_prompt.py): prefill's tokens/s and MFU at 1, 2,
-   4, ... times the prompt, in `generation.prompt_scaling`.
+   4, ... times the prompt, in `generation.prompt_scaling`; and on CUDA the decode step's
+   CUDA-graph experiment (generation_graph.py), in `generation.decode_graph`.
 The model is unchanged afterwards (hooks removed; inference mode throughout).
 """
 
@@ -37,6 +38,7 @@ from typing import Any
 from gobrrr.diagnosis import report_for
 from gobrrr.generation import GenerationProfile, profile_generation
 from gobrrr.generation_batch import decode_batch_scaling
+from gobrrr.generation_graph import decode_graph_experiment
 from gobrrr.generation_prompt import prefill_length_scaling
 from gobrrr.hardware import calibrate
 from gobrrr.phases import DECODE, FORWARD, PREFILL
@@ -171,6 +173,11 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
                                         budget_s=prompt_budget_s, progress=say,
                                         pad_token_id=0)
         gen["prompt_scaling"] = prompt.to_dict()
+        bound_step = (prof.step_bytes / ceil.bandwidth_bytes_per_s
+                      if ceil.bandwidth_bytes_per_s else None)
+        graph = decode_graph_experiment(model, input_ids, new_tokens=min(new_tokens, 16),
+                                        bound_step_s=bound_step, progress=say)
+        gen["decode_graph"] = graph.to_dict()
     notes = [f"generation: greedy, {new_tokens} new tokens after a {prof.prompt_len}-token "
              f"prompt, batch {prof.batch}: {prof.summary()}",
              f"the budget is one generation of {k} tokens (1 prefill + {k - 1} decode "
@@ -179,7 +186,7 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
              *[n for n in a.run.notes if n != PROFILED_WALL_NOTE
                and not n.startswith(("steps: ", "ceilings: given"))],
              *prof.notes, *([scaling.summary()] if scaling else []),
-             *([prompt.summary()] if experiments else [])]
+             *([prompt.summary(), graph.summary()] if experiments else [])]
     workload = {"name": name, "description": description or f"{name}: generation",
                 "device": device, "batch_size": prof.batch, "source": "generation",
                 **({"model": details} if details else {})}

@@ -49,7 +49,9 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 # 1.10: compute_s_by_unit "unlinked" (math kernels linked to no op, by name: a replayed
 #       CUDA graph in a recorded trace), counted as compute; memory (one step's peak and
 #       its categories, `gobrrr memory`'s figures: the live source with experiments)
-SCHEMA_VERSION = "1.10"
+# 1.11: generation.decode_graph (the decode step's CUDA-graph experiment,
+#       generation_graph.py)
+SCHEMA_VERSION = "1.11"
 
 
 @dataclass

@@ -125,7 +125,8 @@ def _generation_body(g: dict[str, Any]) -> Any:
                   f"is one profiled generation of {g.get('profiled_new_tokens', '?')} "
                   "tokens.", "note"),
         table(["phase", "time", "tokens/s", "bound tokens/s", "of the limit", "limit"],
-              rows, text_columns=(0, 5)), *_decode_batch_parts(g.get("batch_scaling"))])
+              rows, text_columns=(0, 5)), *_decode_batch_parts(g.get("batch_scaling")),
+        *([paragraph(g["decode_graph"]["summary"], "note")] if g.get("decode_graph") else [])])
 
 
 def _decode_batch_parts(bs: dict[str, Any] | None) -> list[Any]:

@@ -331,6 +331,9 @@ def generation_lines(g: dict[str, Any]) -> list[str]:
             f"{p['prompt_len']}: {p['tokens_per_s']:,.0f}"
             + (f" (MFU {p['mfu']:.0%})" if p.get("mfu") is not None else "")
             for p in ps["points"]) + f" ({ps['stopped']})")
+    dg = g.get("decode_graph")  # report 1.11: the decode step's CUDA-graph experiment
+    if dg:
+        lines.append("  " + dg["summary"])
     return lines
 
 
