@@ -9,7 +9,7 @@
 #         doctor --generate with its experiments, the cuda-marked tests).
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
-part=${1:?lean, table or checks}
+part=${1:?lean, table, variants or checks}
 exec > >(tee "$OUT/session_c-$part.log") 2>&1
 python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
 export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -31,6 +31,13 @@ table)
     --md "$OUT/generate.md" --models ${MODELS:-tinyllama-1.1b} --batches ${BATCHES:-1} \
     --optimize-budget-s ${OPT_BUDGET:-200} 2>&1 | grep -v -e USDT -e Warn -e "Model config" -e "Failed to load"
   cat "$OUT/generate.md"
+  ;;
+variants)
+  stamp "lean_variants_gpu.py"
+  timeout 500 python3 benchmarks/lean_variants_gpu.py --out "$OUT/lean_variants.json" \
+    --models ${MODELS:-tinyllama-1.1b,qwen2.5-0.5b} 2>&1 | grep -v -e USDT -e Warn -e "Model config"
+  python3 -c "
+import json; [print(r['workload'], r['variant'], r.get('top_kernels_us')) for r in json.load(open('$OUT/lean_variants.json'))]"
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -1,0 +1,105 @@
+"""Where the compiled lean decode step's time goes (issue 21: 40% of the bandwidth bound at
+batch 1): TinyLlama-1.1B (and --models) in bf16, batch 1, the lean loop compiled and
+captured, under Inductor settings: the default, and coordinate-descent tuning (what
+gpt-fast sets). Per variant: tokens/s (median of 3 generations of --new tokens), the
+decode step (T(N) - T(1)) / (N - 1) against the bound's step, and one profiled generation
+of 16 tokens: CUDA kernels per decode step and their summed time per step.
+
+  python benchmarks/lean_variants_gpu.py --out F.json [--models tinyllama-1.1b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from gobrrr.generation import decode_bytes
+from gobrrr.generation_lean import LeanDecoder
+from gobrrr.hardware import calibrate
+
+sys.path.insert(0, "benchmarks")
+from generate_table import build  # noqa: E402
+
+
+def med(run, n=3):
+    out = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--models", default="tinyllama-1.1b")
+    p.add_argument("--variants", default="default,coordinate_descent")
+    p.add_argument("--new", type=int, default=64)
+    p.add_argument("--prompt", type=int, default=128)
+    a = p.parse_args()
+    bw = calibrate("cuda").bandwidth_bytes_per_s
+    rows = []
+    for name in a.models.split(","):
+        model = build(name, "cuda", torch.bfloat16)
+        ids = torch.randint(1, model.config.vocab_size, (1, a.prompt), device="cuda")
+        db = decode_bytes(model)
+        bound_step = statistics.mean(db.step_bytes(1, a.prompt + k)
+                                     for k in range(1, a.new)) / bw
+        for variant in a.variants.split(","):
+            import torch._inductor.config as ic
+
+            ic.coordinate_descent_tuning = variant == "coordinate_descent"
+            torch._dynamo.reset()
+            r = {"workload": name, "variant": variant, "bound_step_s": bound_step}
+            try:
+                t0 = time.perf_counter()
+                dec = LeanDecoder(model, batch=1, max_len=a.prompt + a.new, mode="compile")
+                dec.generate(ids, a.new)
+                torch.cuda.synchronize()
+                r["prep_s"] = time.perf_counter() - t0
+                t_all = med(lambda d=dec: d.generate(ids, a.new))
+                t_one = med(lambda d=dec: d.generate(ids, 1))
+                r["tokens_per_s"] = a.new / t_all
+                r["prefill_s"] = t_one
+                r["step_s"] = (t_all - t_one) / (a.new - 1)
+                r["step_of_bound"] = bound_step / r["step_s"]
+                from torch.profiler import ProfilerActivity, profile
+
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    dec.generate(ids, 16)
+                    torch.cuda.synchronize()
+                ev = [e for e in prof.events() if e.device_type.name == "CUDA"]
+                # the prefill is eager: its kernels are the ones before the first replay;
+                # count per step over the whole run less one prefill's (measured alone)
+                with profile(activities=[ProfilerActivity.CUDA]) as prof1:
+                    dec.generate(ids, 1)
+                    torch.cuda.synchronize()
+                ev1 = [e for e in prof1.events() if e.device_type.name == "CUDA"]
+                r["kernels_per_step"] = (len(ev) - len(ev1)) / 15
+                r["kernel_s_per_step"] = (sum(e.device_time for e in ev)
+                                          - sum(e.device_time for e in ev1)) / 15 / 1e6
+                top: dict[str, float] = {}
+                for e in ev:
+                    top[e.name[:80]] = top.get(e.name[:80], 0.0) + e.device_time
+                r["top_kernels_us"] = dict(sorted(top.items(), key=lambda kv: -kv[1])[:12])
+            except Exception as exc:
+                r["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            print({k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()
+                   if k != "top_kernels_us"}, flush=True)
+            rows.append(r)
+            dec = None
+            json.dump(rows, open(a.out, "w"), indent=1)
+        model = None
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
