@@ -65,8 +65,8 @@ def main() -> None:
                 dec.generate(ids, a.new)
                 torch.cuda.synchronize()
                 r["prep_s"] = time.perf_counter() - t0
-                t_all = med(lambda d=dec: d.generate(ids, a.new))
-                t_one = med(lambda d=dec: d.generate(ids, 1))
+                t_all = med(lambda d=dec, i=ids: d.generate(i, a.new))
+                t_one = med(lambda d=dec, i=ids: d.generate(i, 1))
                 r["tokens_per_s"] = a.new / t_all
                 r["prefill_s"] = t_one
                 r["step_s"] = (t_all - t_one) / (a.new - 1)

@@ -34,7 +34,7 @@ table)
   ;;
 variants)
   stamp "lean_variants_gpu.py"
-  timeout 500 python3 benchmarks/lean_variants_gpu.py --out "$OUT/lean_variants.json" \
+  timeout 420 python3 benchmarks/lean_variants_gpu.py --out "$OUT/lean_variants.json" \
     --models ${MODELS:-tinyllama-1.1b,qwen2.5-0.5b} 2>&1 | grep -v -e USDT -e Warn -e "Model config"
   python3 -c "
 import json; [print(r['workload'], r['variant'], r.get('top_kernels_us')) for r in json.load(open('$OUT/lean_variants.json'))]"
