@@ -93,7 +93,7 @@ def test_the_graph_and_compiled_loops_on_cuda(mode):
     _, forced = dec.generate(ids, 9, force=seq)
     rel = float((forced - logits.cpu()).abs().max()) / float(logits.abs().max())
     # graph: the eager kernels replayed (a static cache's masked sums: 1e-5); compile:
-    # Inductor's fused kernels reorder fp32 sums (1e-4, optimize's EXACT_TOL)
+    # Inductor's fused kernels reorder fp32 sums (1e-4, optimize's FP32_TOL)
     assert rel <= (1e-5 if mode == "graph" else 1e-4), rel
     if mode == "graph":
         assert torch.equal(got, seq)

@@ -131,3 +131,19 @@ def test_the_command_line_gives_json_and_refuses_what_does_not_apply():
         r = CliRunner().invoke(cli, ["optimize", *args, "-q"])
         assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output, \
             r.output
+
+
+def test_the_verification_rule_by_kind_and_dtype():
+    from gobrrr.generation_optimize import passes
+
+    # fp32, the dtype kept: top-1 everywhere and within 1e-4 of the largest logit
+    assert passes("keeps arithmetic", "float32", 5e-5, 1.0, False)
+    assert not passes("keeps arithmetic", "float32", 5e-5, 0.98, False)
+    assert not passes("keeps arithmetic", "float32", 2e-4, 1.0, False)
+    # bf16 kept: its rounding (the H200's compiled TinyLlama: 2.8e-2, top-1 95%) passes
+    assert passes("keeps arithmetic", "bfloat16", 2.8e-2, 0.953, False)
+    assert not passes("keeps arithmetic", "bfloat16", 6e-2, 0.99, False)
+    # a precision change: the same bar; int8 at top-1 75% fails (measured on the H200)
+    assert passes("precision", "float32", 4e-2, 0.92, False)
+    assert not passes("precision", "bfloat16", 8.3e-2, 0.75, False)
+    assert passes("keeps arithmetic", "bfloat16", 1.0, 0.0, True)  # bit-equal

@@ -23,7 +23,10 @@ A decode step runs in one of three modes:
 - `compile`: the step under `torch.compile` (Inductor's fused kernels: a LLaMA layer's
   dozens of small elementwise kernels become a few), and on CUDA that compiled step
   captured into a CUDA graph as above (what gpt-fast does with reduce-overhead; captured
-  by hand because Inductor's own CUDA graphs skip a step that writes its input buffers).
+  by hand because Inductor's own CUDA graphs skip a step that writes its input buffers),
+  with Inductor's coordinate-descent tuning of its kernels' launch parameters (gpt-fast's
+  setting; measured on the H200, TinyLlama-1.1B bf16 batch 1: the decode step 1.71 ms ->
+  1.34 ms, 424 -> 313 kernels, for a compile of 60 s instead of 25 s).
   Fusion reorders float arithmetic: its logits are close to the eager ones, not equal.
 
 The model is only read: its weights, config and generation config are untouched (the
@@ -126,20 +129,27 @@ class LeanDecoder:
         self.cache.reset()
         self._prefill(input_ids)
         if self.device.type != "cuda":  # compile on CPU: no graph to capture
-            for _ in range(WARMUP_STEPS):
-                step()
+            self._warm(step)
             self._compiled = step
             return
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            for _ in range(WARMUP_STEPS):
-                step()
+            self._warm(step)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._step_logits = step()
         self._graph = graph
+
+    def _warm(self, step: Any) -> None:
+        """WARMUP_STEPS calls (the first compiles, under this loop's Inductor setting:
+        config read at compile time, so the patch covers the first call only)."""
+        import torch._inductor.config as inductor_config
+
+        with inductor_config.patch(coordinate_descent_tuning=True):
+            for _ in range(WARMUP_STEPS):
+                step()
 
     def _step(self) -> Any:
         if self._graph is not None:

@@ -32,11 +32,16 @@ reference is the baseline's own greedy sequence and its raw logits at each new t
 each candidate generates along that same sequence (a logits processor forces the
 reference token at every step) and its raw logits are compared: the largest absolute
 difference over the largest reference logit (`rel_err`) and the share of positions whose
-top-1 token agrees. A remedy that keeps the arithmetic (the static cache in the model's
-dtype) passes when top-1 agrees everywhere and rel_err <= EXACT_TOL[dtype]; `exact` only
-when the logits are equal bit for bit. A precision change (bf16) is never called exact: it
-passes when top-1 agrees at >= PRECISION_TOP1 of the positions and rel_err <=
-PRECISION_TOL, and its agreement is reported either way.
+top-1 token agrees. A remedy that keeps the model's dtype, in fp32, passes when top-1
+agrees everywhere and rel_err <= FP32_TOL; `exact` only when the logits are equal bit for
+bit. In bf16 or fp16 the same rule cannot hold: two implementations of the same
+arithmetic that pick other kernels (a compiled forward; another cache layout) differ by
+the half type's rounding, and random weights make near-ties common (measured on the H200,
+TinyLlama-1.1B bf16: the lean eager loop against generate at batch 8, the same ops, rel_err
+2.1e-2 and top-1 97%; a compiled forward against eager at batch 1, 2.8e-2 and 95%), so
+such a remedy is judged by the half type's rounding: top-1 at >= PRECISION_TOP1 of the
+positions and rel_err <= PRECISION_TOL. A precision change (bf16 weights, int8) is never
+called exact and is judged the same way; its agreement is reported either way.
 The winner is the fastest candidate that passed and beat the baseline by more than
 MIN_SPEEDUP (timing noise); else keep generating as it is.
 """
@@ -54,21 +59,21 @@ from gobrrr.errors import UserError
 from gobrrr.timing import device_sync
 
 __all__ = ["GenCandidate", "GenPlan", "GenerationOptimizeResult", "optimize_generation",
-           "plans_for",
+           "plans_for", "passes",
            "teacher_forced_logits", "compare_logits", "REPEATS"]
 
 REPEATS = 3  # timed generations per candidate (after one warm-up)
 MIN_SPEEDUP = 1.05  # a winner beats the baseline by more than this (timing noise)
-# rel_err allowed where the arithmetic is kept: fp32 reductions in another order (a static
-# cache's attention reads its whole preallocated length, masked) stay within 1e-5; bf16's
-# 8-bit mantissa within a few 1e-3
-EXACT_TOL = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 5e-3}
-PRECISION_TOL = 5e-2  # bf16 against fp32: ~3 significant digits per logit
+# rel_err allowed where an fp32 model's arithmetic is kept: reductions in another order (a
+# static cache's attention reads its whole preallocated length, masked; Inductor's fused
+# kernels) stay within 1e-5
+FP32_TOL = 1e-4
+PRECISION_TOL = 5e-2  # a half type's rounding: ~3 significant digits per logit
 PRECISION_TOP1 = 0.9  # positions whose top-1 token must agree under a precision change
 PROMPT_LOOKUP_TOKENS = 10  # draft tokens per check (transformers' documented example)
 # the first compile's warm-up, before one was seen in this search (measured on the H200,
-# bf16: TinyLlama-1.1B 27-35 s, GPT-2 small 8-18 s, Qwen2.5-0.5B 25-82 s)
-COMPILE_PREP_GUESS_S = {"cuda": 35.0, "cpu": 15.0}
+# bf16: TinyLlama-1.1B 20-35 s, 60 s tuned, GPT-2 small 8-18 s, Qwen2.5-0.5B 25-82 s)
+COMPILE_PREP_GUESS_S = {"cuda": 60.0, "cpu": 15.0}
 
 Progress = Callable[[str], None]
 
@@ -216,6 +221,15 @@ def _runners(cand: Any, plan: GenPlan, input_ids: Any, reference: Any, new_token
     return (lambda: cand.generate(input_ids, **kw),
             lambda: teacher_forced_logits(cand, input_ids, reference, new_tokens,
                                           **plan.generate_kw))
+
+
+def passes(kind: str, dtype_name: str, rel_err: float, top1: float, exact: bool) -> bool:
+    """The verification rule (module docstring)."""
+    if exact:
+        return True
+    if kind == "keeps arithmetic" and dtype_name == "float32":
+        return top1 == 1.0 and rel_err <= FP32_TOL
+    return top1 >= PRECISION_TOP1 and rel_err <= PRECISION_TOL
 
 
 def _generate_kwargs(new_tokens: int, **extra: Any) -> dict[str, Any]:
@@ -369,13 +383,9 @@ def optimize_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
             c.speedup = statistics.median(round_base) / statistics.median(c.seconds)
             got = forced()
             c.rel_err, c.top1_agreement, c.exact = compare_logits(ref_logits, got)
-            if plan.kind == "keeps arithmetic":
-                c.passed = c.exact or (c.top1_agreement == 1.0
-                                       and c.rel_err <= EXACT_TOL.get(dtype_name, 1e-4))
-            else:
+            if plan.kind != "keeps arithmetic":
                 c.exact = False  # never called exact, whatever the logits say
-                c.passed = (c.top1_agreement >= PRECISION_TOP1
-                            and c.rel_err <= PRECISION_TOL)
+            c.passed = passes(plan.kind, dtype_name, c.rel_err, c.top1_agreement, c.exact)
             if device == "cpu" and plan.generate_kw.get("cache_implementation"):
                 c.note = "on CPU transformers does not compile the static-cache forward"
         except Exception as exc:  # a remedy that fails is a row that says why

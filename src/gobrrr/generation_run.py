@@ -61,8 +61,8 @@ BETWEEN = "between forwards"
 # 4 tokens made a 4.9 MB report on the H200, 8 tokens 4.7 MB on this CPU.
 PROFILED_TOKENS = 2
 REPEATS = 5  # unprofiled K-token generations whose median is T_wall
-BATCH_BUDGET_S = 30.0  # the decode batch experiment's time, at most
-PROMPT_BUDGET_S = 15.0  # the prompt-length experiment's time, at most
+BATCH_BUDGET_S = 12.0  # the decode batch experiment's time, at most (diagnosis within 20 s)
+PROMPT_BUDGET_S = 6.0  # the prompt-length experiment's time, at most
 
 
 def _generate(model: Any, ids: Any, n: int) -> Callable[[], Any]:
@@ -175,7 +175,7 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
         gen["prompt_scaling"] = prompt.to_dict()
         bound_step = (prof.step_bytes / ceil.bandwidth_bytes_per_s
                       if ceil.bandwidth_bytes_per_s else None)
-        graph = decode_graph_experiment(model, input_ids, new_tokens=min(new_tokens, 16),
+        graph = decode_graph_experiment(model, input_ids, new_tokens=min(new_tokens, 8),
                                         bound_step_s=bound_step, progress=say)
         gen["decode_graph"] = graph.to_dict()
     notes = [f"generation: greedy, {new_tokens} new tokens after a {prof.prompt_len}-token "
