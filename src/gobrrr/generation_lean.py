@@ -29,6 +29,11 @@ A decode step runs in one of three modes:
   1.34 ms, 424 -> 313 kernels, for a compile of 60 s instead of 25 s).
   Fusion reorders float arithmetic: its logits are close to the eager ones, not equal.
 
+Exactly `new_tokens` tokens, with no stop: an end-of-sequence token is a token like any
+other (generate with min_new_tokens=N instead sets its logit to -inf until N tokens, so
+the two sequences part where the raw argmax is the end token; the logits compared in
+verification are the raw ones, before any processor).
+
 The model is only read: its weights, config and generation config are untouched (the
 cache is the loop's own). With `force`, the loop feeds the given sequence's tokens
 instead of its argmax and keeps every step's logits: the teacher-forced logits that
