@@ -199,7 +199,7 @@ def test_memory_left_allocated_by_a_failed_run_stops_the_bisection(monkeypatch):
                 raise WorkloadError("the measured call", exc) from exc
         return _profile(10**9 + 10**7 * w.batch_size)
 
-    monkeypatch.setattr(memory_fit, "_allocated", lambda device: held["bytes"])
+    monkeypatch.setattr(memory_fit, "allocated_bytes", lambda device: held["bytes"])
     fit = memory_fit.fit_batch(_scalable(8), measure=measure,
                                capacity=lambda device, base: (8 * 10**9, "given"), check=True)
     got = fit.checked["largest_ran"]

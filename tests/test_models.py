@@ -229,12 +229,13 @@ def test_import_gobrrr_stays_light():
 
 
 # Published parameter counts of the shipped configs; built on the meta device (no
-# memory, no init), so a typo in a size shows here. GPT-2 and TinyLlama: the counts the
+# memory, no init), so a typo in a size shows here. GPT-2, TinyLlama, Qwen2.5: the counts the
 # Hub reports for the checkpoints; BERT: BertForMaskedLM (no pooler, MLM head + bias).
 PUBLISHED_PARAMETERS = {
     "gpt2": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_030_080,
     "gpt2-xl": 1_557_611_200, "bert-base-uncased": 109_514_298,
     "bert-large-uncased": 335_174_458, "tinyllama-1.1b": 1_100_048_384,
+    "qwen2.5-0.5b": 494_032_768,
 }
 
 

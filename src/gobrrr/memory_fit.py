@@ -30,7 +30,8 @@ from typing import Any
 from gobrrr.memory import MemoryProfile, measure_memory
 from gobrrr.workload import Workload, call_factory
 
-__all__ = ["MemoryFit", "fit_batch", "capacity_bytes", "child_probe", "HEADROOM"]
+__all__ = ["MemoryFit", "fit_batch", "capacity_bytes", "child_probe", "HEADROOM",
+           "check_sizes", "bisect_largest", "free_memory", "allocated_bytes", "is_oom"]
 
 Probe = Callable[[int], int]  # batch -> its step's peak bytes (raises when it cannot run)
 
@@ -98,7 +99,7 @@ def _at_batch(w: Workload, batch: int) -> Workload:
     return w.scaled(max(1, batch // w.batch_size))
 
 
-def _is_oom(exc: BaseException | None) -> bool:
+def is_oom(exc: BaseException | None) -> bool:
     """An out-of-memory error, itself or as the cause of gobrrr's WorkloadError."""
     while exc is not None:
         text = f"{type(exc).__name__}: {exc}".lower()
@@ -143,12 +144,12 @@ def fit_batch(w: Workload, *, measure: Callable[[Workload], MemoryProfile] = mea
     if check is None:
         check = w.device == "cuda"
     if check and predicted:
-        _free(w.device)
-        base = _allocated(w.device) if probe is None else None  # the workload's own
+        free_memory(w.device)
+        base = allocated_bytes(w.device) if probe is None else None  # the workload's own
         run = probe or (lambda b: measure(_at_batch(w, b)).peak_bytes)
-        fit.checked = _check(run, w.device, predicted, say)
+        fit.checked = check_sizes(run, w.device, predicted, say)
         if fit.checked["predicted"].get("oom"):
-            fit.checked["largest_ran"] = _bisect(run, w.device, 2 * b1, predicted, say,
+            fit.checked["largest_ran"] = bisect_largest(run, w.device, 2 * b1, predicted, say,
                                                  base)
     elif predicted and w.device != "cuda":
         notes.append("not checked by running it: out of memory on a CPU is the kernel "
@@ -156,25 +157,26 @@ def fit_batch(w: Workload, *, measure: Callable[[Workload], MemoryProfile] = mea
     return fit
 
 
-def _check(run: Probe, device: str, predicted: int, say: Callable[[str], None]
-           ) -> dict[str, Any]:
-    """Run the predicted batch, then the next size up (+10%, at least one more)."""
+def check_sizes(run: Probe, device: str, predicted: int, say: Callable[[str], None],
+           unit: str = "batch") -> dict[str, Any]:
+    """Run the predicted size, then the next size up (+10%, at least one more). `unit`:
+    what the size is ("batch", "seq_len"), the results' key."""
     out: dict[str, Any] = {}
     up = max(predicted + 1, (predicted * 11 + 9) // 10)  # +10%, rounded up, in integers
-    for key, batch in (("predicted", predicted), ("next_up", up)):
-        say(f"checking batch {batch}")
+    for key, size in (("predicted", predicted), ("next_up", up)):
+        say(f"checking {unit.replace('_', ' ')} {size}")
         try:
-            out[key] = {"batch": batch, "ran": True, "peak_bytes": run(batch)}
+            out[key] = {unit: size, "ran": True, "peak_bytes": run(size)}
         except Exception as exc:  # an OOM is the answer sought; anything else is said
-            out[key] = {"batch": batch, "ran": False, "oom": _is_oom(exc),
+            out[key] = {unit: size, "ran": False, "oom": is_oom(exc),
                         "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
         finally:
-            _free(device)
+            free_memory(device)
     return out
 
 
-def _bisect(run: Probe, device: str, ran: int, failed: int, say: Callable[[str], None],
-            base_bytes: int | None = None) -> dict[str, Any]:
+def bisect_largest(run: Probe, device: str, ran: int, failed: int, say: Callable[[str], None],
+            base_bytes: int | None = None, unit: str = "batch") -> dict[str, Any]:
     """The largest batch in [ran, failed) that runs, by bisection: `ran` ran (it was
     measured), `failed` ran out of memory. At most BISECT_RUNS runs; what is left
     between the two is the uncertainty, said in `runs` and `between`."""
@@ -183,43 +185,43 @@ def _bisect(run: Probe, device: str, ran: int, failed: int, say: Callable[[str],
     held = _held(device, base_bytes)
     if held > HELD_LIMIT_BYTES:
         # memory the failed runs left allocated makes every run below them fail early
-        return {"batch": ran, "runs": 0, "between": [ran, failed], "held_bytes": held,
+        return {unit: ran, "runs": 0, "between": [ran, failed], "held_bytes": held,
                 "stopped": f"{held / 2**30:.1f} GiB were still allocated after the "
                            "out-of-memory runs (something kept their tensors): not "
                            "bisected"}
     while failed - ran > 1 and runs < BISECT_RUNS:
         mid = (ran + failed) // 2
-        say(f"bisecting: batch {mid}")
+        say(f"bisecting: {unit.replace('_', ' ')} {mid}")
         runs += 1
         try:
             peak = run(mid)
             ran = mid
         except Exception as exc:  # an OOM narrows the range; anything else stops it
-            if not _is_oom(exc):
-                _free(device)
-                return {"batch": ran, "runs": runs, "between": [ran, failed],
+            if not is_oom(exc):
+                free_memory(device)
+                return {unit: ran, "runs": runs, "between": [ran, failed],
                         "stopped": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
             failed = mid
         finally:
-            _free(device)
+            free_memory(device)
         held = _held(device, base_bytes)
         if held > HELD_LIMIT_BYTES:
-            return {"batch": ran, "runs": runs, "between": [ran, failed], "peak_bytes": peak,
+            return {unit: ran, "runs": runs, "between": [ran, failed], "peak_bytes": peak,
                     "held_bytes": held,
                     "stopped": f"{held / 2**30:.1f} GiB still allocated after batch "
                                f"{failed} ran out of memory: the largest that ran is a "
                                "lower bound"}
-    return {"batch": ran, "runs": runs, "between": [ran, failed], "peak_bytes": peak,
+    return {unit: ran, "runs": runs, "between": [ran, failed], "peak_bytes": peak,
             "held_bytes": held}
 
 
 def _held(device: str, base_bytes: int | None) -> int:
     """What this process still holds beyond `base_bytes` (None: the runs were not in
     this process, so nothing of theirs can be held here)."""
-    return 0 if base_bytes is None else max(0, _allocated(device) - base_bytes)
+    return 0 if base_bytes is None else max(0, allocated_bytes(device) - base_bytes)
 
 
-def _allocated(device: str) -> int:
+def allocated_bytes(device: str) -> int:
     """CUDA memory allocated now (0 on CPU, where nothing is measured this way)."""
     if device != "cuda":
         return 0
@@ -228,7 +230,7 @@ def _allocated(device: str) -> int:
     return int(torch.cuda.memory_allocated())
 
 
-def _free(device: str) -> None:
+def free_memory(device: str) -> None:
     import gc
 
     gc.collect()
@@ -243,17 +245,17 @@ class ChildFailed(RuntimeError):
 
 
 def child_probe(target: str, device: str, options: list[str],
-                timeout_s: float = 600.0) -> Probe:
-    """Run each checked batch as `gobrrr memory TARGET --batch-size B` in a fresh
-    process, whose exit frees whatever it held (in-process, a batch that ran out of
-    memory left 83.2 GiB allocated on the H200). `options`: the target's model options
-    as command-line words (--seq-len, --dtype, --train, --image-size)."""
+                timeout_s: float = 600.0, size_flag: str = "--batch-size") -> Probe:
+    """Run each checked size as `gobrrr memory TARGET --batch-size B` (or `size_flag`,
+    e.g. --seq-len) in a fresh process, whose exit frees whatever it held (in-process, a
+    batch that ran out of memory left 83.2 GiB allocated on the H200). `options`: the
+    target's other options as command-line words (--seq-len, --dtype, --train, ...)."""
     import json
     import subprocess
     import sys
 
     def run(batch: int) -> int:
-        cmd = [sys.executable, "-m", "gobrrr", "memory", target, "--batch-size",
+        cmd = [sys.executable, "-m", "gobrrr", "memory", target, size_flag,
                str(batch), "--device", device, *options, "--json", "-q"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)

@@ -53,7 +53,7 @@ TARGET_HELP = """TARGET is one of (default examples:mlp):
                      attention
   hf:NAME            a transformers model from a shipped config, random weights:
                      gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base-uncased,
-                     bert-large-uncased, tinyllama-1.1b (--seq-len)
+                     bert-large-uncased, tinyllama-1.1b, qwen2.5-0.5b (--seq-len)
   timm:NAME          a timm image classifier, random weights (--image-size),
                      e.g. timm:resnet50, timm:vit_base_patch16_224
   torchvision:NAME   a torchvision classifier, random weights (--image-size),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from gobrrr.cli.common import BATCH, TARGET_HELP, model_options
@@ -11,7 +13,8 @@ __all__ = ["register"]
 _HELP = f"""What uses the memory of one step: its peak bytes of live tensors and, at the
 peak, parameters, gradients, optimizer state, activations and temporaries, and each
 module's activations (torch's MemTracker over one call after a warm one; on CUDA beside
-the allocator's peak); with --fit, the batch that fits.
+the allocator's peak); with --fit, the batch that fits; with --fit-seq-len (an hf:
+sequence model), the longest sequence that fits.
 
 {TARGET_HELP}"""
 
@@ -27,11 +30,16 @@ the allocator's peak); with --fit, the batch that fits.
               help="Also the batch that fits: the step at this batch and twice it, bytes "
                    "per sample, the largest batch predicted to fit the memory this "
                    "process can use (run to check it on CUDA).")
+@click.option("--fit-seq-len", is_flag=True,
+              help="Also the sequence length that fits (an hf: target): the step at "
+                   "--seq-len, twice and four times it, a quadratic in the length, the "
+                   "longest sequence predicted to fit (within the model's positions; run "
+                   "to check it on CUDA).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def memory(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
            image_size: int | None, dtype: str | None, train: bool, fit: bool,
-           as_json: bool, quiet: bool) -> None:
+           fit_seq_len: bool, as_json: bool, quiet: bool) -> None:
     """What uses the memory of one step (help: _HELP)."""
     from gobrrr.cli.common import (
         deliver,
@@ -49,6 +57,11 @@ def memory(target: str | None, device: str, batch_size: int | None, seq_len: int
         from gobrrr.show.terminal import print_memory
 
         say = progress_printer(quiet)
+        if fit_seq_len and not (target or "").startswith("hf:"):
+            from gobrrr.errors import UserError
+
+            raise UserError("--fit-seq-len takes an hf: sequence model (e.g. hf:gpt2), "
+                            f"not {target or 'the built-in example'}")
         w = load_announced(target, resolve_device(device), batch_size,
                            ModelOptions(seq_len, image_size, dtype, train), say)
         say("one warm call, then one call with every tensor storage followed (MemTracker)")
@@ -64,10 +77,40 @@ def memory(target: str | None, device: str, batch_size: int | None, seq_len: int
                      *(["--dtype", dtype] if dtype else []), *(["--train"] if train else [])]
             probe = child_probe(target, w.device, words) if target else None
             d["fit"] = fit_batch(w, probe=probe, progress=say).to_dict()
+        if fit_seq_len:
+            d["fit_seq_len"] = _fit_seq_len(target, w, batch_size, seq_len, image_size,
+                                            dtype, train, say)
         deliver([], shower(as_json, lambda: d, lambda: print_memory(d)), say)
 
     with results_only_on_stdout(as_json):
         run_guarded(body)
+
+
+def _fit_seq_len(target: str | None, w: Any, batch_size: int | None, seq_len: int | None,
+                 image_size: int | None, dtype: str | None, train: bool,
+                 say: Any) -> dict[str, Any]:
+    """memory_seq.fit_seq_len on the target rebuilt at each length (in this process);
+    its checks each in a fresh process."""
+    from gobrrr.memory import measure_memory
+    from gobrrr.memory_fit import child_probe
+    from gobrrr.memory_seq import fit_seq_len
+    from gobrrr.models import ModelOptions
+    from gobrrr.targets import load_target
+
+    assert target is not None
+    model = w.details.get("model", {})
+    base_len = int(model.get("seq_len") or seq_len or 0)
+    max_pos = (model.get("config") or {}).get("max_position_embeddings")
+
+    def measure_at(n: int) -> Any:
+        return measure_memory(load_target(target, w.device, batch_size,
+                                          ModelOptions(n, image_size, dtype, train)))
+
+    words = [*(["--batch-size", str(batch_size)] if batch_size else []),
+             *(["--dtype", dtype] if dtype else []), *(["--train"] if train else [])]
+    probe = child_probe(target, w.device, words, size_flag="--seq-len")
+    return fit_seq_len(measure_at, base_len, w.device, max_positions=max_pos, probe=probe,
+                       progress=say).to_dict()
 
 
 def register(group: click.Group) -> None:
