@@ -640,6 +640,26 @@ def print_memory(d: dict[str, Any]) -> None:
             out.print(f"  checked batch {c['batch']} ({key.replace('_', ' ')}): {escape(what)}")
         for note in fit.get("notes", []):
             out.print(f"[dim]note: {escape(note)}[/dim]")
+    seq = d.get("fit_seq_len")  # memory --fit-seq-len (memory_seq.py)
+    if seq:
+        out.print("peak by sequence length: " + " · ".join(
+            f"{n}: {fmt_num(p, 'B')}" for n, p in zip(seq["seq_lens"], seq["peaks_bytes"],
+                                                     strict=True)))
+        if seq["predicted_max_seq_len"] is not None:
+            out.print(f"[bold]longest sequence predicted to fit: "
+                      f"{seq['predicted_max_seq_len']}[/bold] (bounded by "
+                      f"{seq['limited_by']}; capacity {escape(seq['capacity_source'])})")
+        for key, c in (seq.get("checked") or {}).items():
+            if key == "largest_ran":
+                out.print(f"  [bold]longest that ran: {c['seq_len']}[/bold] (bisected in "
+                          f"{c['runs']} runs)")
+                continue
+            what = ("ran" if c["ran"] else
+                    "out of memory" if c.get("oom") else f"failed: {c.get('error')}")
+            out.print(f"  checked length {c['seq_len']} ({key.replace('_', ' ')}): "
+                      f"{escape(what)}")
+        for note in seq.get("notes", []):
+            out.print(f"[dim]note: {escape(note)}[/dim]")
     for note in d.get("notes", []):
         out.print(f"[dim]note: {escape(note)}[/dim]")
 
