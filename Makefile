@@ -19,8 +19,10 @@ setup: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/gobrrr doctor
 
+# Two workers (pytest-xdist): CI has two cores, and most tests wait on a subprocess or a
+# calibration; each worker runs the session fixtures (its own calibration cache) itself.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests

@@ -74,6 +74,13 @@ def test_optimize_generation_verifies_each_candidate_and_leaves_the_model_alone(
     assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
     assert m.generation_config.to_dict() == config_before
     assert next(m.parameters()).dtype == torch.float32
+    # the larger-batch advice: measured at 4x the batch, never the winner
+    big = res.larger_batch
+    assert big["batch"] == 4 and big["tokens_per_s"] > 0 and res.winner != "larger batch"
+    assert big["per_sequence_tokens_per_s"] == pytest.approx(big["tokens_per_s"] / 4)
+    assert big["total_speedup"] == pytest.approx(big["tokens_per_s"]
+                                                 / res.baseline_tokens_per_s)
+    assert any(n.startswith("a larger batch (advice") for n in res.notes)
     d = json.loads(json.dumps(res.to_dict()))
     assert d["schema"] == "gobrrr.optimize_generation" and len(d["candidates"]) == 5
 

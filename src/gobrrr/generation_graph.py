@@ -80,6 +80,20 @@ def _median_s(run: Callable[[], Any], sync: Callable[[], None]) -> float:
     return statistics.median(secs)
 
 
+def _step_s(dec: Any, input_ids: Any, new_tokens: int, sync: Callable[[], None],
+            res: DecodeGraphResult) -> float:
+    """One mode's decode step: a warm-up (a graph's capture: `res.capture_s`), then
+    (T(N) - T(1)) / (N - 1)."""
+    t0 = time.perf_counter()
+    dec.generate(input_ids, new_tokens)
+    sync()
+    if dec.mode == "graph":
+        res.capture_s = time.perf_counter() - t0
+    t_all = _median_s(lambda: dec.generate(input_ids, new_tokens), sync)
+    t_one = _median_s(lambda: dec.generate(input_ids, 1), sync)
+    return max(0.0, t_all - t_one) / (new_tokens - 1)
+
+
 def decode_graph_experiment(model: Any, input_ids: Any, *, new_tokens: int = 16,
                             bound_step_s: float | None = None,
                             progress: Progress | None = None) -> DecodeGraphResult:
@@ -101,16 +115,8 @@ def decode_graph_experiment(model: Any, input_ids: Any, *, new_tokens: int = 16,
     try:
         for mode in ("eager", "graph"):
             say(f"decode CUDA-graph experiment: {new_tokens} tokens, the decode step {mode}")
-            dec = LeanDecoder(model, batch=b, max_len=n + new_tokens, mode=mode)
-            t0 = time.perf_counter()
-            dec.generate(input_ids, new_tokens)  # warm-up (and the capture)
-            sync()
-            if mode == "graph":
-                res.capture_s = time.perf_counter() - t0
-            t_all = _median_s(lambda d=dec: d.generate(input_ids, new_tokens), sync)
-            t_one = _median_s(lambda d=dec: d.generate(input_ids, 1), sync)
-            steps[mode] = max(0.0, t_all - t_one) / (new_tokens - 1)
-            dec = None
+            steps[mode] = _step_s(LeanDecoder(model, batch=b, max_len=n + new_tokens,
+                                              mode=mode), input_ids, new_tokens, sync, res)
     except Exception as exc:  # the experiment failing is a finding, not a crash
         res.error = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         return res

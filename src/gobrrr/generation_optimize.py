@@ -63,6 +63,7 @@ __all__ = ["GenCandidate", "GenPlan", "GenerationOptimizeResult", "optimize_gene
            "teacher_forced_logits", "compare_logits", "REPEATS"]
 
 REPEATS = 3  # timed generations per candidate (after one warm-up)
+LARGER = 4  # the larger-batch advice: the baseline at this many times the batch
 MIN_SPEEDUP = 1.05  # a winner beats the baseline by more than this (timing noise)
 # rel_err allowed where an fp32 model's arithmetic is kept: reductions in another order (a
 # static cache's attention reads its whole preallocated length, masked; Inductor's fused
@@ -114,6 +115,7 @@ class GenerationOptimizeResult:
     conclusion: str
     optimize_s: float
     notes: list[str] = field(default_factory=list)
+    larger_batch: dict[str, Any] | None = None  # advice: the baseline at LARGER x batch
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -407,9 +409,49 @@ def optimize_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
                       f"{base_tps:,.1f} tokens/s by more than {MIN_SPEEDUP:.2f}x")
     else:
         conclusion = "nothing could be measured within the budget: raise --budget-s"
+    larger = _larger_batch(baseline_at=lambda ids: model.generate(ids, **kw),
+                           input_ids=input_ids, new_tokens=new_tokens, base_tps=base_tps,
+                           sync=sync, deadline=deadline, say=say)
+    if larger is not None:
+        notes.append(larger["summary"])
     notes.append("verification: teacher-forced raw logits along the baseline's greedy "
                  "sequence (rel_err = max |difference| / max |reference logit|, and the "
                  "share of positions whose top-1 token agrees), not the sampled tokens")
     return GenerationOptimizeResult(
         name, device, batch, prompt, new_tokens, dtype_name, base_tps, base_secs, cands,
-        best.name if best else None, conclusion, time.perf_counter() - t_start, notes)
+        best.name if best else None, conclusion, time.perf_counter() - t_start, notes,
+        larger)
+
+
+def _larger_batch(*, baseline_at: Callable[[Any], Any], input_ids: Any, new_tokens: int,
+                  base_tps: float, sync: Callable[[], None], deadline: float,
+                  say: Progress) -> dict[str, Any] | None:
+    """The issue's larger-batch advice, measured: the baseline generation at LARGER x the
+    batch (its rows repeated), one warm-up and REPEATS timed, tokens/s in total and per
+    sequence beside this batch's. Not a candidate: it changes the workload (more
+    sequences at once, each waiting for the slowest), so it is never the winner. None
+    when the budget cannot hold it; an out-of-memory says so."""
+    batch = int(input_ids.shape[0])
+    big = input_ids.repeat(LARGER, 1)
+    one = batch / base_tps * new_tokens  # this batch's generation, seconds
+    if time.perf_counter() + (REPEATS + 1) * one * LARGER > deadline:
+        return None
+    say(f"advice: the baseline at batch {LARGER * batch}")
+    out: dict[str, Any] = {"batch": LARGER * batch}
+    try:
+        _seconds(lambda: baseline_at(big), sync)
+        secs = [_seconds(lambda: baseline_at(big), sync) for _ in range(REPEATS)]
+    except Exception as exc:  # out of memory is an answer here
+        out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        out["summary"] = f"batch {LARGER * batch}: did not run ({out['error']})"
+        return out
+    tps = LARGER * batch * new_tokens / statistics.median(secs)
+    out |= {"tokens_per_s": tps, "per_sequence_tokens_per_s": tps / (LARGER * batch),
+            "total_speedup": tps / base_tps,
+            "per_sequence_change": (tps / (LARGER * batch)) / (base_tps / batch)}
+    out["summary"] = (
+        f"a larger batch (advice, the workload changed): batch {LARGER * batch} "
+        f"generates {tps:,.1f} tokens/s in total ({out['total_speedup']:.2f}x batch "
+        f"{batch}'s), {out['per_sequence_tokens_per_s']:,.1f} per sequence "
+        f"({out['per_sequence_change']:.2f}x)")
+    return out
