@@ -1,7 +1,9 @@
-"""Where the compiled lean decode step's time goes (issue 21: 40% of the bandwidth bound at
-batch 1): TinyLlama-1.1B (and --models) in bf16, batch 1, the lean loop compiled and
-captured, under Inductor settings: the default, and coordinate-descent tuning (what
-gpt-fast sets). Per variant: tokens/s (median of 3 generations of --new tokens), the
+"""Where the lean decode step's time goes (issue 21: 40% of the bandwidth bound at batch
+1): TinyLlama-1.1B (and --models) in bf16, batch 1, the lean loop (generation_lean.py;
+since session c its compile has coordinate-descent tuning and its prefill is captured)
+in variants: `graph` (eager kernels in a CUDA graph), `compile` (Inductor), `compile+math`
+(the math SDPA backend, which Inductor fuses, instead of one cuDNN kernel per layer).
+Per variant: tokens/s (median of 3 generations of --new tokens), the
 decode step (T(N) - T(1)) / (N - 1) against the bound's step, and one profiled generation
 of 16 tokens: CUDA kernels per decode step and their summed time per step.
 
@@ -41,7 +43,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--models", default="tinyllama-1.1b")
-    p.add_argument("--variants", default="default,coordinate_descent")
+    p.add_argument("--variants", default="graph,compile,compile+math")
     p.add_argument("--new", type=int, default=64)
     p.add_argument("--prompt", type=int, default=128)
     a = p.parse_args()
@@ -54,14 +56,13 @@ def main() -> None:
         bound_step = statistics.mean(db.step_bytes(1, a.prompt + k)
                                      for k in range(1, a.new)) / bw
         for variant in a.variants.split(","):
-            import torch._inductor.config as ic
-
-            ic.coordinate_descent_tuning = variant == "coordinate_descent"
+            mode, _, attention = variant.partition("+")
             torch._dynamo.reset()
             r = {"workload": name, "variant": variant, "bound_step_s": bound_step}
             try:
                 t0 = time.perf_counter()
-                dec = LeanDecoder(model, batch=1, max_len=a.prompt + a.new, mode="compile")
+                dec = LeanDecoder(model, batch=1, max_len=a.prompt + a.new, mode=mode,
+                                  attention=attention or None)
                 dec.generate(ids, a.new)
                 torch.cuda.synchronize()
                 r["prep_s"] = time.perf_counter() - t0
@@ -71,6 +72,8 @@ def main() -> None:
                 r["prefill_s"] = t_one
                 r["step_s"] = (t_all - t_one) / (a.new - 1)
                 r["step_of_bound"] = bound_step / r["step_s"]
+                r["tokens_of_bound"] = r["tokens_per_s"] * bound_step
+                r["prefill_note"] = dec.prefill_note
                 from torch.profiler import ProfilerActivity, profile
 
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -95,6 +95,7 @@ def test_the_graph_and_compiled_loops_on_cuda(mode):
     # graph: the eager kernels replayed (a static cache's masked sums: 1e-5); compile:
     # Inductor's fused kernels reorder fp32 sums (1e-4, optimize's FP32_TOL)
     assert rel <= (1e-5 if mode == "graph" else 1e-4), rel
+    assert dec.prefill_note is None  # the prefill was captured and replayed
     if mode == "graph":
         assert torch.equal(got, seq)
 
@@ -111,3 +112,19 @@ def test_the_graph_experiment_on_cuda():
     assert r.error is None and r.skipped is None, r.error
     # a 2-layer model's step is all launches: the graph must take most of it away
     assert r.graph_step_s < r.eager_step_s and r.overhead_share > 0.3, r.to_dict()
+
+
+def test_warm_up_steps_stay_inside_the_cache_and_attention_can_be_chosen():
+    m = _llama()
+    dec = LeanDecoder(m, batch=1, max_len=10)
+    calls = []
+    dec._pos.fill_(8)  # a prefill of 8 tokens: room for 2 more positions
+    dec._warm(lambda: calls.append(1))
+    assert len(calls) == 2
+    ids = torch.randint(1, 100, (1, 6))
+    seq, logits = _reference(m, ids)
+    _, forced = LeanDecoder(m, batch=1, max_len=15, attention="math").generate(
+        ids, 9, force=seq)
+    assert float((forced - logits).abs().max()) <= 1e-5 * float(logits.abs().max())
+    with pytest.raises(UserError, match="attention must be one of math, flash"):
+        LeanDecoder(m, batch=1, max_len=8, attention="fast")
