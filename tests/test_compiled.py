@@ -54,17 +54,22 @@ def test_fresh_compiled_model_agrees_with_its_eager_twin():
         eager = gobrrr.diagnose(m, x, time_budget_s=0.3, experiments=False)
         cm = torch.compile(m)
         first = gobrrr.diagnose(cm, x, time_budget_s=0.3, experiments=False)
-        # A plain loop before and after each timed diagnosis (a busy 2-core machine
-        # drifts), up to three rounds: CI once saw gobrrr at 10.5 ms between loops of
-        # 7.7 and 8.5 ms, a neighbour taking a core for one round. A bias in gobrrr's
-        # timer would miss in every round; noise seldom does three times running.
+        # A plain loop before and after each timed diagnosis, up to five rounds: a busy
+        # 2-core machine drifts between the three timings (CI once saw gobrrr at 10.5 ms
+        # between loops of 7.7 and 8.5 ms; beside a second test worker, loops of 29 and
+        # 34 ms around gobrrr's 16 ms, a neighbour's threads coming and going). A round
+        # agrees when gobrrr's median lies in the loops' span widened by 20%: a bias in
+        # gobrrr's timer would miss in every round; noise seldom does five times running.
+        def agrees(median_s, loops):
+            return 0.8 * min(loops) <= median_s <= 1.2 * max(loops)
+
         rounds = []
-        for _ in range(3):
+        for _ in range(5):
             loops_s = [plain_loop_s(cm, x)]
             rep = gobrrr.diagnose(cm, x, time_budget_s=0.3, experiments=False)
             loops_s.append(plain_loop_s(cm, x))
             rounds.append((rep.timing.median_s, loops_s))
-            if any(rep.timing.median_s == pytest.approx(s, rel=0.2) for s in loops_s):
+            if agrees(rep.timing.median_s, loops_s):
                 break
     assert eager.regime == first.regime == "compute", (eager.fractions, first.fractions)
     c = first.to_dict()["compiled"]
@@ -75,8 +80,8 @@ def test_fresh_compiled_model_agrees_with_its_eager_twin():
     assert rep.to_dict()["compiled"]["frames_compiled"] == 0  # warm the second time
     assert c["recompiles_during_timing"] == 0 and c["findings"] == []
     # Within 20% of the same module timed in a plain loop (the issue's definition of
-    # agreement; 10 ms calls keep this 2-core machine's noise well under that).
-    assert any(rep.timing.median_s == pytest.approx(s, rel=0.2) for s in loops_s), rounds
+    # agreement), around it in time (above).
+    assert agrees(rep.timing.median_s, loops_s), rounds
     # The budget is built from what the compiled code ran: its extern GEMM.
     assert any(r.op == "aten::addmm" and r.phase == "compiled" for r in rep.counts.records)
 
