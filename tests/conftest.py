@@ -132,3 +132,20 @@ def h200_calibration(_isolated_cache):
     cache_dir().mkdir(parents=True, exist_ok=True)
     (cache_dir() / "ceilings-cuda-0123456789abcdef.json").write_text(json.dumps(cal))
     return cal
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_kept():
+    """Whatever a test leaves as the SIGINT handler is put back, and said: a handler set
+    to SIG_IGN is inherited by every later subprocess of the same worker (the Ctrl-C
+    tests then saw their interrupt ignored, in a run where tests landed after it)."""
+    import signal
+    import warnings
+
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        warnings.warn(f"gobrrr-test: this test left the SIGINT handler as {after!r} "
+                      f"(was {before!r}): put back", stacklevel=1)
