@@ -144,6 +144,12 @@ def test_the_generation_report_has_prefill_and_decode_phases_and_the_bound():
     assert all(p["limit"] in ("memory", "compute") for p in bs["points"])
     assert g["new_tokens"] == 12 and g["decode"]["steps"] == 11
     assert g["profiled_new_tokens"] == PROFILED_TOKENS
+    # where the diagnosis's own time went: every part, the experiments' as they report it
+    parts = g["seconds_by_part"]
+    assert set(parts) == {"calibrate", "generation", "timing", "profile", "analysis",
+                          "batch_scaling", "prompt_scaling", "decode_graph", "report"}
+    assert parts["batch_scaling"] >= bs["seconds"]
+    assert sum(parts.values()) <= d["diagnose_s"] + parts["report"]
     assert g["decode"]["kv_source"] == "the cache"
     # the cached ceilings' bandwidth (conftest): 2e10 B/s
     assert g["decode"]["bound_tokens_per_s"] == pytest.approx(2 * 2e10 / g["decode"][
@@ -224,12 +230,15 @@ def test_generation_on_cuda_reads_kernels_per_phase():
 # ---------------------------------------------------------------- the batch experiment
 
 
-def _fake_measure(tokens_per_s, oom_at=None, prefill_flops=10**9):
-    """profile_generation's stand-in: decode at each batch at the given tokens/s."""
+def _fake_measure(tokens_per_s, oom_at=None, prefill_flops=10**9, counted=None):
+    """profile_generation's stand-in: decode at each batch at the given tokens/s;
+    `counted` gets (batch, count_flops) of each call."""
     from gobrrr.generation import DecodeBytes, GenerationProfile
 
     def measure(model, ids, new_tokens, *, bandwidth_bytes_per_s, peak_flops_per_s, **kw):
         b = int(ids.shape[0])
+        if counted is not None:
+            counted.append((b, kw.get("count_flops", True)))
         if oom_at is not None and b >= oom_at:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         step = b / tokens_per_s[b]
@@ -246,9 +255,14 @@ def test_the_decode_batch_experiment_stops_where_tokens_per_s_stops_rising():
     from gobrrr.generation_batch import decode_batch_scaling
 
     ids = torch.zeros(1, 10, dtype=torch.long)
+    counted = []
     bs = decode_batch_scaling(None, ids, bandwidth_bytes_per_s=1e11, peak_flops_per_s=1e12,
-                              measure=_fake_measure({1: 10, 2: 19, 4: 36, 8: 38}))
+                              measure=_fake_measure({1: 10, 2: 19, 4: 36, 8: 38},
+                                                    counted=counted))
     assert [p.batch for p in bs.points] == [1, 2, 4, 8]
+    # prefill's FLOPs per token are counted once, at the first batch, and kept for all
+    assert counted == [(1, True), (2, False), (4, False), (8, False)]
+    assert [p.compute_bound_tokens_per_s for p in bs.points] == [pytest.approx(1e4)] * 4
     assert bs.stopped == "tokens/s rose 1.06x from batch 4 to 8: stopped rising"
     assert bs.best.batch == 8
     p1 = bs.points[0]

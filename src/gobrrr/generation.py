@@ -260,11 +260,14 @@ def profile_generation(model: Any, input_ids: Any, new_tokens: int, *,
                        warmup: int = 1, bandwidth_bytes_per_s: float | None = None,
                        peak_flops_per_s: float | None = None,
                        generate: Callable[..., Any] | None = None,
+                       count_flops: bool = True,
                        **generate_kwargs: Any) -> GenerationProfile:
     """Greedy generation of exactly `new_tokens` tokens after `input_ids` (B x T), run
     `warmup` times as it is, then once with each forward timed (module docstring).
     `generate` overrides `model.generate` (a user's own decode loop that calls the model
-    once per token). The model is unchanged afterwards: only two hooks, removed."""
+    once per token). `count_flops`: count prefill's FLOPs (one more forward under
+    gobrrr's op counter; `prefill_flops` is None without it). The model is unchanged
+    afterwards: only two hooks, removed."""
     import torch
 
     if not isinstance(new_tokens, int) or new_tokens < 2:
@@ -315,7 +318,7 @@ def profile_generation(model: Any, input_ids: Any, new_tokens: int, *,
                 h.remove()
         # read the cache's size now, before it is freed or reused
         dbytes = decode_bytes(model, caches[0] if caches else None)
-        flops = _prefill_flops(model, input_ids)
+        flops = _prefill_flops(model, input_ids) if count_flops else None
     prof = _profile(calls, end, input_ids, dbytes, bandwidth_bytes_per_s, device)
     prof.prefill_flops, prof.peak_flops_per_s = flops, peak_flops_per_s
     return prof

@@ -100,6 +100,7 @@ def decode_batch_scaling(model: Any, input_ids: Any, *, new_tokens: int = 8,
     stopped = f"the batch cap ({max_batch}) reached"
     batch = 1
     last_s = 0.0  # the last point's seconds: the next, at twice the batch, takes longer
+    per_token: float | None = None  # prefill's FLOPs per prompt token, from the first point
     while batch <= max_batch:
         if points and clock() - t0 + 2 * last_s > budget_s:
             stopped = f"the time budget ({budget_s:.0f} s) would be spent at batch {batch}"
@@ -107,9 +108,12 @@ def decode_batch_scaling(model: Any, input_ids: Any, *, new_tokens: int = 8,
         say(f"decode at batch {batch}: {new_tokens} tokens, each step timed")
         p0 = clock()
         try:
+            # prefill's FLOPs per prompt token do not depend on the batch: counted at the
+            # first point only (a count is one more forward under the op counter)
             prof = measure(model, prompt.repeat(batch, 1), new_tokens,
                            bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-                           peak_flops_per_s=peak_flops_per_s, **generate_kwargs)
+                           peak_flops_per_s=peak_flops_per_s, count_flops=not points,
+                           **generate_kwargs)
         except Exception as exc:
             if not _is_oom(exc):
                 raise
@@ -117,8 +121,9 @@ def decode_batch_scaling(model: Any, input_ids: Any, *, new_tokens: int = 8,
                 torch.cuda.empty_cache()
             stopped = f"out of memory at batch {batch}"
             break
-        per_token = (prof.prefill_flops / (prof.batch * prof.prompt_len)
-                     if prof.prefill_flops else None)
+        if not points:
+            per_token = (prof.prefill_flops / (prof.batch * prof.prompt_len)
+                         if prof.prefill_flops else None)
         points.append(BatchPoint(
             batch, prof.decode_step_s, prof.decode_tokens_per_s, prof.bound_tokens_per_s,
             peak_flops_per_s / per_token if per_token and peak_flops_per_s else None,

@@ -30,7 +30,8 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,17 @@ PROFILED_TOKENS = 2
 REPEATS = 5  # unprofiled K-token generations whose median is T_wall
 BATCH_BUDGET_S = 12.0  # the decode batch experiment's time, at most (diagnosis within 20 s)
 PROMPT_BUDGET_S = 6.0  # the prompt-length experiment's time, at most
+
+
+@contextmanager
+def _part(seconds: dict[str, float], name: str) -> Iterator[None]:
+    """The host seconds of one part of the diagnosis, kept under `name` (the report's
+    `generation.seconds_by_part`: where the diagnosis's own time went)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = time.perf_counter() - t0
 
 
 def _generate(model: Any, ids: Any, n: int) -> Callable[[], Any]:
@@ -127,20 +139,23 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
 
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
+    parts: dict[str, float] = {}
     device = input_ids.device.type
-    ceil = calibrate(device, progress=say)
+    with _part(parts, "calibrate"):
+        ceil = calibrate(device, progress=say)
     dtype = next(model.parameters()).dtype
     peak = ceil.peak_flops_per_s.get("bf16" if dtype == torch.bfloat16 else "fp32")
     say(f"generating {new_tokens} tokens, each forward timed (after a warm-up)")
-    prof = profile_generation(model, input_ids, new_tokens, warmup=1,
-                              bandwidth_bytes_per_s=ceil.bandwidth_bytes_per_s,
-                              peak_flops_per_s=peak, pad_token_id=0)
+    with _part(parts, "generation"):
+        prof = profile_generation(model, input_ids, new_tokens, warmup=1,
+                                  bandwidth_bytes_per_s=ceil.bandwidth_bytes_per_s,
+                                  peak_flops_per_s=peak, pad_token_id=0)
     k = min(new_tokens, PROFILED_TOKENS)
     run = _generate(model, input_ids, k)
     say(f"timing {REPEATS} generations of {k} tokens, unprofiled")
     sync = device_sync(device)
     samples = []
-    with torch.inference_mode():
+    with _part(parts, "timing"), torch.inference_mode():
         for _ in range(REPEATS):
             sync()
             s0 = time.perf_counter()
@@ -148,9 +163,11 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
             sync()
             samples.append(time.perf_counter() - s0)
     say(f"profiling one generation of {k} tokens")
-    path = _profiled_trace(model, run, device)
+    with _part(parts, "profile"):
+        path = _profiled_trace(model, run, device)
     try:
-        a = analyse_trace(read_header(path), ceil, say, one_step=True)
+        with _part(parts, "analysis"):
+            a = analyse_trace(read_header(path), ceil, say, one_step=True)
     finally:
         path.unlink(missing_ok=True)
     for r in a.run.counts.records:
@@ -163,20 +180,24 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
     if experiments:
         say("the batch experiment: decode at batch 1, 2, 4, ... until tokens/s stops "
             "rising")
-        scaling = decode_batch_scaling(model, input_ids, new_tokens=min(new_tokens, 8),
-                                       bandwidth_bytes_per_s=ceil.bandwidth_bytes_per_s,
-                                       peak_flops_per_s=peak, budget_s=batch_budget_s,
-                                       progress=say, pad_token_id=0)
+        with _part(parts, "batch_scaling"):
+            scaling = decode_batch_scaling(
+                model, input_ids, new_tokens=min(new_tokens, 8),
+                bandwidth_bytes_per_s=ceil.bandwidth_bytes_per_s, peak_flops_per_s=peak,
+                budget_s=batch_budget_s, progress=say, pad_token_id=0)
         gen["batch_scaling"] = scaling.to_dict()
         say("the prompt-length experiment: prefill at 1, 2, 4, ... times the prompt")
-        prompt = prefill_length_scaling(model, input_ids, peak_flops_per_s=peak,
-                                        budget_s=prompt_budget_s, progress=say,
-                                        pad_token_id=0)
+        with _part(parts, "prompt_scaling"):
+            prompt = prefill_length_scaling(model, input_ids, peak_flops_per_s=peak,
+                                            budget_s=prompt_budget_s, progress=say,
+                                            pad_token_id=0)
         gen["prompt_scaling"] = prompt.to_dict()
         bound_step = (prof.step_bytes / ceil.bandwidth_bytes_per_s
                       if ceil.bandwidth_bytes_per_s else None)
-        graph = decode_graph_experiment(model, input_ids, new_tokens=min(new_tokens, 8),
-                                        bound_step_s=bound_step, progress=say)
+        with _part(parts, "decode_graph"):
+            graph = decode_graph_experiment(model, input_ids,
+                                            new_tokens=min(new_tokens, 8),
+                                            bound_step_s=bound_step, progress=say)
         gen["decode_graph"] = graph.to_dict()
     notes = [f"generation: greedy, {new_tokens} new tokens after a {prof.prompt_len}-token "
              f"prompt, batch {prof.batch}: {prof.summary()}",
@@ -196,8 +217,10 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
                               *[Step(f"decode {i + 1}", s) for i, s in
                                 enumerate(prof.decode_s)]],
                        notes=notes)
-    report = report_for(measured, ceil, facts=workload_facts([model], []), started_s=t0)
-    report.generation = gen
+    with _part(parts, "report"):
+        report = report_for(measured, ceil, facts=workload_facts([model], []),
+                            started_s=t0)
+    report.generation = gen | {"seconds_by_part": parts}
     return report
 
 

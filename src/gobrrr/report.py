@@ -51,7 +51,8 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #       its categories, `gobrrr memory`'s figures: the live source with experiments)
 # 1.11: generation.decode_graph (the decode step's CUDA-graph experiment,
 #       generation_graph.py)
-SCHEMA_VERSION = "1.11"
+# 1.12: generation.seconds_by_part (where doctor --generate's own time went)
+SCHEMA_VERSION = "1.12"
 
 
 @dataclass
