@@ -80,6 +80,21 @@ def test_the_graph_experiment_says_why_it_did_not_run_off_cuda():
     assert done.to_dict()["overhead_share"] == pytest.approx(0.75)
 
 
+@pytest.mark.slow
+def test_the_compiled_step_runs_the_attention_backend_asked_for():
+    """A compiled step ignores an sdpa_kernel context entered outside it (on the H200 the
+    compiled step ran cuDNN's SDPA under an outer [MATH]; here CPU's flash kernel): the
+    loop enters it inside the step, where dynamo traces it into the graph."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    dec = LeanDecoder(_llama(), batch=1, max_len=10, mode="compile", attention="math")
+    _, code = run_and_get_code(dec.generate, torch.randint(1, 100, (1, 5)), 3)
+    # PyTorch's own choice for this step on the CPU is its flash kernel (checked with
+    # attention=None: _scaled_dot_product_flash_attention_for_cpu in the code)
+    assert code and not any("flash" in c for c in code)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["graph", "compile"])
 def test_the_graph_and_compiled_loops_on_cuda(mode):

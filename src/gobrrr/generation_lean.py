@@ -133,7 +133,12 @@ class LeanDecoder:
                               "use_cache": True}
         if self._keep_kw:
             kw["logits_to_keep"] = 1
-        return self.model(ids, **kw).logits[:, -1]
+        # the backend context inside the step as well as around the loop: a compiled step
+        # ignores a context entered outside it (seen on the H200: cuDNN's SDPA kernel in
+        # the compiled step under an outer sdpa_kernel([MATH])), while dynamo traces one
+        # entered inside it into the graph
+        with self._attention():
+            return self.model(ids, **kw).logits[:, -1]
 
     def _eager_step(self) -> Any:
         """One decode step from the input buffers: logits of the next position; the
