@@ -530,3 +530,29 @@ def test_prefill_and_decode_ranges_in_a_users_loop_are_the_phases(tmp_path, cpu_
     assert by_phase["prefill"].count("aten::embedding") == 1
     assert by_phase["decode"].count("aten::embedding") == 4
     assert {row.name for row in r.budget.per_phase} == {"prefill", "decode"}
+
+
+def test_found_steps_count_from_the_completion_of_the_call_before(tmp_path):
+    # Four calls of one op, each launching a 300 us kernel on one stream, launched every
+    # 20 us after a first call whose host side took 100 us (a warm-up by its window:
+    # 100 > 1.5 x 20, left out). The GPU runs the kernels back to back: [10, 310],
+    # [310, 610], [610, 910], [910, 1210]. Each kept call completes 300 us after the one
+    # before it, so T_wall = busy = 300 us and the first call's kernel stays out. Counted
+    # from each call's first host event instead, the steps would span [100, 1210]:
+    # 370 us per step, 210 us of it the warm-up's kernel, as memory of no op.
+    events = []
+    for j, t0 in enumerate((0, 100, 120, 140)):
+        events += [pointwise("aten::mul", t0, j + 1),
+                   x("cuda_runtime", "cudaLaunchKernel", t0 + 1, 2,
+                     **{"External id": j + 1, "correlation": 100 + j}),
+                   {**x("kernel", "k_mul", 10 + 300 * j, 300,
+                        **{"External id": j + 1, "correlation": 100 + j, "stream": 7}),
+                    "pid": 0}]
+    r = analyze([write_trace(tmp_path / "t.json", events)])
+    b = r.budget
+    assert r.workload["trace"]["steps"] == 3
+    assert b.wall_s == pytest.approx(300 * US) and b.busy_s == pytest.approx(300 * US)
+    assert b.overhead_s == pytest.approx(0.0, abs=1e-12)
+    assert [c.time_s for c in b.per_call] == [pytest.approx(300 * US)]
+    assert b.compute_s_by_unit.get("unlinked", 0.0) == 0.0
+    assert "1 kernel(s) (300.0 us) ran outside the profiled steps: not counted" in r.notes

@@ -12,16 +12,27 @@ With the H200's calibration cached (conftest's h200_calibration) the ceilings ar
 ones, as `analyze` on that GPU would read them.
 """
 
+import gzip
+import json
+import statistics
 from pathlib import Path
 
 import pytest
 
 from gobrrr.analyze import analyze
 from gobrrr.remedies.attention import find_attention
+from gobrrr.tracefile.columns import stream_trace
+from gobrrr.tracefile.stepfind import find_steps
 
 DATA = Path(__file__).parent / "data" / "traces"
 ATTENTION = DATA / "attention.json.gz"
 GPT2_TRAIN = DATA / "gpt2_train_step.json.gz"
+# Issue 23's plain traces (a profile() block around 4 calls, then torch.cuda.synchronize()
+# inside it; no schedule, no prof.step()), recorded on the H200 on 2026-12-02 by
+# benchmarks/plain_traces_gpu.py's record(), with doctor's figures beside them
+# (benchmarks/results/h200/plain-traces-analyze.md)
+PLAIN_POINTWISE = DATA / "plain_pointwise.json.gz"  # ((x * 2).sin() + 1).relu(), 2^24
+PLAIN_RESNET = DATA / "plain_resnet50_compiled.json.gz"  # torch.compile'd, batch 256
 
 
 def row(report, op):
@@ -92,3 +103,59 @@ def test_gpt2_training_step_is_compute_bound_like_doctor(h200_calibration):
     assert any("a tensor list recorded without shapes" in n for n in r.notes)
     # GPT-2 calls SDPA: no hand-written attention to find
     assert find_attention(r.counts.records) == []
+
+
+def _raw(path):
+    return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+
+
+def test_plain_pointwise_trace_ends_its_last_call_with_the_call(h200_calibration):
+    # doctor on the H200: memory 0.907, overhead 0.093 of 0.146 ms. Before: the last
+    # call's window ran to the trace's end (its synchronize and the profiler's exit),
+    # 286 us against 116-135 us: memory 0.765 of 0.179 ms.
+    events = _raw(PLAIN_POINTWISE)
+    tops = sorted((e for e in events if e.get("cat") == "cpu_op"),
+                  key=lambda e: (e["ts"], -e["dur"]))
+    top, end = [], -1.0
+    for e in tops:  # top-level: aten::relu's aten::clamp_min is inside it
+        if e["ts"] >= end:
+            top.append(e)
+            end = e["ts"] + e["dur"]
+    calls = [top[i:i + 4] for i in range(0, len(top), 4)]  # mul, sin, add, relu
+    ends = [max(e["ts"] + e["dur"] for e in c) for c in calls]
+    starts = [c[0]["ts"] for c in calls]
+    loop_us = statistics.median(s - e for e, s in zip(ends[:-1], starts[1:], strict=True))
+    cols = find_steps(stream_trace(PLAIN_POINTWISE))
+    assert len(calls) == 4 and len(cols.steps) == 3  # the first call: a warm-up
+    assert cols.steps[-1][2] == pytest.approx(ends[-1] + loop_us - starts[-1], abs=1e-3)
+    assert cols.steps[-1][2] < 120  # us; to the trace's end: 286
+    r = analyze([PLAIN_POINTWISE])
+    assert r.regime == "memory"
+    assert r.fractions["memory"] == pytest.approx(0.907, abs=0.1)  # doctor's
+
+
+def test_plain_compiled_resnet_leaves_the_warm_up_calls_kernels_out(h200_calibration):
+    # doctor on the H200: 16.75 ms per call, 16.04 ms of it kernels. The first call's
+    # host side (9.9 ms) was left out as a warm-up while its 16 ms of kernels were still
+    # queued: counted from each call's first host event, the kept steps held them too,
+    # 19.1 ms of kernels per step in 19.5 ms, the warm-up's as memory of no op.
+    events = _raw(PLAIN_RESNET)
+    launch = {e["args"]["correlation"]: e["ts"] for e in events
+              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e["args"]}
+    cols = find_steps(stream_trace(PLAIN_RESNET))
+    first_us = cols.steps[0][1]
+    kept = [k for k in events if k.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")
+            and launch[k["args"]["correlation"]] >= first_us]
+    assert len(cols.steps) == 3 and len(kept) == 3 * 176  # 176 kernels a call
+    r = analyze([PLAIN_RESNET])
+    b = r.budget
+    # one stream, the GPU busy throughout: the kept calls' kernels, once each
+    assert b.busy_s == pytest.approx(sum(k["dur"] for k in kept) / 3 * 1e-6, rel=1e-6)
+    assert 16.0e-3 < b.wall_s < 16.4e-3  # each call from the completion of the one before
+    assert b.compute_s_by_unit.get("unlinked", 0.0) == 0.0
+    assert "176 kernel(s) (16001.4 us) ran outside the profiled steps: not counted" in r.notes
+    # The split still differs from doctor's (compute 0.483, memory 0.475): doctor's
+    # compiled path counts an extern call's bytes from its recorded arguments, so a
+    # convolution's output is left out and the 1x1 convolutions that widen 64 -> 256
+    # channels read as compute there; here (input + output) they are memory.
+    assert r.fractions["memory"] > r.fractions["compute"]

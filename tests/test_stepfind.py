@@ -139,8 +139,10 @@ def test_found_steps_time_the_calls_not_the_gaps_around_them(tmp_path):
             assert r.budget.wall_s == pytest.approx(9001 * US)
             continue
         assert r.workload["trace"]["steps"] == 3
-        # back to back: the 5 us from a call's last op to the next call is the loop's
-        assert r.budget.wall_s == pytest.approx((100 + 100 + 95) / 3 * US)
+        # back to back: the 5 us from a call's last op to the next call is the loop's;
+        # T_wall is the median of the calls' times (100, 100, and the last: 95 us, plus
+        # the loop's 5 us when nothing follows it, else 95 us to its last event's end)
+        assert r.budget.wall_s == pytest.approx(100 * US)
         assert r.budget.busy_s == pytest.approx(90 * US)
 
 
@@ -288,3 +290,35 @@ def test_analyze_check_prints_only_the_check(tmp_path):
                                                                      "steps"]
     full = CliRunner().invoke(cli, ["analyze", str(p), "--json", "-q"])
     validate(json.loads(full.stdout), "report")
+
+
+def test_the_last_call_ends_with_its_own_events_not_the_code_after_the_loop(tmp_path):
+    # Three calls of 50 us at 1000, 1100, 1200 (50 us of loop between them), then a
+    # torch.cuda.synchronize() and the profiler's exit, which record no cpu_op: a
+    # cudaDeviceSynchronize from 1300 to 1400. Read to the trace's end the last step
+    # would be 200 us; it ends at its last event (1250) plus the loop's median 50 us.
+    events = [e for t0 in (1000, 1100, 1200) for e in call(t0)]
+    events.append(x("cudaDeviceSynchronize", 1300, 100, cat="cuda_runtime"))
+    cols = find_steps(trace(tmp_path, events))
+    assert cols.step_rule.kind == "repeated calls"
+    assert cols.steps == [(0, 1000.0, 100.0), (1, 1100.0, 100.0), (2, 1200.0, 100.0)]
+
+
+def test_found_steps_take_the_median_call_as_t_wall(tmp_path):
+    # Four calls of two 45 us ops; the third spends 105 us between its ops (a slow
+    # Python stretch, a descheduled thread): the calls take 100, 100, 200 and 95 us
+    # (the last: to its last event's end). T_wall is the median, 100 us (the mean would
+    # be 123.75 us), the busy time the mean of the ops' 90 us.
+    calls = []
+    for t0, gap in ((1000, 5), (1100, 5), (1200, 105), (1400, 5)):
+        calls += [x("aten::mul", t0, 45), x("aten::add", t0 + 45 + gap, 45)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": calls}))
+    r = analyze([p])
+    assert r.workload["trace"]["steps"] == 4
+    assert r.budget.wall_s == pytest.approx(100 * US)
+    assert r.budget.busy_s == pytest.approx(90 * US)
+    assert r.budget.overhead_s == pytest.approx(10 * US)
+    assert ("T_wall per step is the median of the 4 calls' times (0.100 ms; their mean "
+            "0.124 ms), as doctor takes the median of its calls: the profiler slows calls "
+            "unevenly") in r.notes

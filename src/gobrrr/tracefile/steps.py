@@ -21,10 +21,17 @@ step's wall time and busy time, ready for budget.compute_budget.
   range or launch call) to the end of its last event or of the last kernel it launched:
   the moments at a step's edges with no event at all are `prof.step()`'s own bookkeeping,
   not the user's (found steps, back to back, keep the time between them: the user's
-  loop). T_wall per step is the length of the union of the spans over the
-  number of steps; busy time the time inside those spans when the GPU ran at least one
-  kernel (the union of kernel intervals, so overlapping streams count once). GPU idle
-  inside the spans is overhead.
+  loop). Found steps on a GPU are counted from the completion of the call before them
+  (and the first from the end of the device work launched before it, a warm-up call's
+  say): while kernels queue up, a call's time is when its last kernel ends minus when
+  the previous call's did. T_wall per step is the length of the union of the spans over
+  the number of steps; for three or more found steps the median of their spans, as
+  doctor takes the median of its calls (never below the mean busy time). Busy time is
+  the time inside the spans when the GPU ran at least one kernel (the union of kernel
+  intervals, so overlapping streams count once). GPU idle inside the spans is
+  overhead; its share is an upper bound: the profiler's own host time per recorded
+  event, which the trace cannot separate from the program's, leaves the GPU idle where
+  the unprofiled program may not.
 - Per-step averages: the k-th call of an op with the same name and shape signature lines
   up across steps (tracestream's signature leaves float scalars out); its time is the mean
   over all steps, and an op found in only some steps carries that share of its FLOPs and
@@ -67,7 +74,9 @@ from gobrrr.tracefile.opcount import (
 )
 from gobrrr.tracefile.stepfind import find_steps
 
-__all__ = ["TraceRun", "analyse_steps"]
+__all__ = ["TraceRun", "analyse_steps", "MEDIAN_STEPS"]
+
+MEDIAN_STEPS = 3  # found steps from which T_wall is their median (fewer: the mean)
 
 
 
@@ -237,6 +246,54 @@ def _op_around(cols: TraceColumns, owner: np.ndarray) -> Callable[[int, float], 
     return around
 
 
+def _lead_us(cols: TraceColumns, launched_by: np.ndarray, first_us: float,
+             d_end: np.ndarray) -> float:
+    """When the device work launched before the first step (a warm-up call stepfind.py
+    left out, the profiler's start-up) ended: by its launching event's time, else by
+    its own start; -inf if there is none."""
+    launch_us = np.where(launched_by >= 0, cols.cpu["ts_us"][np.maximum(launched_by, 0)],
+                         cols.device["ts_us"])
+    before = launch_us < first_us
+    return float(d_end[before].max()) if before.any() else -np.inf
+
+
+def _after_completion(span_lo: np.ndarray, span_hi: np.ndarray, lead_us: float) -> None:
+    """Found steps, back to back, each counted from the completion of the one before it
+    (in place): a call completes when both its host window and the kernels it launched
+    have ended, and the GPU runs a stream's kernels in launch order, so while kernels
+    queue up (the device slower than the host) call k's time is C_k - C_(k-1), as
+    doctor's back-to-back calls see it. The first step starts when the work launched
+    before it (`lead_us`) is done: on the H200 compiled ResNet-50's first call, left
+    out as a warm-up by its 9.9 ms host window, still had 16 ms of kernels queued, which
+    ran inside the later steps' spans and read as their busy time (19.1 ms per step
+    against 16.0 ms of kernels per call; memory 0.65 against doctor's 0.48). Several
+    streams may overlap the calls: then this is approximate (never before a step's first
+    event, never past its end)."""
+    prev = lead_us
+    for k in range(len(span_lo)):
+        span_lo[k] = min(max(span_lo[k], prev), span_hi[k])
+        prev = span_hi[k]
+
+
+def _median_step_us(times_us: np.ndarray, busy_us_per_step: float, notes: list[str]
+                    ) -> float:
+    """T_wall of found steps (back to back, each counted from the one before it): the
+    median of the calls' times, as doctor's timer takes the median of its calls, never
+    below the mean busy time. The profiler slows calls unevenly (on the H200 the GPT-2
+    training step's last call took 69.4 ms against 48.5-51.2 ms for the three before it,
+    its backward 41 ms against 24-30 ms; a compiled call's second run 0.27 ms against
+    0.12 ms), and one such call would move a mean."""
+    median_us = float(np.median(times_us))
+    mean_us = float(times_us.mean())
+    step_us = max(median_us, busy_us_per_step)
+    if abs(step_us - mean_us) > 0.01 * mean_us:
+        notes.append(f"T_wall per step is the median of the {len(times_us)} calls' times "
+                     f"({step_us / 1e3:.3f} ms; their mean {mean_us / 1e3:.3f} ms), as "
+                     "doctor takes the median of its calls: the profiler slows calls "
+                     "unevenly")
+    return step_us
+
+
 def analyse_steps(cols: TraceColumns,
                   count: Callable[[str, RecordedArgs | None], OpCount] = count_recorded
                   ) -> TraceRun:
@@ -292,6 +349,8 @@ def analyse_steps(cols: TraceColumns,
         # event to the next call's first is the user's loop, which doctor's back-to-back
         # calls hold too, not a profiler's bookkeeping.
         span_hi[:-1] = np.maximum(span_hi[:-1], step_ts[1:])
+    if not marked and gpu:
+        _after_completion(span_lo, span_hi, _lead_us(cols, launched_by, step_ts[0], d_end))
     # a zero-length span (a step of no duration) stays, as it always has: it covers nothing
     ws, we = union(span_lo, span_hi, keep_empty=True)
     wall_us = float((we - ws).sum())
@@ -384,6 +443,10 @@ def analyse_steps(cols: TraceColumns,
                      f"{busy_time_us / n_steps:.1f} us the {'GPU' if gpu else 'CPU'} was "
                      "busy")
 
+    step_us = wall_us / n_steps
+    if not marked and n_steps >= MEDIAN_STEPS:
+        step_us = _median_step_us(span_hi - span_lo, busy_time_us / n_steps, notes)
+
     # Records and the run.
     counts: dict[tuple[int, int], OpCount] = {}
     records: list[OpRecord] = []
@@ -450,7 +513,7 @@ def analyse_steps(cols: TraceColumns,
         notes.append("the trace has no recorded shapes (record_shapes=False): no FLOPs or "
                      "bytes; each op's time goes to compute if it is a matmul, conv or "
                      "attention (by op or kernel name), else to memory, with no roofline")
-    return TraceRun(run=run, wall_s=wall_us * 1e-6 / n_steps, samples_s=samples_s,
+    return TraceRun(run=run, wall_s=step_us * 1e-6, samples_s=samples_s,
                     steps=n_steps, step_names=step_names, device=run.device,
                     kernels_per_step=kernels_per_step, busy_s=run.busy_s, notes=notes,
                     outside_ops=outside_ops, outside_kernels=outside_kernels,
