@@ -328,6 +328,81 @@ def test_hooks_come_off_and_the_process_is_as_before(tmp_path, monkeypatch):
     assert sys.argv == argv and sys.path == path
 
 
+
+# The process as the script sees it: what gobrrr could leave on its hot path after the
+# window (hooks, patched methods, a tracer, a thread, a proxy on stdout).
+PROCESS_STATE = textwrap.dedent('''
+    def process_state():
+        import sys, threading
+        import torch.nn.modules.module as nn_module
+        from torch.amp import grad_scaler
+        from torch.optim import optimizer as optim_module
+        from torch.utils.data import dataloader
+
+        hooks = {n: len(getattr(m, n)) for m in (nn_module, optim_module) for n in dir(m)
+                 if n.startswith("_global_") and isinstance(getattr(m, n), dict)}
+        return {"hooks": hooks,
+                "patched": [f.__qualname__ for f in (
+                    dataloader._BaseDataLoaderIter.__next__,
+                    dataloader._BaseDataLoaderIter.__init__, grad_scaler.GradScaler.step)],
+                "tracer": [repr(sys.getprofile()), repr(sys.gettrace())],
+                "threads": sorted(t.name for t in threading.enumerate()),
+                "stdout_is_its_own": sys.stdout is sys.__stdout__,
+                "stderr_is_its_own": sys.stderr is sys.__stderr__}
+''')
+
+
+def test_after_the_window_nothing_of_gobrrr_is_left_in_the_scripts_process(tmp_path):
+    """On a terminal, progress shown: each step after the window runs in the process the
+    script has without gobrrr (hooks, patched methods, tracer, threads, stdout). gobrrr
+    run's live spinner once left rich's refresh thread (10 redraws a second) and a proxy
+    on sys.stdout and sys.stderr there until the script ended."""
+    import pty
+
+    body = PROCESS_STATE + textwrap.dedent('''
+        import json, sys, torch
+        model = torch.nn.Linear(8, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i in range(12):  # the window: 1 warm-up + 3 timed + 1 + 1 profiled = 6 steps
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        json.dump(process_state(), open(sys.argv[1], "w"))
+    ''')
+    script = write(tmp_path, "state.py", body)
+    plain = subprocess.run([sys.executable, str(script), "plain.json"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    main, terminal = pty.openpty()  # stderr a terminal: gobrrr's progress is shown there
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gobrrr", "run", "--warmup", "1", "--steps", "3",
+             "--profiled", "1", "--json", "r.json", str(script), "state.json"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=terminal, text=True,
+            env=dict(os.environ, NO_COLOR="1"))
+        os.close(terminal)
+        said = []
+        while True:  # read the terminal as it fills, or the process blocks on it
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # EIO: every copy of the terminal's other end closed
+                break
+            if not chunk:
+                break
+            said.append(chunk.decode(errors="replace"))
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        os.close(main)
+    assert proc.returncode == 0, "".join(said)
+    assert "gobrrr: profiling 1 steps" in "".join(said)  # progress was on
+    assert (tmp_path / "r.json").is_file()  # the window closed before the 12th step
+    after = json.loads((tmp_path / "state.json").read_text())
+    assert after == json.loads((tmp_path / "plain.json").read_text())
+    assert after["threads"] == ["MainThread"]
+    assert after["stdout_is_its_own"] is True
+    assert set(after["hooks"].values()) == {0}
+
+
 @pytest.mark.cuda
 def test_a_cuda_script_reads_the_wait_for_data_against_the_gpu(tmp_path, monkeypatch):
     import gobrrr.remedies.data as data

@@ -53,13 +53,13 @@ def run(module: str | None, warmup: int, steps: int, profiled: int,
         json_path: Path | None, html_path: Path | None, trace_path: Path | None,
         exit_after: bool, quiet: bool, argv: tuple[str, ...]) -> None:
     """Run a script in place and diagnose its steps (help: _HELP)."""
-    from gobrrr.cli.common import check_writable, progress_printer, run_guarded
+    from gobrrr.cli.common import check_writable, run_guarded
 
     if module is None and not argv:
         raise click.UsageError("give a script (gobrrr run train.py ...) or -m MODULE")
     script, args = (None, list(argv)) if module is not None else (argv[0], list(argv[1:]))
     run_guarded(lambda: check_writable(json_path, html_path, trace_path))
-    say = _rank_zero(progress_printer(quiet))
+    say = _rank_zero(_lines(quiet))
     result = run_guarded(lambda: _run(script, module, args, warmup, steps, profiled,
                                       exit_after, json_path, html_path, trace_path, say))
     raise SystemExit(_finish(result))
@@ -78,6 +78,23 @@ def _run(script: str | None, module: str | None, args: list[str], warmup: int,
     return run_script(script, args, module=module,
                       opts=ScriptOptions(warmup, steps, profiled, exit_after),
                       progress=say, deliver=deliver)
+
+
+def _lines(quiet: bool) -> Callable[[str], None]:
+    """Progress as plain lines on stderr, on a terminal too. The other commands' live
+    spinner (common.progress_printer) is rich's Live: a thread that redraws it 10 times a
+    second, taking the GIL each time, and a proxy on sys.stdout, both in the script's own
+    process from its first step to its end (they stopped at `_finish`): in the timed
+    window and in every step after it (1.9% of a core on the 2-core CPU of
+    docs/run.md's "The cost after the window"), and the script's prints went through
+    the proxy."""
+    if quiet:
+        return lambda _msg: None
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(stderr=True)
+    return lambda msg: console.print(f"[dim]gobrrr: {escape(msg)}[/dim]", highlight=False)
 
 
 def _rank_zero(say: Callable[[str], None]) -> Callable[[str], None]:
