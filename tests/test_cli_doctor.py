@@ -28,6 +28,26 @@ def test_file_target_json():
     assert d["experiments"]["batch_scaling"]["points"][1]["batch_size"] == 8
 
 
+def test_repeat_keeps_each_runs_median():
+    import statistics
+
+    from gobrrr.schema import validate
+
+    r = run(f"{TARGETS}:good", "--json", "-q", "--no-experiments", "--repeat", "3",
+            "--time-budget", "0.1", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    validate(d, "report")
+    t = d["timing"]
+    assert len(t["runs_s"]) == 3 and t["median_s"] == statistics.median(t["samples_s"])
+    assert min(t["samples_s"]) <= min(t["runs_s"]) <= max(t["runs_s"]) <= max(t["samples_s"])
+    assert any(n.startswith("T_wall from 3 runs") for n in d["notes"])
+    # one process only: not with --generate
+    r = run("hf:gpt2", "--generate", "4", "--repeat", "2", "--device", "cpu")
+    assert r.exit_code == 2 and len(error_lines(r)) == 1
+    assert "--repeat times a workload in one process" in error_lines(r)[0]
+
+
 def test_batch_size_option():
     r = run(f"{TARGETS}:good", "--json", "-q", "--no-experiments", "--batch-size", "3",
             "--time-budget", "0.2", "--device", "cpu")
@@ -171,7 +191,8 @@ def test_a_bare_script_names_every_kind_of_target(tmp_path):
 
 
 @pytest.mark.parametrize("option,value", [("--time-budget", "nan"), ("--time-budget", "inf"),
-                                          ("--batch-size", "99999999999999999999")])
+                                          ("--batch-size", "99999999999999999999"),
+                                          ("--repeat", "0")])
 def test_numbers_no_run_can_use_are_refused(option, value):
     r = run("examples:mlp", option, value, "--device", "cpu")
     assert r.exit_code == 2 and "Invalid value" in r.output

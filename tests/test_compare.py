@@ -9,7 +9,16 @@ import pytest
 from click.testing import CliRunner
 
 from gobrrr.cli import cli
-from gobrrr.compare import MIN_SAMPLES, compare, parse_percent, ratio_interval
+from gobrrr.compare import (
+    FAR_ABOVE,
+    MIN_RUNS,
+    MIN_SAMPLES,
+    compare,
+    parse_percent,
+    ratio_interval,
+    runs_interval,
+    t_quantile,
+)
 from gobrrr.errors import UserError
 from gobrrr.timing import summarize
 
@@ -92,7 +101,8 @@ def test_ratio_interval_is_deterministic_and_unit_free():
 # --- the statistic on recorded samples -----------------------------------------------------
 # Pairs of sample sets drawn from ONE distribution with a 20% relative spread, as noisy
 # back-to-back runs record them. Sizes as the timer produces: 5 (its minimum) to 100 (its
-# maximum, which a noisy workload reaches when the time budget allows).
+# maximum, which a noisy workload reaches when the time budget allows). One run a side:
+# the within-run interval is kept and shown, but time fails only beyond FAR_ABOVE.
 
 def draw(rng, dist, n, factor=1.0):
     if dist == "lognormal":
@@ -116,51 +126,44 @@ def test_same_distribution_passes_the_gate(base, dist, seed):
         assert c.change_low is not None and c.change_low <= c.change <= c.change_high
         passed += not c.regressed
         medians_failed += c.change > 0.05  # the 1.0 gate: two medians and a threshold
-    assert passed >= 99, passed
+    assert passed == 100, passed
     # The pairs are as noisy as the runs that made the median gate cry wolf.
     assert medians_failed >= 10, medians_failed
 
 
 @pytest.mark.parametrize("dist, seed", [("lognormal", 21), ("normal", 22)])
-def test_real_slowdown_fails_the_gate(base, dist, seed):
-    # 100 samples per run: with fewer, a 20% spread hides a 20% slowdown too often (the
-    # interval is too wide). Even at 100 the gate catches it ~95-97% of the time (other
-    # seeds give 93-99 of 100); these seeds (the first tried) give 98.
+def test_one_run_a_side_sees_a_slowdown_but_does_not_fail_on_it(base, dist, seed):
+    # 100 samples per run: the within-run interval clears +5% for a 20% slowdown in ~95-97%
+    # of pairs (other seeds give 93-99 of 100; these, the first tried, 98). It is shown,
+    # with a note, and fails nothing: it cannot tell the change from a shift between runs.
     rng = np.random.default_rng(seed)
-    failed = 0
+    seen = failed = 0
     for _ in range(100):
         c = gate(base, draw(rng, dist, 100), draw(rng, dist, 100, factor=1.2))
+        seen += c.change_low > 0.05
         failed += c.regressed
-    assert failed >= 95, failed
+    assert seen >= 95 and failed == 0, (seen, failed)
+    assert c.basis == "samples" and c.time_limit == FAR_ABOVE == 1.0
+    assert any("--repeat 3" in n and "+100%" in n for n in c.notes)
 
 
 def test_resampled_recorded_run(base):
     # The 100 samples of a real noisy run (examples:mlp on an H200, IQR 15% of the
     # median): pairs of runs resampled from it, 5 to 100 samples each, as back-to-back
-    # runs of one workload; then NEW 20% slower, 100 samples each.
+    # runs of one workload; then NEW 20% slower, 100 samples each; then 2.5x slower.
     rec = json.loads((ROOT / "benchmarks/results/h200/doctor-mlp.json").read_text())
     s = np.array(rec["timing"]["samples_s"])
     rng = np.random.default_rng(41)
-    passed = medians_failed = failed = 0
+    passed = medians_failed = seen = failed = 0
     for _ in range(100):
         n_old, n_new = rng.integers(5, 101, size=2)
         c = gate(base, rng.choice(s, n_old), rng.choice(s, n_new))
         passed += not c.regressed
         medians_failed += c.change > 0.05
-        failed += gate(base, rng.choice(s, 100), 1.2 * rng.choice(s, 100)).regressed
-    assert passed >= 99 and medians_failed >= 10 and failed >= 95, \
-        (passed, medians_failed, failed)
-
-
-def test_few_quiet_samples_suffice(base):
-    # 5 samples per run (the timer's minimum) are enough when they spread by 2%.
-    rng = np.random.default_rng(31)
-    failed = passed = 0
-    for _ in range(100):
-        old = 100 * US * rng.lognormal(0, 0.02, 5)
-        passed += not gate(base, old, 100 * US * rng.lognormal(0, 0.02, 5)).regressed
-        failed += gate(base, old, 1.2 * 100 * US * rng.lognormal(0, 0.02, 5)).regressed
-    assert passed == 100 and failed == 100, (passed, failed)
+        seen += gate(base, rng.choice(s, 100), 1.2 * rng.choice(s, 100)).change_low > 0.05
+        failed += gate(base, rng.choice(s, 100), 2.5 * rng.choice(s, 100)).regressed
+    assert passed == 100 and medians_failed >= 10 and seen >= 95 and failed == 100, \
+        (passed, medians_failed, seen, failed)
 
 
 def test_significant_but_below_the_threshold_passes(base):
@@ -171,21 +174,120 @@ def test_significant_but_below_the_threshold_passes(base):
                 c_old, fail_above=0.0).regressed is False
 
 
+# --- time between runs: doctor --repeat, or several reports a side ------------------------
+
+def with_runs(d, runs_s):
+    """A copy of report `d` as `doctor --repeat` writes it: each run's median in
+    timing.runs_s and 5 samples around each (the pooled samples)."""
+    samples = [r * f for r in runs_s for f in (0.99, 0.995, 1.0, 1.005, 1.01)]
+    d = with_samples(copy.deepcopy(d), samples)
+    d["timing"]["runs_s"] = [float(r) for r in runs_s]
+    return d
+
+
+def test_t_quantiles_and_the_runs_interval_exactly():
+    # Student's t, two-sided 95%: the tables' 12.706 (df 1), 2.776 (df 4), 2.228 (df 10)
+    assert t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(0.975, 4) == pytest.approx(2.776, abs=1e-3)
+    assert t_quantile(0.975, 10) == pytest.approx(2.228, abs=1e-3)
+    assert MIN_RUNS == 3
+    assert runs_interval([1.0, 1.0], [1.0, 1.0, 1.0]) is None  # too few runs a side
+    assert runs_interval([1.0] * 3, [1.25] * 4) == pytest.approx((1.25, 1.25))
+    # logs of OLD: 0, 0, ln 1.21 (mean 0.0635, var 0.01210); NEW: ln 1.1 three times
+    # (var 0): se = sqrt(0.01210 / 3), df = 2, t = 4.303
+    lo, hi = runs_interval([1.0, 1.0, 1.21], [1.1, 1.1, 1.1])
+    d, se = np.log(1.1) - np.log(1.21) / 3, np.sqrt(np.var(np.log([1, 1, 1.21]), ddof=1) / 3)
+    assert (lo, hi) == pytest.approx((np.exp(d - 4.3027 * se), np.exp(d + 4.3027 * se)),
+                                     rel=1e-4)
+
+
+@pytest.mark.parametrize("seed", [51, 52])
+def test_runs_gate_no_false_alarms_and_catches_a_20_percent_slowdown(base, seed):
+    # Runs whose medians shift by 5% (lognormal sd) between runs, as a busy CPU's do; 5
+    # runs a side. Identical: no failure in 100 pairs; 20% slower: caught in >= 95 of 100
+    # (the interval's lower end clears +5% when the runs' mean shift is 20%).
+    rng = np.random.default_rng(seed)
+    false_alarms = caught = 0
+    for _ in range(100):
+        old = with_runs(base, 100 * US * rng.lognormal(0, 0.05, 5))
+        c = compare(old, with_runs(base, 100 * US * rng.lognormal(0, 0.05, 5)))
+        false_alarms += c.regressed
+        caught += compare(old, with_runs(base, 120 * US * rng.lognormal(0, 0.05, 5))).regressed
+    assert c.basis == "runs" and c.time_limit == 0.05 and "Welch" in c.method
+    assert false_alarms == 0 and caught >= 95, (false_alarms, caught)
+
+
+def test_several_reports_a_side_are_runs(tmp_path, base):
+    olds = [with_samples(base, 100 * US * np.linspace(0.99, 1.01, 5) * f)
+            for f in (1.0, 1.02, 0.98)]
+    news = [with_samples(base, 110 * US * np.linspace(0.99, 1.01, 5) * f)
+            for f in (1.0, 1.02, 0.98)]
+    c = compare(olds, news)
+    assert c.basis == "runs" and (c.old_reports, c.new_reports) == (3, 3)
+    assert c.old_runs_s == pytest.approx([100 * US, 102 * US, 98 * US])
+    assert c.change == pytest.approx(0.1) and c.time_regressed
+    for side, docs in (("old", olds), ("new", news)):
+        for k, d in enumerate(docs):
+            (tmp_path / f"{side}{k}.json").write_text(json.dumps(d))
+    paths = [",".join(str(tmp_path / f"{side}{k}.json") for k in range(3))
+             for side in ("old", "new")]
+    r = CliRunner().invoke(cli, ["compare", *paths])
+    assert r.exit_code == 1, r.output
+    assert "gate --fail-above 5%: FAIL: slower by at least" in r.stdout
+    assert "(runs: 3, 3)" in r.stdout
+    assert "NEW is 10.0% slower than OLD (95% interval +" in r.stderr
+
+
+# --- work: what does not vary between runs ------------------------------------------------
+
+def test_more_work_fails_the_gate_whatever_the_time(base):
+    new = copy.deepcopy(base)
+    new["counts"]["total_bytes"] = int(base["counts"]["total_bytes"] * 1.2)
+    new["counts"]["ops"] = base["counts"]["ops"] + 1
+    c = compare(base, new)  # the same timing: time says nothing
+    assert not c.time_regressed and c.regressed
+    names = [w.name for w in c.work_regressed]
+    assert "bytes" in names and "FLOPs" not in names
+    # one more op call fails when it is more than 5% of the calls
+    assert ("op calls" in names) == (1 / base["counts"]["ops"] > 0.05)
+    assert c.to_dict()["work_regressed"] == names
+    less = copy.deepcopy(base)
+    less["counts"]["total_flops"] = base["counts"]["total_flops"] // 2
+    assert not compare(base, less).regressed  # less work never fails
+    # a side whose reports disagree on a count: that count is not gated, and said so
+    c = compare([base, new], [new])
+    assert [w.old for w in c.work if w.name == "bytes"] == [None]
+    assert any("the bytes of one side's reports differ: not gated" in n for n in c.notes)
+
+
 # --- the gate's exit codes and output ------------------------------------------------------
 
 @pytest.mark.parametrize("factor, args, code", [
     (1.0, [], 0),
-    (1.04, [], 0),                          # 4% < the default 5%
-    (1.10, [], 1),                          # 10% > 5%: the gate fails
-    (1.10, ["--fail-above", "15%"], 0),
-    (1.10, ["--fail-above", "9"], 1),
+    (1.10, [], 0),                          # one run a side: time fails only beyond +100%
+    (2.5, [], 1),                           # beyond +100%: fails
+    (2.5, ["--fail-above", "200%"], 0),     # a threshold above +100% is the limit then
     (0.50, [], 0),                          # faster never fails
 ])
 def test_gate_exit_codes(tmp_path, base, factor, args, code):
     r = run_compare(tmp_path, base, slower(base, factor), *args)
     assert r.exit_code == code, r.output
     if code == 1:
-        assert "NEW is 10.0% slower than OLD (95% interval +9." in r.stderr
+        assert "NEW is 150.0% slower than OLD (95% interval +14" in r.stderr
+        assert "low end above 100%" in r.stderr
+
+
+@pytest.mark.parametrize("factor, args, code", [
+    (1.04, [], 0),                          # 4% < the default 5%
+    (1.10, [], 1),                          # 10% > 5%: the gate fails
+    (1.10, ["--fail-above", "15%"], 0),
+    (1.10, ["--fail-above", "8"], 1),       # the interval's low end is +8.8%
+])
+def test_gate_exit_codes_with_runs(tmp_path, base, factor, args, code):
+    old = with_runs(base, 100 * US * np.array([0.995, 1.0, 1.005]))
+    new = with_runs(base, 100 * US * factor * np.array([0.995, 1.0, 1.005]))
+    r = run_compare(tmp_path, old, new, *args)
+    assert r.exit_code == code, r.output
 
 
 def test_comparison_numbers(base):
@@ -198,8 +300,9 @@ def test_comparison_numbers(base):
     new["fractions"] = {"overhead": 0.1, "memory": 0.2, "compute": 0.7}
     new["regime"] = "compute"
     c = compare(base, new, fail_above=0.05)
-    # 120 us / 100 us - 1 = 0.2; the samples spread by +-0.5%, so the interval is tight.
-    assert c.change == pytest.approx(0.2) and c.regressed and c.significant
+    # 120 us / 100 us - 1 = 0.2; the samples spread by +-0.5%, so the interval is tight;
+    # one run a side: significant, not a failure
+    assert c.change == pytest.approx(0.2) and c.significant and not c.regressed
     assert 0.19 < c.change_low < 0.2 < c.change_high < 0.21
     assert (c.old_n, c.new_n) == (21, 21) and not c.within_noise
     assert c.noise == pytest.approx(2 * base["timing"]["rel_iqr"])
@@ -208,54 +311,63 @@ def test_comparison_numbers(base):
     assert c.ops[0].name == "aten::new_op" and c.ops[0].old_s is None  # biggest first
     assert (c.old_regime, c.new_regime) == (base["regime"], "compute")
     d = c.to_dict()
-    assert d["schema"] == "gobrrr.compare" and d["schema_version"] == "1.1"
-    assert d["regressed"] is True and d["significant"] is True
-    assert d["change"] == pytest.approx(0.2)
+    assert d["schema"] == "gobrrr.compare" and d["schema_version"] == "1.2"
+    assert d["regressed"] is False and d["significant"] is True and d["basis"] == "samples"
+    assert d["change"] == pytest.approx(0.2) and d["time_limit"] == 1.0
     assert (d["change_low"], d["change_high"]) == (c.change_low, c.change_high)
     assert d["confidence"] == 0.95 and "bootstrap" in d["method"]
+    assert [w["name"] for w in d["work"]] == ["FLOPs", "bytes", "op calls"]
+    assert all(w["change"] == 0 for w in d["work"])
 
 
 def test_output_and_json(tmp_path, base):
-    r = run_compare(tmp_path, base, slower(base, 1.2), "--json", "-q")
+    r = run_compare(tmp_path, base, slower(base, 2.5), "--json", "-q")
     assert r.exit_code == 1 and r.stderr == ""
     d = json.loads(r.stdout)
-    assert d["regressed"] is True and d["new_wall_s"] == pytest.approx(120e-6)
-    assert 0.19 < d["change_low"] < 0.2 < d["change_high"] < 0.21
+    assert d["regressed"] is True and d["new_wall_s"] == pytest.approx(250e-6)
     r = run_compare(tmp_path, base, slower(base, 1.2))
-    assert "T_wall 100 us -> 120 us: 20.0% slower (95% interval +19." in r.stdout
-    assert "gate --fail-above 5%: FAIL: slower by at least 19." in r.stdout
-    assert "(samples: 21, 21)" in r.stdout
-    assert "regime split" in r.stdout and "top ops" in r.stdout
+    assert r.exit_code == 0
+    out = " ".join(r.stdout.split())  # the words, however the console wraps them
+    assert "T_wall 100 us -> 120 us: 20.0% slower (95% interval +19." in out
+    assert "gate --fail-above 5%: pass: significantly slower, by at least 19." in out
+    assert "(one run a side, time limit +100%; samples: 21, 21)" in out
+    assert "regime split" in out and "top ops" in out
+    assert "bytes: " in out and "(+0.0%)" in out
     r = run_compare(tmp_path, base, slower(base, 1.0))
     assert r.exit_code == 0
-    assert "gate --fail-above 5%: pass: not a significant change" in r.stdout
+    assert "gate --fail-above 5%: pass: not a significant change in time" in r.stdout
 
 
 def test_help_names_force_and_the_statistic():
     r = CliRunner().invoke(cli, ["compare", "--help"])
     assert r.exit_code == 0
-    assert "--force" in r.stdout and "bootstrap" in r.stdout
+    assert "--force" in r.stdout and "Welch" in r.stdout and "--repeat" in r.stdout
 
 
 # --- few samples: the medians alone, said so ----------------------------------------------
 
 @pytest.mark.parametrize("n_new", [0, 1, 2])
 def test_few_samples_fall_back_to_medians(tmp_path, base, n_new):
-    new = with_samples(base, [110 * US] * n_new) if n_new else with_samples(base, [])
-    if not n_new:
-        new["timing"]["median_s"] = 110 * US
-    c = compare(base, new)
+    def new_at(seconds):
+        d = with_samples(base, [seconds] * n_new) if n_new else with_samples(base, [])
+        if not n_new:
+            d["timing"]["median_s"] = seconds
+        return d
+
+    c = compare(base, new_at(110 * US))
     assert c.change_low is None and c.change_high is None and c.significant is None
-    assert c.change == pytest.approx(0.1) and c.regressed  # 10% > 5% on the medians
+    assert c.change == pytest.approx(0.1) and not c.regressed  # 10%: under +100%
+    assert c.basis == "medians"
     assert any(f"NEW has {n_new} sample" in n and "medians alone" in n for n in c.notes)
-    r = run_compare(tmp_path, base, new, "--json")
+    assert compare(base, new_at(250 * US)).regressed  # +150% on the medians
+    r = run_compare(tmp_path, base, new_at(250 * US), "--json")
     assert r.exit_code == 1, r.output
     d = json.loads(r.stdout)
     assert d["change_low"] is None and d["significant"] is None and "medians" in d["method"]
     assert "medians only" in r.stderr
-    r = run_compare(tmp_path, base, new, "--fail-above", "15%")
+    r = run_compare(tmp_path, base, new_at(110 * US))
     assert r.exit_code == 0 and "no interval" in r.stdout
-    assert "gate --fail-above 15%: pass: on the medians alone" in r.stdout
+    assert "gate --fail-above 5%: pass: time on the medians alone" in r.stdout
 
 
 # --- what may be compared ------------------------------------------------------------------

@@ -51,7 +51,8 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #       its categories, `gobrrr memory`'s figures: the live source with experiments)
 # 1.11: generation.decode_graph (the decode step's CUDA-graph experiment,
 #       generation_graph.py)
-# 1.12: generation.seconds_by_part (where doctor --generate's own time went)
+# 1.12: generation.seconds_by_part (where doctor --generate's own time went);
+#       timing.runs_s (doctor --repeat: each run's median)
 SCHEMA_VERSION = "1.12"
 
 

@@ -30,6 +30,13 @@ _HELP = f"Split a workload's time into compute, memory and overhead.\n\n{TARGET_
               help="Sampling seconds per measurement (warm-up included, the first call "
                    "not); a call longer than this is made 3 times. Per measurement, not "
                    "a limit on the whole run (that is optimize's --budget-s).")
+@click.option("--repeat", type=click.IntRange(min=1, max=100), default=1, show_default=True,
+              metavar="N",
+              help="Time the workload in N independent runs (each its own warm-up and "
+                   "samples; the first before the experiments, the rest after them) and "
+                   "keep each run's median (timing.runs_s): what `gobrrr compare` needs to "
+                   "gate on time, since one run's samples cannot show the shifts between "
+                   "runs.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a self-contained HTML report here.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -57,7 +64,7 @@ _HELP = f"Split a workload's time into compute, memory and overhead.\n\n{TARGET_
                    "direction, in Gb/s [default: 8 x 400 Gb/s InfiniBand NDR = 3200].")
 def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
            image_size: int | None, dtype: str | None, train: bool, as_json: bool,
-           no_experiments: bool, time_budget_s: float, quiet: bool,
+           no_experiments: bool, time_budget_s: float, quiet: bool, repeat: int = 1,
            html_path: Path | None = None, trace_path: Path | None = None,
            generate: int | None = None, nproc: int | None = None,
            dist_timeout_s: float | None = None,
@@ -92,6 +99,9 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         dev = resolve_device(device)
         say = progress_printer(quiet or rank != 0)  # one rank speaks
         opts = ModelOptions(seq_len, image_size, dtype, train)
+        if repeat > 1 and (generate is not None or (world is not None and world.size > 1)):
+            raise UserError("--repeat times a workload in one process: not with --generate "
+                            "or under torchrun")
         if generate is not None:
             if world is not None and world.size > 1:
                 raise UserError("--generate runs in one process, not under torchrun")
@@ -106,7 +116,8 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         else:
             w = load_announced(target, dev, batch_size, opts, say)
             report = diagnose_workload(w, experiments=not no_experiments,
-                                       time_budget_s=time_budget_s, progress=say)
+                                       time_budget_s=time_budget_s, repeat=repeat,
+                                       progress=say)
             if world is not None:  # torchrun with one process
                 report.notes.append("torchrun world of 1 process: the single-process "
                                     "diagnosis (no communication to measure)")

@@ -7,12 +7,24 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from gobrrr.show.budget_view import budget_parts, phase_rows, roof_band, verdict_headline
+from gobrrr.show.budget_view import (
+    MODULES_TITLE,
+    UNEXPLAINED,
+    UNEXPLAINED_NOTE,
+    above_roof,
+    agreement_tone,
+    budget_parts,
+    cause_text,
+    phase_rows,
+    roof_band,
+    verdict_headline,
+)
 from gobrrr.show.colors import REGIME_COLORS
-from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_s
+from gobrrr.units import fmt_bytes_per_s, fmt_change, fmt_flops, fmt_num, fmt_s
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     from gobrrr.compare import Comparison
     from gobrrr.dist.ceilings import CommCeilings
@@ -21,9 +33,9 @@ if TYPE_CHECKING:
     from gobrrr.lab import LabReport
     from gobrrr.remedies.result import OptimizeResult
 
-__all__ = ["printable", "console", "print_ceilings", "print_report", "print_optimize",
-           "print_comparison", "print_lab", "print_comm_ceilings", "print_projection",
-           "print_distributed", "print_memory"]
+__all__ = ["printable", "console", "print_table", "print_ceilings", "print_report",
+           "print_optimize", "print_comparison", "print_lab", "print_comm_ceilings",
+           "print_projection", "print_distributed", "print_memory"]
 
 
 
@@ -45,6 +57,40 @@ def console() -> Console:
         # (issue 25: "aten::_safe_softma" / "x"); a log or a file has no screen to fit
         c.width = 100
     return c
+
+
+def print_table(out: Console, table: Table) -> None:
+    """Print a table by one rule (issue 25: names split as "aten::_safe_softma" / "x",
+    cells broken as "for mat"): a cell wraps between words, never inside one, so a name
+    (one word: "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "GPT2LMHeadModel.transformer.h.0.mlp.c_proj") is always whole; a right-justified
+    column (numbers) never wraps. Each column is at least its longest word wide; when
+    those widths exceed the console, the table is printed at its own width, wider than
+    the console: a pipe or a file has no screen to fit, and a terminal wraps the long
+    line while the name stays whole to read and copy."""
+    from rich.measure import Measurement
+    from rich.text import Text
+
+    for col in table.columns:
+        texts = [c if isinstance(c, Text) else Text.from_markup(c) if isinstance(c, str)
+                 else None for c in (col.header, *col.cells)]
+        plain = [t.plain for t in texts if t is not None]
+        if col.justify == "right":
+            col.no_wrap = True
+            longest = max((len(line) for p in plain for line in p.splitlines()), default=0)
+        else:
+            longest = max((len(w) for p in plain for w in p.split()), default=0)
+        col.min_width = max(col.min_width or 0, longest)
+    need = Measurement.get(out, out.options.update_width(10_000), table).minimum
+    if need <= out.width:
+        out.print(table)
+        return
+    width = out.width
+    out.width = need
+    try:
+        out.print(table)
+    finally:
+        out.width = width
 
 
 def print_ceilings(ceil: Ceilings) -> None:
@@ -76,10 +122,10 @@ def print_ceilings(ceil: Ceilings) -> None:
     table.add_row("eager per-op cost", fmt_s(ceil.op_overhead_s), "-", "-")
     table.add_row("Python float adds", f"{ceil.python_ops_per_s / 1e6:.3g} M/s", "-", "-")
     out = console()
-    out.print(table)
+    print_table(out, table)
     math = _math_table(ceil)
     if math is not None:
-        out.print(math)
+        print_table(out, math)
     ridge = ", ".join(
         f"{d} {ceil.ridge_flops_per_byte(d):.0f}" for d in ceil.peak_flops_per_s
     )
@@ -127,7 +173,7 @@ def print_comm_ceilings(ceil: CommCeilings) -> None:
                     "-" if bus is None else f"{bus / 1e9:.3g}"]
         table.add_row(*row)
     out = console()
-    out.print(table)
+    print_table(out, table)
     entry = ceil.datasheet()
     for c in collectives:
         best = ceil.peak_busbw(c)
@@ -158,7 +204,7 @@ def print_projection(proj: Projection) -> None:
                       f"{100 * r.ddp_efficiency:.0f}%", fmt_s(r.fsdp_comm_s),
                       fmt_s(r.fsdp_step_s), f"{100 * r.fsdp_efficiency:.0f}%")
     out = console()
-    out.print(table)
+    print_table(out, table)
     out.print("assumptions:")
     for a in proj.assumptions:
         v = a["value"]
@@ -200,6 +246,9 @@ def _math_table(ceil: Ceilings) -> Any:
 
 
 _BAND_MARK = {"<25%": "[red]*[/]", "25-50%": "[yellow]+[/]"}
+_ABOVE_ROOF_MARK = "^"  # over 100% of its roofline (budget_view.above_roof)
+# budget_view.agreement_tone -> style: green means the experiments agree, nothing else
+_AGREEMENT_STYLE = {"agree": "green", "disagree": "yellow", "none": "dim"}
 
 
 def _budget_bar(fractions: dict[str, float], width: int) -> str:
@@ -241,7 +290,7 @@ def print_distributed(d: dict[str, Any]) -> None:
                   f"({fmt_s(r.get('exposed_waiting_profiled_s', r['exposed_waiting_s']))})",
                   fmt_s(r.get("ddp_bucket_copy_s", 0.0)),
                   f"{100 * cmp['bound_fraction']:.0f}%" if cmp else "-")
-    out.print(t)
+    print_table(out, t)
     out.print("[dim]  overhead, memory, compute, communication (shares of T_wall); exposed "
               "transfer; waiting used (profiled); DDP's bucket copies; the no_sync bound"
               "[/dim]")
@@ -384,7 +433,8 @@ def print_report(report: dict[str, Any]) -> None:
               f"{'step' if trace or script else 'call'}{cause}")
     for line in v["evidence"]:
         out.print(f"  - {escape(line)}")
-    out.print(f"  [dim]{v['agreement']}[/dim]")
+    # green only for an agreement: "no experiment could check the budget" is no news
+    out.print(f"  [{_AGREEMENT_STYLE[agreement_tone(v)]}]{escape(v['agreement'])}[/]")
     width = min(60, max(20, out.width - 20))
     out.print(_budget_bar(b["fractions"], width))
     out.print("  ".join(
@@ -407,15 +457,18 @@ def print_report(report: dict[str, Any]) -> None:
                   f"{100 * b['below_roof_threshold']:.0f}% of their own roofline{low}[/dim]")
     phases = phase_rows(b)
     if phases:
-        out.print(_phase_table(phases, total_s))
-    out.print(_rows_table("top ops (device time)", b["per_op"], 8))
-    out.print(_rows_table("top modules (exclusive: each op in its innermost module)",
-                          b["per_module"], 6))
+        print_table(out, _phase_table(phases, total_s))
+    print_table(out, _rows_table("top ops (device time)", b["per_op"], 8))
+    print_table(out, _rows_table(MODULES_TITLE, b["per_module"], 6))
     shown = b["per_op"][:8] + b["per_module"][:6]
     legend = [f"{mark} {text}" for mark, text, band in (
         ("[red]*[/red]", "under 25% of its own roofline", "<25%"),
         ("[yellow]+[/yellow]", "25-50% of it", "25-50%")) if any(
             roof_band(row) == band for row in shown)]
+    if any(above_roof(row) for row in shown):
+        legend.append(f"{_ABOVE_ROOF_MARK} over 100% of its roofline: faster than the "
+                      "measured ceilings (data served from cache, above the memory "
+                      "bandwidth the roof is measured at; or a time measured short)")
     if any(row.get("limit") == "instruction" for row in shown):
         legend.append("instr.: compute-bound by element-wise instruction throughput "
                       "(calibrated), not FLOPs or bytes")
@@ -429,9 +482,11 @@ def print_report(report: dict[str, Any]) -> None:
         frac = row["roofline_fraction"]
         where = f"{100 * frac:.0f}% of roof" if frac is not None else "no roofline"
         out.print(f"  {escape(row['name'])} {fmt_s(row['time_s'])}, {where}: "
-                  f"{escape(row.get('reason') or row.get('cause') or 'unknown')}")
+                  f"{escape(cause_text(row))}")
+    if any(cause_text(row).startswith(UNEXPLAINED) for row in flagged[:5]):
+        out.print(f"  [dim]{escape(UNEXPLAINED_NOTE)}[/dim]")
     if d["remedies"]:
-        out.print(_remedies_table(d["remedies"]))
+        print_table(out, _remedies_table(d["remedies"]))
     if d["counts"]["uncounted_ops"]:
         out.print(f"[dim]ops with no FLOP formula: "
                   f"{', '.join(d['counts']['uncounted_ops'])}[/dim]")
@@ -456,10 +511,9 @@ def _rows_table(title: str, rows: list[dict[str, Any]], n: int) -> Any:
 
     # No outer edge and a one-word bound column: at 80 columns the names get the room.
     t = Table(title=title, title_justify="left", show_edge=False)
-    longest = max((len(row["name"]) for row in rows[:n]), default=4)
-    t.add_column("name", overflow="fold", min_width=min(18, longest))
+    t.add_column("name")  # whole (print_table), however long
     for col in ("calls", "time", "FLOP/B", "achieved", "% roof"):
-        t.add_column(col, justify="right", overflow="fold")
+        t.add_column(col, justify="right")
     t.add_column("bound", min_width=9, no_wrap=True)
     for row in rows[:n]:
         inten = row["intensity_flops_per_byte"]
@@ -472,7 +526,8 @@ def _rows_table(title: str, rows: list[dict[str, Any]], n: int) -> Any:
         t.add_row(escape(row["name"]), str(row["calls"]), fmt_s(row["time_s"]),
                   f"{inten:.3g}" if inten is not None else "-", ach,
                   (f"{100 * frac:.0f}%" if frac is not None else "-")
-                  + _BAND_MARK.get(roof_band(row) or "", ""),
+                  + _BAND_MARK.get(roof_band(row) or "", "")
+                  + (_ABOVE_ROOF_MARK if above_roof(row) else ""),
                   f"[{REGIME_COLORS.get(row['bound'], 'white')}]{bound}[/]")
     return t
 
@@ -484,7 +539,7 @@ def _phase_table(rows: list[dict[str, Any]], total_s: float) -> Any:
     from rich.table import Table
 
     t = Table(title="time by phase", title_justify="left", show_edge=False)
-    t.add_column("name", overflow="fold")
+    t.add_column("name")
     for col in ("calls", "time", "% of T"):
         t.add_column(col, justify="right")
     t.add_column("bound", min_width=9, no_wrap=True)
@@ -500,10 +555,10 @@ def _remedies_table(remedies: list[dict[str, Any]]) -> Any:
 
     t = Table(title="remedies (predicted from the budget; `gobrrr optimize` verifies)",
               title_justify="left")
-    t.add_column("remedy", overflow="fold")
+    t.add_column("remedy")
     t.add_column("for")
     t.add_column("predicted", justify="right")
-    t.add_column("why", overflow="fold")
+    t.add_column("why")
     for rem in remedies:
         pred = rem.get("predicted_speedup")
         t.add_row(rem["name"], rem["regime"], f"{pred:.2f}x" if pred else "-", rem["basis"])
@@ -552,7 +607,7 @@ def print_generation_optimize(d: dict[str, Any]) -> None:
                   "-" if c.get("prep_s") is None else fmt_s(c["prep_s"]),
                   "-" if c.get("top1_agreement") is None else f"{c['top1_agreement']:.0%}",
                   "-" if c.get("rel_err") is None else f"{c['rel_err']:.1e}", verdict)
-    out.print(t)
+    print_table(out, t)
     out.print(f"[bold]{escape(d['conclusion'])}[/bold]")
     for c in d["candidates"]:
         if c.get("note"):
@@ -598,7 +653,7 @@ def print_memory(d: dict[str, Any]) -> None:
         if b:
             t.add_row(name.replace("_", " "), fmt_num(b, "B"),
                       f"{100 * b / peak:.0f}%" if peak else "-")
-    out.print(t)
+    print_table(out, t)
     mods = [m for m in d["modules"] if m.get("activations_bytes")]
     if mods:
         mt = Table(title="activations alive after each module's forward", title_justify="left",
@@ -610,7 +665,7 @@ def print_memory(d: dict[str, Any]) -> None:
                        fmt_num(m["forward_peak_bytes"] or 0, "B"),
                        fmt_num(m["backward_peak_bytes"] or 0, "B")
                        if m.get("backward_peak_bytes") else "-")
-        out.print(mt)
+        print_table(out, mt)
     if d.get("allocator"):
         a = d["allocator"]
         out.print(f"CUDA allocator: max allocated {fmt_num(a['max_allocated_bytes'], 'B')}, "
@@ -675,8 +730,8 @@ def print_optimize(res: OptimizeResult) -> None:
              (f" (batch {w['batch_size']})" if w.get("batch_size") else "") +
              (f", diagnosed {res.regime}-bound" if res.regime else ""))
     table = Table(title=title, title_justify="left", pad_edge=False)
-    table.add_column("remedy", overflow="fold")
-    table.add_column("status", overflow="fold")
+    table.add_column("remedy")
+    table.add_column("status")
     table.add_column("pred.", justify="right")
     table.add_column("meas.", justify="right")
     table.add_column("95% int.", justify="right")
@@ -690,7 +745,7 @@ def print_optimize(res: OptimizeResult) -> None:
         table.add_row(escape(r.name), f"[{style}]{status}[/]" if style else status,
                       _x(r.predicted_speedup), _x(r.measured_speedup), iv,
                       "-" if r.compile_s is None else f"{r.compile_s:.1f}")
-    out.print(table)
+    print_table(out, table)
     for r in rows:
         if r.reason:
             out.print(f"  [bold]{escape(r.name)}[/]: {escape(r.reason)}")
@@ -732,19 +787,30 @@ def print_comparison(c: Comparison) -> None:
     spread = f" ({c.interval_text})" if c.interval_text else " (no interval)"
     out.print(f"T_wall {fmt_s(c.old_wall_s)} -> {fmt_s(c.new_wall_s)}: "
               f"[{style}]{100 * abs(c.change):.1f}% {word}[/]" + spread)
+    for w in c.work:
+        ch = w.change
+        grew = ch is not None and ch > c.fail_above
+        text = ("not gated (one side's reports differ)" if ch is None else
+                f"{w.old:,} -> {w.new:,} ({fmt_change(ch)})")
+        out.print(f"{w.name}: " + (f"[red]{text}[/red]" if grew else text))
     if c.change_low is None:
-        why = "on the medians alone"
-    elif c.regressed:
+        why = "time on the medians alone"
+    elif c.time_regressed:
         why = f"slower by at least {100 * c.change_low:.1f}%"
     elif not c.significant:
-        why = "not a significant change"
+        why = "not a significant change in time"
     elif c.change_low < 0:
         why = "significantly faster"
     else:
         why = f"significantly slower, by at least {100 * c.change_low:.1f}%"
+    if c.work_regressed:
+        why = "more " + ", ".join(w.name for w in c.work_regressed) + "; " + why
+    basis = (f"runs: {len(c.old_runs_s)}, {len(c.new_runs_s)}" if c.basis == "runs"
+             else f"one run a side, time limit +{100 * c.time_limit:g}%; samples: "
+                  f"{c.old_n}, {c.new_n}")
     verdict = "[red]FAIL[/red]" if c.regressed else "[green]pass[/green]"
     out.print(f"gate --fail-above {100 * c.fail_above:g}%: {verdict}: {why} "
-              f"[dim](samples: {c.old_n}, {c.new_n})[/dim]")
+              f"[dim]({basis})[/dim]")
     t = Table(title="regime split", title_justify="left")
     t.add_column("regime")
     t.add_column("old", justify="right")
@@ -754,20 +820,20 @@ def print_comparison(c: Comparison) -> None:
         a, b = c.old_fractions[r], c.new_fractions[r]
         t.add_row(r + (" *" if r == c.new_regime else ""), fmt_pct(a), fmt_pct(b),
                   f"{100 * (b - a):+.0f} pts")
-    out.print(t)
+    print_table(out, t)
     if c.old_regime != c.new_regime:
         out.print(f"regime changed: {c.old_regime}-bound -> {c.new_regime}-bound")
     t = Table(title="top ops", title_justify="left")
     for col, just in (("op", "left"), ("old", "right"), ("new", "right"),
                       ("new/old", "right"), ("bound", "left")):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
     for o in c.ops:
         bound = (o.new_bound or o.old_bound or "-") if o.old_bound == o.new_bound or \
             None in (o.old_bound, o.new_bound) else f"{o.old_bound} -> {o.new_bound}"
         t.add_row(escape(o.name), fmt_s(o.old_s), fmt_s(o.new_s),
                   f"{o.ratio:.2f}x" if o.ratio is not None else
                   "new" if o.old_s is None else "gone" if o.new_s is None else "-", bound)
-    out.print(t)
+    print_table(out, t)
     for note in c.notes:
         out.print(f"[yellow]note:[/yellow] {escape(note)}")
 
@@ -788,13 +854,13 @@ def print_lab(report: LabReport) -> None:
             t.add_column(c)
         for row in rows:
             t.add_row(*map(escape, row))
-        out.print(t)
+        print_table(out, t)
         e = Table(title="essay (A100)", title_justify="left", show_edge=False)
         e.add_column("claim")
         e.add_column("essay")
         for ref in r.essay:
             e.add_row(escape(ref.what), escape(ref.essay))
-        out.print(e)
+        print_table(out, e)
         mark = {True: "[green]agrees[/green]", False: "[red]differs[/red]",
                 None: "[dim]n/a[/dim]"}[r.agrees_with_essay]
         out.print(f"[bold]conclusion[/bold] ({mark}): {escape(r.conclusion)}")
