@@ -28,7 +28,7 @@ from gobrrr.workload import Workload
 __all__ = ["BatchTime", "BatchTimes", "BatchPoint", "BatchScaling", "GraphTiming", "Measured",
            "GraphReplay", "batch_times", "batch_counts", "read_batch", "graph_replay",
            "read_graph", "capture_cuda_graph", "batch_rounds", "AGREE_TOLERANCE",
-           "BATCH_ROUNDS"]
+           "BATCH_ROUNDS", "implausible_batch"]
 
 # Experiment and budget agree when the measured ratio is within this relative distance of
 # the predicted one: both sides carry noise of a few % and the budget's split is itself an
@@ -78,8 +78,25 @@ class BatchScaling:
     reading: str = ""
     skipped: str | None = None
 
+    @property
+    def implausible(self) -> bool:
+        """The 2x batch took less time than the base batch by more than noise explains
+        while its work did not shrink (issue 25: 0.12x the time for 2x the FLOPs): the
+        timings were disturbed, so the reading checks nothing (`implausible_batch`)."""
+        return implausible_batch(self.time_ratio, self.flops_ratio, self.bytes_ratio)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def implausible_batch(time_ratio: float | None, flops_ratio: float | None,
+                      bytes_ratio: float | None) -> bool:
+    """T(2B)/T(B) under 1 / (1 + AGREE_TOLERANCE) = 0.8 with FLOPs and bytes not fewer:
+    more work cannot take less time, and a few % of noise cannot make 20% of it."""
+    if time_ratio is None or flops_ratio is None or bytes_ratio is None:
+        return False
+    return (time_ratio < 1 / (1 + AGREE_TOLERANCE) and flops_ratio >= 1
+            and bytes_ratio >= 1)
 
 
 @dataclass(frozen=True)
@@ -251,7 +268,17 @@ def read_batch(times: BatchTimes, counts: dict[int, tuple[int, int]],
                  + budget.compute_s * rf) / budget.total_s
     agrees = _agree(rt, predicted)
     text = f"2x batch cost {rt:.2f}x time for {rf:.2f}x FLOPs and {rb:.2f}x bytes"
-    if rt < 1.3 and rb < 1.5 and rf > 1.8:
+    if implausible_batch(rt, rf, rb):
+        # not a finding: say so rather than read a regime off it (issue 25)
+        text += (": implausible, less time for more work, beyond this run's noise: the "
+                 "timings were disturbed (other processes, clock changes), so this "
+                 f"reading checks nothing (the budget predicted {predicted:.2f}x); rerun "
+                 "on a quieter machine")
+        return BatchScaling(points, rt, rf, rb, predicted, agrees, text)
+    if rt > 2 * max(rf, rb):
+        text += (": more than twice the growth of its FLOPs and bytes: a cache cliff, or "
+                 "the timings were disturbed (other processes); read with care")
+    elif rt < 1.3 and rb < 1.5 and rf > 1.8:
         text += (" (caveat B << D: bytes barely grew, so sub-linear time fits weight-"
                  "bandwidth-bound work as well as overhead)")
     elif rt < 1.3:

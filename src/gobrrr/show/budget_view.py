@@ -12,6 +12,11 @@ call these, so a saved report renders alike in both and one rule has one place.
   `below_roof`.
 - `verdict_headline`: the verdict's regime and share, with its range over the run's
   timing spread and both regimes when they overlap (report 1.9), else as before.
+- `agreement_tone`: "agree", "disagree" or "none" (nothing checked the budget): the
+  one mapping both renderers colour by, so green is only ever an agreement (issue 25).
+- `above_roof`: a row faster than its roofline allows (fraction over 1).
+- `cause_text`: why a flagged row is below its roof: its cause, or, where the budget
+  found none ("unknown"), the row marked unexplained with its regime and achieved rate.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["budget_parts", "phase_rows", "roof_band", "verdict_headline"]
+from gobrrr.units import fmt_bytes_per_s, fmt_flops
+
+__all__ = ["budget_parts", "phase_rows", "roof_band", "verdict_headline", "agreement_tone",
+           "above_roof", "cause_text", "MODULES_TITLE", "UNEXPLAINED", "UNEXPLAINED_NOTE"]
 
 
 def budget_parts(budget: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
@@ -64,3 +72,50 @@ def verdict_headline(v: Mapping[str, Any],
     share = f"{round(100 * v['share'])}%"
     spread = f" ({pct(lo_hi)})" if lo_hi and pct(lo_hi) != share else ""
     return f"{mark(regime.upper() + '-BOUND', regime)}: {share}{spread}"
+
+
+def agreement_tone(v: Mapping[str, Any]) -> str:
+    """"agree" when experiments checked the budget and agree, "disagree" when one does
+    not, else "none" ("no experiment could check the budget", or a check that is within
+    noise): never good news, so never green. Read off verdict.agreement, the sentence
+    the reader sees (verdict.py writes it)."""
+    text = v.get("agreement") or ""
+    if text.startswith("experiments DISAGREE"):
+        return "disagree"
+    return "agree" if text.startswith("experiments agree") else "none"
+
+
+def above_roof(row: Mapping[str, Any]) -> bool:
+    """Faster than its roofline floor (fraction over 1: 545% of roof). Not an error to
+    hide: on a CPU, data served from cache beats the DRAM bandwidth the roof is measured
+    at; elsewhere a time measured short."""
+    frac = row.get("roofline_fraction")
+    return frac is not None and frac > 1
+
+
+# Module rows are exclusive (budget.py: each op goes to its innermost module), so a block
+# can read 33.6 us above a child of 440 ms (issue 25): the title says so, in both views.
+MODULES_TITLE = ("top modules (exclusive: self time, without their children's; each op in "
+                 "its innermost module)")
+
+UNEXPLAINED = "unexplained"
+UNEXPLAINED_NOTE = ("unexplained: no cause the budget checks fits (instruction-bound math, "
+                    "non-GEMM kernels, small calls, datasheet roofs); layouts, cache misses "
+                    "and other processes are not recorded, so none is guessed")
+
+
+def cause_text(row: Mapping[str, Any]) -> str:
+    """A flagged row's why: its reason (instruction-bound arithmetic) or likely cause
+    (budget.likely_cause); when the budget found none ("unknown", or no key), "unexplained"
+    with what is known: its regime and achieved rate (both renderers show its share of
+    its roof beside it; UNEXPLAINED_NOTE says what was checked). Never a guessed cause."""
+    known = row.get("reason") or row.get("cause")
+    if known and known != "unknown":
+        return str(known)
+    if row.get("bound") == "compute" and row.get("achieved_flops_per_s"):
+        rate = f"compute-bound at {fmt_flops(row['achieved_flops_per_s'])}"
+    elif row.get("bound") == "memory" and row.get("achieved_bytes_per_s"):
+        rate = f"memory-bound at {fmt_bytes_per_s(row['achieved_bytes_per_s'])}"
+    else:
+        rate = f"{row.get('bound') or 'no'} bound"
+    return f"{UNEXPLAINED}: {rate}"

@@ -10,7 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gobrrr.show.budget_view import budget_parts, phase_rows, roof_band
+from gobrrr.show.budget_view import (
+    MODULES_TITLE,
+    UNEXPLAINED,
+    UNEXPLAINED_NOTE,
+    above_roof,
+    agreement_tone,
+    budget_parts,
+    cause_text,
+    phase_rows,
+    roof_band,
+)
 from gobrrr.show.figures import (
     batch_scaling_svg,
     budget_bar_svg,
@@ -56,7 +66,10 @@ def rows_table(rows: list[dict[str, Any]], total_s: float, numbered: bool = Fals
 
 
 def _band_mark(r: dict[str, Any]) -> str:
-    """" (below)" under 25% of its roofline, " (25-50%)" from there to 50%."""
+    """" (below)" under 25% of its roofline, " (25-50%)" from there to 50%, " (above
+    roof)" over 100% (budget_view.above_roof: faster than the measured ceilings)."""
+    if above_roof(r):
+        return " (above roof)"
     return {"<25%": " (below)", "25-50%": " (25-50%)"}.get(roof_band(r) or "", "")
 
 
@@ -159,10 +172,14 @@ def _below_roof_table(d: dict[str, Any], total_s: float) -> Any:
                      r["time_s"]),
                     (f"{100 * frac:.0f}%" if frac is not None else "-",
                      frac if frac is not None else -1),
-                    r.get("roof_band") or "-", _bound_text(r),
-                    r.get("reason") or r.get("cause") or "-"])
-    return table(["op", "time", "% of T", "% roofline", "band", "bound", "why"], out,
-                 text_columns=(0, 4, 5, 6), name_columns=(0,))
+                    r.get("roof_band") or "-", _bound_text(r), cause_text(r)])
+    rows_html = table(["op", "time", "% of T", "% roofline", "band", "bound", "why"], out,
+                      text_columns=(0, 4, 5, 6), name_columns=(0,))
+    if not any(cause_text(r).startswith(UNEXPLAINED) for r in rows):
+        return rows_html
+    from markupsafe import Markup
+
+    return Markup("").join([rows_html, paragraph(UNEXPLAINED_NOTE, "note")])
 
 
 # The catalog remedies (a remedy's "spec" key) that an experiment of the diagnosis
@@ -406,7 +423,8 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
     remedies = (_remedies_table(d) if d["remedies"]
                 else paragraph("No remedy applies to this budget.", "note"))
     return [
-        Section("verdict", "Verdict", parts.verdict(d, total_s, per)),
+        Section("verdict", "Verdict",
+                parts.verdict(d, total_s, per, agreement_tone(d["verdict"]))),
         Section("budget", "Time budget",
                 parts.budget(b, total_s, parts_s, per, Markup(budget_bar_svg(b)))),
         *([Section("generation", "Generation: prefill and decode",
@@ -420,7 +438,7 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
         *([Section("distributed", "Distributed: every rank",
                    _distributed_body(d["distributed"]))] if d.get("distributed") else []),
         Section("ops", "Per op", rows_table(per_op, total_s, numbered=True)),
-        Section("modules", "Per module (exclusive: each op in its innermost module)",
+        Section("modules", "Per module" + MODULES_TITLE.removeprefix("top modules"),
                 rows_table(b["per_module"], total_s)),
         Section("classes", "Per op class", rows_table(b["per_class"], total_s)),
         Section("below-roof", "Ops below their roof", _below_roof_table(d, total_s)),
