@@ -40,6 +40,28 @@ def plain_loop_s(fn, x, calls=20):
     return sorted(times)[len(times) // 2]
 
 
+def test_an_extern_convolution_writes_its_output_too():
+    """Inductor calls aten::convolution as a function: the profiler records its inputs
+    only, and its output (N x C_out x H' x W') is counted beside them, as in eager."""
+    from types import SimpleNamespace
+
+    from gobrrr.compiled import _record
+
+    # bf16 [256, 64, 56, 56] * [256, 64, 1, 1], stride 1, no padding: a 1x1 conv 64 -> 256
+    e = SimpleNamespace(name="aten::convolution",
+                        input_shapes=[[256, 64, 56, 56], [256, 64, 1, 1], []],
+                        concrete_inputs=["", "", "", [1, 1], [0, 0], [1, 1], False, [0, 0], 1])
+    r = _record(0, e, ["c10::BFloat16", "c10::BFloat16", ""], "compiled graph", "cpu")
+    x, w, y = 256 * 64 * 56 * 56, 256 * 64, 256 * 256 * 56 * 56
+    assert r.bytes == 2 * (x + w + y)
+    assert r.flops == 2 * y * 64 and r.has_formula and r.op_class == "conv"
+    # stride 2, padding 1, a 3x3 kernel: 56 -> 28
+    e.input_shapes[1] = [256, 64, 3, 3]
+    e.concrete_inputs[3:5] = [[2, 2], [1, 1]]
+    r = _record(0, e, ["c10::BFloat16", "c10::BFloat16", ""], "compiled graph", "cpu")
+    assert r.bytes == 2 * (x + 256 * 64 * 9 + 256 * 256 * 28 * 28)
+
+
 def test_detection():
     m, x = big_linear()
     assert not is_compiled(from_callable(m, (x,)))

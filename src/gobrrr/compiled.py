@@ -208,20 +208,30 @@ def _dtype_lookup(prof: Any) -> Any:
     return lookup
 
 
-def _conv_flops(e: Any, args: list[tuple[list[int], str]]) -> int | None:
-    """2 x output elements x (C_in / groups) x kernel size, the output's spatial size
-    from the recorded stride, padding and dilation."""
+def _conv_output(e: Any, args: list[tuple[list[int], str]]) -> list[int] | None:
+    """The output shape of a recorded convolution: batch, output channels and the spatial
+    size from the recorded stride, padding and dilation; None when not recorded."""
     concrete = list(getattr(e, "concrete_inputs", None) or [])
     if len(args) < 2 or len(concrete) < 9:
         return None
     x, w = args[0][0], args[1][0]
     stride, padding, dilation = concrete[3], concrete[4], concrete[5]
-    groups = concrete[8] if isinstance(concrete[8], int) else 1
     if not all(isinstance(v, list) for v in (stride, padding, dilation)):
         return None
     spatial = [(x[2 + i] + 2 * padding[i] - dilation[i] * (w[2 + i] - 1) - 1) // stride[i] + 1
                for i in range(len(w) - 2)]
-    return 2 * x[0] * w[0] * math.prod(spatial) * (x[1] // groups) * math.prod(w[2:])
+    return [x[0], w[0], *spatial]
+
+
+def _conv_flops(e: Any, args: list[tuple[list[int], str]], out: list[int] | None
+                ) -> int | None:
+    """2 x output elements x (C_in / groups) x kernel size."""
+    if out is None:
+        return None
+    concrete = list(getattr(e, "concrete_inputs", None) or [])
+    groups = concrete[8] if isinstance(concrete[8], int) else 1
+    x, w = args[0][0], args[1][0]
+    return 2 * math.prod(out) * (x[1] // groups) * math.prod(w[2:])
 
 
 def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> OpRecord:
@@ -229,7 +239,18 @@ def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> 
     args = _tensor_args(e, dtypes)
     name = str(e.name)
     op_class = op_class_by_name(name)
-    flops = _conv_flops(e, args) if op_class == "conv" else matmul_flops(name, args)
+    nbytes = args_bytes(args)
+    if op_class == "conv":
+        out = _conv_output(e, args)
+        flops = _conv_flops(e, args, out)
+        if out is not None:
+            # Inductor calls an extern convolution as a function (no out= argument), so
+            # the profiler recorded its inputs only: its output is written too, as the
+            # eager count has it (missing, a 1x1 convolution widening 64 -> 256 channels
+            # read as compute-bound: compiled ResNet-50 on the H200, against the trace)
+            nbytes += math.prod(out) * _DTYPES[args[0][1]].itemsize
+    else:
+        flops = matmul_flops(name, args)
 
     dtype = dtype_name(_DTYPES[args[0][1]]) if args else "none"
     unit = None
@@ -239,7 +260,7 @@ def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> 
 
             unit = "tf32" if tf32_enabled("conv" if op_class == "conv" else "matmul") else "fp32"
     return OpRecord(index=index, op=name, module=module, phase=COMPILED, op_class=op_class,
-                    dtype=dtype, flops=flops or 0, bytes=args_bytes(args),
+                    dtype=dtype, flops=flops or 0, bytes=nbytes,
                     tensor_core_unit=unit, has_formula=flops is not None)
 
 
