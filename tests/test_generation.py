@@ -151,6 +151,13 @@ def test_the_generation_report_has_prefill_and_decode_phases_and_the_bound():
     assert parts["batch_scaling"] >= bs["seconds"]
     assert sum(parts.values()) <= d["diagnose_s"] + parts["report"]
     assert g["decode"]["kv_source"] == "the cache"
+    # the decode step's own split: the profiled decode phase's op time against the step
+    split = g["decode"]["split"]
+    row = {r["name"]: r for r in d["budget"]["per_phase"]}["decode"]
+    assert split["busy_s"] == pytest.approx(row["time_s"] / (PROFILED_TOKENS - 1))
+    assert split["step_s"] == g["decode"]["median_step_s"]
+    assert sum(split["shares"].values()) == pytest.approx(1.0)
+    assert split["overhead_s"] >= 0 and "overhead a lower bound" in split["source"]
     # the cached ceilings' bandwidth (conftest): 2e10 B/s
     assert g["decode"]["bound_tokens_per_s"] == pytest.approx(2 * 2e10 / g["decode"][
         "step_bytes"])
@@ -171,7 +178,8 @@ def test_the_generation_report_has_prefill_and_decode_phases_and_the_bound():
     lines = generation_lines(g)
     assert lines[0].startswith("generation: 12 new tokens after 2 x 8 prompt tokens")
     assert lines[2].startswith("  decode ") and "(MBU)" in lines[2]
-    assert lines[3].startswith("  decode tokens/s by batch: 1: ")
+    assert lines[3].startswith("  decode step: overhead ")
+    assert lines[4].startswith("  decode tokens/s by batch: 1: ")
     assert "Generation: prefill and decode" in html(d)
     # two batches or more: the tokens/s-vs-batch figure with both limits
     pts = [dict(bs["points"][0], batch=b, tokens_per_s=5.0 * b) for b in (1, 2)]
@@ -225,6 +233,23 @@ def test_generation_on_cuda_reads_kernels_per_phase():
     assert g["decode"]["kv_source"] == "the cache"
     rows = {r["name"]: r for r in d["budget"]["per_phase"]}
     assert rows["decode"]["time_s"] > 0 and rows["prefill"]["time_s"] > 0
+
+
+def test_the_decode_split_is_the_phase_against_the_step():
+    from gobrrr.budget import RowBudget
+    from gobrrr.generation_run import decode_split
+
+    # two profiled decode steps of 1 ms of ops each (0.2 compute, 0.8 memory), a 4 ms step
+    row = RowBudget("decode", time_s=2e-3, compute_s=0.4e-3, memory_s=1.6e-3)
+    s = decode_split(4e-3, row, 2, "cuda")
+    assert (s["busy_s"], s["compute_s"], s["memory_s"]) == pytest.approx((1e-3, 0.2e-3, 0.8e-3))
+    assert s["overhead_s"] == pytest.approx(3e-3)
+    assert s["shares"] == pytest.approx({"compute": 0.05, "memory": 0.2, "overhead": 0.75})
+    assert "GPU busy time" in s["source"]
+    # ops that took longer than the step (a profiler's host cost on the CPU): scaled to it
+    s = decode_split(0.5e-3, row, 2, "cpu")
+    assert s["overhead_s"] == pytest.approx(0.0, abs=1e-15)
+    assert s["shares"] == pytest.approx({"compute": 0.2, "memory": 0.8, "overhead": 0.0})
 
 
 # ---------------------------------------------------------------- the batch experiment

@@ -50,7 +50,7 @@ from gobrrr.timing import device_sync, from_samples
 from gobrrr.tracefile.analysis import PROFILED_WALL_NOTE, analyse_trace
 from gobrrr.tracefile.read import read_header
 
-__all__ = ["diagnose_generation", "PROFILED_TOKENS", "REPEATS", "BETWEEN"]
+__all__ = ["diagnose_generation", "decode_split", "PROFILED_TOKENS", "REPEATS", "BETWEEN"]
 
 Progress = Callable[[str], None]
 
@@ -220,8 +220,36 @@ def diagnose_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
     with _part(parts, "report"):
         report = report_for(measured, ceil, facts=workload_facts([model], []),
                             started_s=t0)
+    row = next((r for r in report.budget.per_phase if r.name == DECODE), None)
+    if row is not None and k > 1:
+        gen["decode"] = gen["decode"] | {
+            "split": decode_split(prof.decode_step_s, row, k - 1, device)}
     report.generation = gen | {"seconds_by_part": parts}
     return report
+
+
+def decode_split(step_s: float, row: Any, steps: int, device: str) -> dict[str, Any]:
+    """A decode step's own compute / memory / overhead (issue 21, item 2): the profiled
+    decode steps' op time (`row`, the budget's decode phase over `steps` steps) split as
+    the budget splits it, and the rest of the timed step (`step_s`, the median of the
+    N-token generation) is overhead: host work between the model's forwards, launches,
+    syncs, and the phase's ops the budget itself reads as overhead. Approximate: the
+    step is timed in one generation and profiled in another; on the CPU an op's time is
+    its host time under the profiler, so overhead is a lower bound there."""
+    busy = row.time_s / steps
+    scale = min(1.0, step_s / busy) if busy > 0 else 0.0  # busy cannot exceed the step
+    compute, memory = row.compute_s / steps * scale, row.memory_s / steps * scale
+    # overhead: the rest of the step (host work, launches, syncs, and the phase's own
+    # ops the budget reads as overhead, such as views)
+    parts = {"compute_s": compute, "memory_s": memory,
+             "overhead_s": max(0.0, step_s - compute - memory)}
+    return {"step_s": step_s, "busy_s": busy, **parts,
+            "shares": {k.removesuffix("_s"): v / step_s if step_s > 0 else 0.0
+                       for k, v in parts.items()},
+            "source": (f"the decode phase of the profiled generation ({steps} step"
+                       f"{'s' * (steps != 1)}) against the timed step; "
+                       + ("GPU busy time" if device == "cuda" else
+                          "op time under the profiler: overhead a lower bound"))}
 
 
 def _share_prefill(prof: GenerationProfile) -> float:

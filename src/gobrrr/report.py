@@ -52,7 +52,8 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 # 1.11: generation.decode_graph (the decode step's CUDA-graph experiment,
 #       generation_graph.py)
 # 1.12: generation.seconds_by_part (where doctor --generate's own time went);
-#       timing.runs_s (doctor --repeat: each run's median)
+#       timing.runs_s (doctor --repeat: each run's median); generation.decode.split
+#       (the decode step's own compute / memory / overhead)
 SCHEMA_VERSION = "1.12"
 
 

@@ -362,6 +362,12 @@ def generation_lines(g: dict[str, Any]) -> list[str]:
                  f"({fmt_num(dec['step_bytes'], 'B')} a step): {dec['mbu']:.1%} (MBU)")
     lines.append(f"  decode {fmt_s(dec['median_step_s'])} a step, "
                  f"{dec['tokens_per_s']:,.1f} tokens/s{bound}")
+    split = dec.get("split")  # report 1.12: the decode step's own split
+    if split:
+        sh = split["shares"]
+        lines.append(f"  decode step: overhead {sh['overhead']:.0%}, memory "
+                     f"{sh['memory']:.0%}, compute {sh['compute']:.0%} (ops busy "
+                     f"{fmt_s(split['busy_s'])} of the {fmt_s(split['step_s'])} step)")
     bs = g.get("batch_scaling")  # report 1.9: the decode batch experiment
     if bs and bs["points"]:
         lines.append("  decode tokens/s by batch: " + " · ".join(
