@@ -273,7 +273,7 @@ def batch(ratio, flops2=200, bytes2=134):
 def test_less_time_for_twice_the_work_is_noise_not_a_reading():
     # predicted: overhead 0.5 + compute 0.5 x 2.00 (FLOPs) = 1.50x of T = 1 s
     b = batch(0.12)
-    assert b.implausible and b.agrees is False  # the JSON's agrees is as it was
+    assert b.implausible and b.agrees is None  # it checked nothing: not a disagreement
     assert b.reading == (
         "2x batch cost 0.12x time for 2.00x FLOPs and 1.34x bytes: implausible, less time "
         "for more work, beyond this run's noise: the timings were disturbed (other "

@@ -274,7 +274,8 @@ def read_batch(times: BatchTimes, counts: dict[int, tuple[int, int]],
                  "timings were disturbed (other processes, clock changes), so this "
                  f"reading checks nothing (the budget predicted {predicted:.2f}x); rerun "
                  "on a quieter machine")
-        return BatchScaling(points, rt, rf, rb, predicted, agrees, text)
+        # agrees None: it checked nothing, as the sentence says (not a disagreement)
+        return BatchScaling(points, rt, rf, rb, predicted, None, text)
     if rt > 2 * max(rf, rb):
         text += (": more than twice the growth of its FLOPs and bytes: a cache cliff, or "
                  "the timings were disturbed (other processes); read with care")
