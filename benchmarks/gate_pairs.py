@@ -1,7 +1,7 @@
 """The CI gate on this machine (issue 25, item 5): identical runs must not fail it, and a
-real slowdown must. Each round runs three `gobrrr doctor --repeat R` processes of one
-target, in a shuffled order: OLD and NEW the same code, SLOW the code with one more pass
-over its data (benchmarks/gate_targets.py). Then per round:
+real slowdown must. Each round runs three `gobrrr doctor --repeat R` commands of one
+target (each times it in R processes), in a shuffled order: OLD and NEW the same code,
+SLOW the code with one more pass over its data (benchmarks/gate_targets.py). Then per round:
 - OLD vs NEW: a false alarm if the gate fails;
 - OLD vs SLOW: caught if the gate fails; and whether time alone (the between-run
   interval, without the work gate) caught it;

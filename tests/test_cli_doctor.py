@@ -28,24 +28,40 @@ def test_file_target_json():
     assert d["experiments"]["batch_scaling"]["points"][1]["batch_size"] == 8
 
 
-def test_repeat_keeps_each_runs_median():
-    import statistics
+@pytest.mark.slow
+def test_repeat_times_the_command_in_fresh_processes(monkeypatch):
+    import subprocess
 
     from gobrrr.schema import validate
 
-    r = run(f"{TARGETS}:good", "--json", "-q", "--no-experiments", "--repeat", "3",
-            "--time-budget", "0.1", "--device", "cpu")
+    seen = []
+    real = subprocess.run
+
+    def spy(cmd, **kw):
+        seen.append(cmd)
+        return real(cmd, **kw)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    r = run(f"{TARGETS}:good", "--json", "-q", "--no-experiments", "--repeat", "2",
+            "--time-budget", "0.1", "--device", "cpu", "--batch-size", "3")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     validate(d, "report")
     t = d["timing"]
-    assert len(t["runs_s"]) == 3 and t["median_s"] == statistics.median(t["samples_s"])
-    assert min(t["samples_s"]) <= min(t["runs_s"]) <= max(t["runs_s"]) <= max(t["samples_s"])
-    assert any(n.startswith("T_wall from 3 runs") for n in d["notes"])
-    # one process only: not with --generate
+    assert len(t["runs_s"]) == 2 and t["runs_s"][0] == t["median_s"] and t["runs_s"][1] > 0
+    assert any(n.startswith("T_wall in 2 processes (this one, then 1 fresh") for n in
+               d["notes"])
+    # the child: the same target and options, without experiments
+    child = [c for c in seen if "doctor" in c]
+    assert len(child) == 1 and child[0][4:] == [
+        f"{TARGETS}:good", "--device", "cpu", "--time-budget", "0.1", "--batch-size", "3",
+        "--no-experiments", "--json", "-q"]
+
+
+def test_repeat_needs_a_named_target_in_one_process():
     r = run("hf:gpt2", "--generate", "4", "--repeat", "2", "--device", "cpu")
     assert r.exit_code == 2 and len(error_lines(r)) == 1
-    assert "--repeat times a workload in one process" in error_lines(r)[0]
+    assert "--repeat reruns a named target" in error_lines(r)[0]
 
 
 def test_batch_size_option():

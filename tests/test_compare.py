@@ -177,10 +177,10 @@ def test_significant_but_below_the_threshold_passes(base):
 # --- time between runs: doctor --repeat, or several reports a side ------------------------
 
 def with_runs(d, runs_s):
-    """A copy of report `d` as `doctor --repeat` writes it: each run's median in
-    timing.runs_s and 5 samples around each (the pooled samples)."""
-    samples = [r * f for r in runs_s for f in (0.99, 0.995, 1.0, 1.005, 1.01)]
-    d = with_samples(copy.deepcopy(d), samples)
+    """A copy of report `d` as `doctor --repeat` writes it: its own 5 samples around the
+    first run's T_wall, and every process's T_wall in timing.runs_s."""
+    d = with_samples(copy.deepcopy(d), [runs_s[0] * f for f in (0.99, 0.995, 1.0, 1.005,
+                                                                 1.01)])
     d["timing"]["runs_s"] = [float(r) for r in runs_s]
     return d
 
@@ -428,6 +428,9 @@ def test_bad_inputs_are_one_line_errors(tmp_path, base):
     (lambda t: t.update(median_s=t["median_s"] * 1.3), "is not the median of its samples"),
     (lambda t: t["samples_s"].__setitem__(0, float("nan")), "not a positive time"),
     (lambda t: t.update(median_s=0.0), "timing.median_s is 0.0, not a positive time"),
+    (lambda t: t.update(runs_s=[t["median_s"] * 2, t["median_s"]]),
+     "timing.runs_s starts with"),
+    (lambda t: t.update(runs_s=[t["median_s"], -1.0]), "at timing/runs_s/1"),  # the schema
 ])
 def test_a_doctored_report_is_refused(tmp_path, base, edit, says):
     new = copy.deepcopy(base)

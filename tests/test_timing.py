@@ -206,16 +206,3 @@ def test_ab_time_under_a_coordinator_times_the_slowest_rank():
     # blocks sized from the slowest first call: 10 ms / 6 ms -> 2 calls of A
     assert got.calls_per_block == 2
 
-
-def test_pooled_runs_keep_each_runs_median():
-    from gobrrr.timing import from_samples, pooled
-
-    a = from_samples([1.0, 2.0, 3.0], warmup_calls=2)
-    b = from_samples([4.0, 5.0, 6.0, 7.0], warmup_calls=3)
-    p = pooled([a, b])
-    assert p.samples_s == (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0) and p.median_s == 4.0
-    assert p.runs_s == (2.0, 5.5) and p.warmup_calls == 5 and p.n_samples == 7
-    assert p.to_dict()["runs_s"] == [2.0, 5.5]
-    assert pooled([a]) is a and "runs_s" not in a.to_dict()  # one run: as it was
-    with pytest.raises(ValueError):
-        pooled([])

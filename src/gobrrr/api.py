@@ -91,11 +91,10 @@ def _warn_loudly(lines: list[str]) -> None:
 
 
 def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: float = 2.0,
-                      repeat: int = 1, progress: Progress | None = None) -> Report:
-    """The live source (live.py), then the one end (diagnosis.py). `repeat`: T_wall from
-    that many independent runs (live.measure_live)."""
+                      progress: Progress | None = None) -> Report:
+    """The live source (live.py), then the one end (diagnosis.py)."""
     m = measure_live(w, experiments=experiments, time_budget_s=time_budget_s,
-                     repeat=repeat, progress=progress)
+                     progress=progress)
     return report_for(m.run, m.ceilings, experiments=m.experiments, compiled=m.compiled,
                       state=m.state, facts=m.facts, started_s=m.started_s, memory=m.memory)
 

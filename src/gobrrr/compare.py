@@ -9,7 +9,8 @@ unfused op is a regression no noise hides). Time gates only where the noise betw
 runs is known: on a shared CPU identical back-to-back doctor runs moved their medians by
 more than 5% in 23 of 56 pairs, far beyond the spread of either run's own samples.
 - Both sides with MIN_RUNS or more independent runs (`doctor --repeat N`, whose report
-  keeps each run's median in `timing.runs_s`, or several reports a side): a Welch
+  keeps the T_wall of the same command in N processes in `timing.runs_s`, or several
+  reports a side; processes, since a process's state shifts all its runs): a Welch
   interval of the ratio of the runs' geometric means, from the run medians' logs (runs
   are few, so a t interval, not a bootstrap of three values); NEW fails when the
   interval's lower end is above --fail-above.
@@ -354,8 +355,9 @@ def timing_problem(t: dict[str, Any]) -> str | None:
     runs = t.get("runs_s") or []
     if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in runs):
         return "timing.runs_s holds a value that is not a positive time"
-    if runs and samples and not min(samples) <= min(runs) <= max(runs) <= max(samples):
-        return "timing.runs_s lies outside the range of its samples"
+    if runs and not math.isclose(runs[0], med, rel_tol=1e-9):
+        return (f"timing.runs_s starts with {runs[0]:.6g} s, not the report's own median "
+                f"({med:.6g} s)")
     return None
 
 

@@ -7,8 +7,7 @@ optimizer state, inputs, RNG and flags are put back afterwards):
    T_wall);
 2. T_wall, unprofiled (timing.py), with the first call's output checked for NaN/inf;
 3. the experiments, measured now and read against the budget by the end: the CUDA-graph
-   replay, then the batch at 2x (and 4x); with `repeat` > 1, T_wall's other runs after
-   them (spread over the diagnosis, not back to back), pooled (timing.pooled);
+   replay, then the batch at 2x (and 4x);
 4. the counted and profiled call (profile.py; compiled.py for compiled code): every
    timing comes before it, since a profiler can leave hooks that slow later launches;
 5. FLOPs and bytes at the scaled batches, for the batch experiment's reading.
@@ -38,8 +37,7 @@ from gobrrr.profile import profile_counted
 from gobrrr.remedies.base import reached_facts
 from gobrrr.run import MeasuredRun, Step
 from gobrrr.state import StateCheck, preserved_globals, preserved_state
-from gobrrr.timing import measure, pooled
-from gobrrr.units import fmt_s
+from gobrrr.timing import measure
 from gobrrr.workload import Workload
 
 __all__ = ["LiveMeasurement", "measure_live"]
@@ -65,7 +63,7 @@ class LiveMeasurement:
 
 
 def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float = 2.0,
-                 repeat: int = 1, progress: Progress | None = None) -> LiveMeasurement:
+                 progress: Progress | None = None) -> LiveMeasurement:
     """The steps of the module docstring, for `w`."""
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
@@ -125,11 +123,6 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
                                    lambda: exps.batch_times(w, wall, timer, say, rounds))
             if batch_t is not None and batch_t.skipped:
                 notes.append(f"batch scaling skipped: {batch_t.skipped}")
-        if repeat > 1:
-            say(f"timing {w.name}: runs 2 to {repeat} of T_wall")
-            wall = pooled([wall, *(timer(w) for _ in range(repeat - 1))])
-            notes.append(f"T_wall from {repeat} runs (each its own warm-up and samples): "
-                         f"run medians {_run_range(wall.runs_s)}")
         say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
                                                  else ", timing each op alone"))
         if is_compiled:
@@ -192,13 +185,6 @@ class _FirstOutputCheck:
                 if problem:
                     self.warning = f"the workload's output contains NaN/inf: {problem}"
         return out
-
-
-def _run_range(runs_s: tuple[float, ...]) -> str:
-    """'1.21 ms to 1.34 ms (spread 10.7% of the lowest)': how far independent runs of
-    one measurement fall apart."""
-    lo, hi = min(runs_s), max(runs_s)
-    return f"{fmt_s(lo)} to {fmt_s(hi)} (spread {100 * (hi / lo - 1):.1f}% of the lowest)"
 
 
 def _attempt(what: str, warn: Callable[[str], None], run: Callable[[], T]) -> T | None:

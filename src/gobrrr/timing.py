@@ -28,7 +28,7 @@ from typing import Any
 from gobrrr.coordinator import SOLO, Coordinator
 
 __all__ = ["Timing", "measure", "measure_ranks", "summarize", "device_sync",
-           "SPENT_MIN_SAMPLES", "from_samples", "pooled", "time_call"]
+           "SPENT_MIN_SAMPLES", "from_samples", "time_call"]
 
 Clock = Callable[[], float]
 
@@ -47,8 +47,8 @@ class Timing:
     noisy: bool  # the spread never fell under the threshold within the budget
     rel_iqr: float  # iqr / median
     samples_s: tuple[float, ...]
-    # The median of each independent run (its own warm-up and samples) when several were
-    # pooled (`doctor --repeat`): what varies between runs, which the samples of one run
+    # T_wall of each independent run when `doctor --repeat` ran the same command in fresh
+    # processes (this one first): what varies between runs, which the samples of one run
     # cannot show (compare.py gates time on it). Empty for one run.
     runs_s: tuple[float, ...] = ()
 
@@ -216,19 +216,3 @@ def from_samples(samples: Sequence[float], calls_per_sample: int = 1, warmup_cal
                   calls_per_sample=calls_per_sample, warmup_calls=warmup_calls,
                   noisy=rel > max_rel_iqr, rel_iqr=rel, samples_s=tuple(samples))
 
-
-def pooled(runs: Sequence[Timing]) -> Timing:
-    """Several independent runs of one measurement as one Timing: their samples together
-    (the median is the pooled samples' median) and each run's median in `runs_s`."""
-    if not runs:
-        raise ValueError("no runs")
-    if len(runs) == 1:
-        return runs[0]
-    samples = [x for t in runs for x in t.samples_s]
-    med, iqr, lo, hi = summarize(samples)
-    rel = iqr / med if med > 0 else 0.0
-    return Timing(median_s=med, iqr_s=iqr, min_s=lo, max_s=hi, n_samples=len(samples),
-                  calls_per_sample=runs[0].calls_per_sample,
-                  warmup_calls=sum(t.warmup_calls for t in runs),
-                  noisy=any(t.noisy for t in runs), rel_iqr=rel, samples_s=tuple(samples),
-                  runs_s=tuple(t.median_s for t in runs))

@@ -32,11 +32,10 @@ _HELP = f"Split a workload's time into compute, memory and overhead.\n\n{TARGET_
                    "a limit on the whole run (that is optimize's --budget-s).")
 @click.option("--repeat", type=click.IntRange(min=1, max=100), default=1, show_default=True,
               metavar="N",
-              help="Time the workload in N independent runs (each its own warm-up and "
-                   "samples; the first before the experiments, the rest after them) and "
-                   "keep each run's median (timing.runs_s): what `gobrrr compare` needs to "
-                   "gate on time, since one run's samples cannot show the shifts between "
-                   "runs.")
+              help="Also time the workload in N - 1 fresh processes (the same command, "
+                   "without experiments) and keep every run's T_wall (timing.runs_s): what "
+                   "`gobrrr compare` needs to gate on time, since one process's samples "
+                   "cannot show the shifts between processes.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a self-contained HTML report here.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -99,9 +98,10 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         dev = resolve_device(device)
         say = progress_printer(quiet or rank != 0)  # one rank speaks
         opts = ModelOptions(seq_len, image_size, dtype, train)
-        if repeat > 1 and (generate is not None or (world is not None and world.size > 1)):
-            raise UserError("--repeat times a workload in one process: not with --generate "
-                            "or under torchrun")
+        if repeat > 1 and (generate is not None or (world is not None and world.size > 1)
+                           or target is None):
+            raise UserError("--repeat reruns a named target in one process each: not "
+                            "with --generate, under torchrun or without a TARGET")
         if generate is not None:
             if world is not None and world.size > 1:
                 raise UserError("--generate runs in one process, not under torchrun")
@@ -116,8 +116,9 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         else:
             w = load_announced(target, dev, batch_size, opts, say)
             report = diagnose_workload(w, experiments=not no_experiments,
-                                       time_budget_s=time_budget_s, repeat=repeat,
-                                       progress=say)
+                                       time_budget_s=time_budget_s, progress=say)
+            if repeat > 1:
+                _rerun(report, repeat, target, dev, batch_size, opts, time_budget_s, say)
             if world is not None:  # torchrun with one process
                 report.notes.append("torchrun world of 1 process: the single-process "
                                     "diagnosis (no communication to measure)")
@@ -176,3 +177,27 @@ def _distributed(world: Any, target: str | None, dev: str, batch_size: int | Non
 
 def register(group: click.Group) -> None:
     group.add_command(doctor)
+
+
+def _rerun(report: Any, repeat: int, target: str | None, device: str,
+           batch_size: int | None, opts: Any, time_budget_s: float, say: Any) -> None:
+    """`--repeat`: T_wall of the same command in repeat - 1 fresh processes
+    (gobrrr.repeat), kept beside this run's in timing.runs_s, with a note."""
+    from dataclasses import replace
+
+    from gobrrr.repeat import child_walls
+    from gobrrr.units import fmt_s
+
+    args = [str(target), "--device", device, "--time-budget", str(time_budget_s)]
+    for flag, value in (("--batch-size", batch_size), ("--seq-len", opts.seq_len),
+                        ("--image-size", opts.image_size), ("--dtype", opts.dtype)):
+        if value is not None:
+            args += [flag, str(value)]
+    if opts.train:
+        args.append("--train")
+    walls = [report.timing.median_s, *child_walls(args, repeat - 1, say)]
+    report.timing = replace(report.timing, runs_s=tuple(walls))
+    report.notes.append(f"T_wall in {repeat} processes (this one, then {repeat - 1} fresh "
+                        f"ones): {fmt_s(min(walls))} to {fmt_s(max(walls))} (spread "
+                        f"{100 * (max(walls) / min(walls) - 1):.1f}% of the lowest); the "
+                        "report's other figures are this process's")
