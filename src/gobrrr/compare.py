@@ -123,7 +123,7 @@ def _t_cdf(t: float, df: float) -> float:
     """Student's t CDF at t >= 0 (Simpson's rule over the density from 0: numpy has no t
     distribution and scipy is not a dependency)."""
     c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
-    n = 2000  # even; the density is smooth, so the error is far below 1e-9
+    n = 400  # even; the density is smooth: quantiles within 1e-6 of the tables' (tests)
     h = t / n
     total = sum((1 if i in (0, n) else 4 if i % 2 else 2)
                 * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(n + 1))
@@ -135,7 +135,7 @@ def t_quantile(p: float, df: float) -> float:
     lo, hi = 0.0, 1.0
     while _t_cdf(hi, df) < p:
         hi *= 2
-    for _ in range(60):
+    for _ in range(40):  # the bracket halves each time: 2^-40 of it
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if _t_cdf(mid, df) < p else (lo, mid)
     return (lo + hi) / 2
