@@ -20,8 +20,17 @@ import time
 
 import torch
 
+from gobrrr import generation_lean
 from gobrrr.generation import decode_bytes
 from gobrrr.generation_lean import LeanDecoder
+
+# `VARIANT@SETTING`: the compiled step under other Inductor settings than the loop's own
+SETTINGS = {
+    "nocdt": {"coordinate_descent_tuning": False},  # cuBLAS GEMVs instead of reductions
+    "alldir": {"coordinate_descent_tuning": True,
+               "coordinate_descent_check_all_directions": True},
+    "combo": {"coordinate_descent_tuning": True, "combo_kernels": True},
+}
 from gobrrr.hardware import calibrate
 
 sys.path.insert(0, "benchmarks")
@@ -56,7 +65,10 @@ def main() -> None:
         bound_step = statistics.mean(db.step_bytes(1, a.prompt + k)
                                      for k in range(1, a.new)) / bw
         for variant in a.variants.split(","):
-            mode, _, attention = variant.partition("+")
+            base, _, setting = variant.partition("@")
+            mode, _, attention = base.partition("+")
+            generation_lean.INDUCTOR_CONFIG = {"coordinate_descent_tuning": True,
+                                               **SETTINGS.get(setting, {})}
             torch._dynamo.reset()
             r = {"workload": name, "variant": variant, "bound_step_s": bound_step}
             try:

@@ -61,6 +61,9 @@ __all__ = ["LeanDecoder", "MODES", "ATTENTION", "lean_supported"]
 MODES = ("eager", "graph", "compile")
 ATTENTION = ("math", "flash", "efficient", "cudnn")
 WARMUP_STEPS = 3  # eager steps on a side stream before a capture (cuBLAS, allocator)
+# Inductor settings for the compiled step: coordinate-descent tuning of its reductions
+# (the GEMVs of a batch-1 step become Triton reductions under it; gpt-fast's setting).
+INDUCTOR_CONFIG: dict[str, Any] = {"coordinate_descent_tuning": True}
 
 
 def lean_supported(model: Any) -> str | None:
@@ -226,7 +229,7 @@ class LeanDecoder:
         import torch._inductor.config as inductor_config
 
         room = self.max_len - int(self._pos.item())  # positions left after the prefill
-        with inductor_config.patch(coordinate_descent_tuning=True):
+        with inductor_config.patch(**INDUCTOR_CONFIG):
             for _ in range(max(1, min(WARMUP_STEPS, room))):
                 step()
 
