@@ -28,7 +28,10 @@ import json; [print(r) for r in json.load(open('$OUT/lean_variants.json'))]" 2>&
   t0=$(date +%s%N)
   timeout 110 python3 -m gobrrr doctor hf:tinyllama-1.1b --generate 64 --seq-len 128 \
     --dtype bf16 --device cuda --json -q > "$OUT/doctor-generate-tinyllama.json" \
-    2> >(quiet | tail -5) || echo "failed: $?"
+    2> "$OUT/doctor-generate-tinyllama.err" || echo "failed: $?"
+  # stderr to its own file: a process substitution here inherited the JSON file as its
+  # stdout (session e: a warning's last line landed after the report's JSON)
+  quiet < "$OUT/doctor-generate-tinyllama.err" | tail -5
   echo "doctor wall ms: $(( ($(date +%s%N) - t0) / 1000000 ))"
   ls -la "$OUT"/doctor-generate-tinyllama.json
   ;;

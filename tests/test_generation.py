@@ -257,13 +257,13 @@ def test_the_decode_split_is_the_phase_against_the_step():
 
 def _fake_measure(tokens_per_s, oom_at=None, prefill_flops=10**9, counted=None):
     """profile_generation's stand-in: decode at each batch at the given tokens/s;
-    `counted` gets (batch, count_flops) of each call."""
+    `counted` gets (batch, count_flops, warmup) of each call."""
     from gobrrr.generation import DecodeBytes, GenerationProfile
 
     def measure(model, ids, new_tokens, *, bandwidth_bytes_per_s, peak_flops_per_s, **kw):
         b = int(ids.shape[0])
         if counted is not None:
-            counted.append((b, kw.get("count_flops", True)))
+            counted.append((b, kw.get("count_flops", True), kw.get("warmup", 1)))
         if oom_at is not None and b >= oom_at:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         step = b / tokens_per_s[b]
@@ -276,6 +276,17 @@ def _fake_measure(tokens_per_s, oom_at=None, prefill_flops=10**9, counted=None):
     return measure
 
 
+def test_a_batch_point_of_few_decode_steps_is_warmed_up_first():
+    from gobrrr.generation_batch import UNWARMED_STEPS, decode_batch_scaling
+
+    counted = []
+    decode_batch_scaling(None, torch.zeros(1, 10, dtype=torch.long), new_tokens=UNWARMED_STEPS,
+                         bandwidth_bytes_per_s=1e11, peak_flops_per_s=1e12, max_batch=2,
+                         measure=_fake_measure({1: 10, 2: 19}, counted=counted))
+    # UNWARMED_STEPS - 1 decode steps: a slow first one could be their median
+    assert [w for _, _, w in counted] == [1, 1]
+
+
 def test_the_decode_batch_experiment_stops_where_tokens_per_s_stops_rising():
     from gobrrr.generation_batch import decode_batch_scaling
 
@@ -285,8 +296,9 @@ def test_the_decode_batch_experiment_stops_where_tokens_per_s_stops_rising():
                               measure=_fake_measure({1: 10, 2: 19, 4: 36, 8: 38},
                                                     counted=counted))
     assert [p.batch for p in bs.points] == [1, 2, 4, 8]
-    # prefill's FLOPs per token are counted once, at the first batch, and kept for all
-    assert counted == [(1, True), (2, False), (4, False), (8, False)]
+    # prefill's FLOPs per token are counted once, at the first batch, and kept for all;
+    # 7 decode steps a point: their median needs no warm-up run
+    assert counted == [(1, True, 0), (2, False, 0), (4, False, 0), (8, False, 0)]
     assert [p.compute_bound_tokens_per_s for p in bs.points] == [pytest.approx(1e4)] * 4
     assert bs.stopped == "tokens/s rose 1.06x from batch 4 to 8: stopped rising"
     assert bs.best.batch == 8

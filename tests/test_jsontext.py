@@ -1,5 +1,7 @@
 """gobrrr's JSON text: indented, tables (lists of flat dicts) one row per line, the same
-value as json.dumps gives."""
+value as json.dumps gives but for table rows' floats, kept to TABLE_DIGITS digits."""
+
+import math
 
 import json
 
@@ -42,3 +44,13 @@ def test_nested_tables_keep_their_indent_and_odd_values_are_written_as_json_does
     assert back[:2] == [{"deep": {"rows": rows}}, rows]
     assert back[2]["path"].startswith("<object object")  # default=str, as before
     assert '        {"t": 1e-05, "s": null, "b": true, "u": "\\u00e9\\"q"},' in text.splitlines()
+
+
+def test_table_floats_keep_six_significant_digits_and_nothing_else_changes():
+    rows = [{"t": 7.349566313303171e-07, "n": 123456789, "f": 0.4375221766167221,
+             "inf": math.inf, "b": False} for _ in range(jsontext.MIN_TABLE_ROWS)]
+    data = {"rows": rows, "whole": 0.4375221766167221}
+    back = json.loads(jsontext.dumps(data))
+    assert back["whole"] == 0.4375221766167221  # outside a table: the full value
+    assert back["rows"][0] == {"t": 7.34957e-07, "n": 123456789, "f": 0.437522,
+                               "inf": math.inf, "b": False}

@@ -2,17 +2,23 @@
 tables, which are one row per line. A report's per-call and per-kernel tables hold
 thousands of flat rows; indented, each row took 16 lines and a third of its bytes were
 spaces (a TinyLlama generation's report: 4.7 MB). One row per line keeps the file
-readable and diffable and the JSON the same value."""
+readable and diffable.
+
+A table row's floats are written to TABLE_DIGITS significant digits (7.349566313303171e-07
+becomes 7.34957e-07): a row's times, bytes per second and fractions are measurements whose
+noise is percents, and the full repr took a tenth of a generation report's bytes (issue 21:
+a report under 2 MB). Everything outside tables keeps its full value."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-__all__ = ["dumps", "MIN_TABLE_ROWS"]
+__all__ = ["dumps", "MIN_TABLE_ROWS", "TABLE_DIGITS"]
 
 INDENT = 2
 MIN_TABLE_ROWS = 4  # a shorter list of flat dicts reads as well indented
+TABLE_DIGITS = 6  # significant digits of a table row's floats (module docstring)
 _MARK = "@@gobrrr-table-{}@@"
 
 
@@ -24,8 +30,16 @@ def _is_table(value: Any) -> bool:
                     for row in value))
 
 
+def _short(value: Any) -> Any:
+    """A float to TABLE_DIGITS significant digits (inf and nan as they are); else as is."""
+    if isinstance(value, float):
+        return float(f"{value:.{TABLE_DIGITS}g}")
+    return value
+
+
 def dumps(data: Any) -> str:
-    """`data` as JSON text: indented by INDENT, every table's rows one per line."""
+    """`data` as JSON text: indented by INDENT, every table's rows one per line, their
+    floats to TABLE_DIGITS significant digits."""
     tables: list[list[dict[str, Any]]] = []
 
     def mark(value: Any) -> Any:
@@ -44,6 +58,7 @@ def dumps(data: Any) -> str:
         at = text.index(quoted)
         line_start = text.rfind("\n", 0, at) + 1
         pad = " " * (len(text[line_start:at]) - len(text[line_start:at].lstrip(" ")))
-        body = ",\n".join(pad + " " * INDENT + json.dumps(r, default=str) for r in rows)
+        body = ",\n".join(pad + " " * INDENT + json.dumps({k: _short(v) for k, v in r.items()},
+                                                       default=str) for r in rows)
         text = text[:at] + "[\n" + body + "\n" + pad + "]" + text[at + len(quoted):]
     return text
