@@ -35,7 +35,6 @@ far below their own size.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,19 +48,14 @@ from gobrrr.errors import WARNING, UserError, first_line
 from gobrrr.remedies import catalog
 from gobrrr.remedies.base import Candidate, Context, RemedyResult, RemedySpec
 from gobrrr.remedies.ddp import find_ddps, rewrap
-from gobrrr.remedies.evaluate import SEED, WARM_CALLS, out_dtype
+from gobrrr.remedies.evaluate import WARM_CALLS, out_dtype
 from gobrrr.remedies.fsdp import apply_fsdp, find_fsdp
 from gobrrr.remedies.plan import diagnose_budget
 from gobrrr.remedies.result import OptimizeResult, snippet_for
 from gobrrr.remedies.runner import search
-from gobrrr.remedies.verify import (
-    Comparison,
-    ab_time,
-    compare,
-    tolerance_given_noise,
-)
+from gobrrr.remedies.updates import RunOut, judge, nondeterminism, run_calls, update_error
+from gobrrr.remedies.verify import ab_time
 from gobrrr.state import (
-    clone_tree,
     copy_workload,
     describe,
     plain_state,
@@ -69,7 +63,7 @@ from gobrrr.state import (
     restore,
     snapshot,
 )
-from gobrrr.timing import device_sync, time_call
+from gobrrr.timing import time_call
 
 __all__ = ["DistOptimizeOptions", "optimize_distributed", "RunOut", "judge",
            "update_error", "nondeterminism"]
@@ -113,135 +107,6 @@ def _attempt(ls: Lockstep, what: str, fn: Callable[[], Any]) -> tuple[Any, str |
 
 
 # ------------------------------------------------------------------ calls and checks
-
-
-@dataclass
-class RunOut:
-    """Two calls from one state: outputs, each parameter's update over the first call
-    (fp64), and the gradients after it (None where a parameter has none)."""
-
-    outputs: list[Any]
-    updates: list[Any]
-    grads: list[Any]
-    # one unit in the last place of each parameter after the step (fp64): the storage
-    # rounding of p1, which an update smaller than the parameter cannot be read below
-    ulps: list[Any] = field(default_factory=list)
-
-
-def _local(t: Any) -> Any:
-    """A DTensor's local shard (FSDP2: each rank compares its own; no collective)."""
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def _params(modules: list[Any]) -> list[Any]:
-    seen: dict[int, Any] = {}
-    for m in modules:
-        for p in m.parameters():
-            if p.requires_grad:
-                seen.setdefault(id(p), p)
-    return list(seen.values())
-
-
-def _run_calls(c: Any, device: str) -> RunOut:
-    import torch
-
-
-    sync = device_sync(device)
-    params = _params(c.modules)
-    with torch.no_grad():
-        p0 = [_local(p).detach().double() for p in params]
-    torch.manual_seed(SEED)
-    if device == "cuda":
-        torch.cuda.manual_seed_all(SEED)
-    out1 = clone_tree(c.fn(*c.args, **c.kwargs))
-    sync()
-    with torch.no_grad():
-        p1 = [_local(p).detach() for p in params]
-        upd = [b.double() - a for b, a in zip(p1, p0, strict=True)]
-        ulps = [(torch.nextafter(b.abs(), torch.full_like(b, math.inf)) - b.abs()).double()
-                for b in p1]
-        grads = [None if p.grad is None else _local(p.grad).detach().clone() for p in params]
-    out2 = clone_tree(c.fn(*c.args, **c.kwargs))
-    sync()
-    return RunOut([out1, out2], upd, grads, ulps)
-
-
-def update_error(ref: RunOut, cand: RunOut, measure: str) -> float:
-    """How far the candidate's parameter updates are from the reference's, beyond one
-    ulp of the parameter per element (both sides store p1 rounded to its format, so two
-    correct updates may differ by up to one ulp): relative L2 of the excess over
-    ||update||, or elementwise excess / (|update| + rms(update)). At a small learning
-    rate the update is a few ulps of the parameter, and the rounding alone would read as
-    a large relative error; the parameters themselves would read as equal whatever the
-    gradients were."""
-    import torch
-
-    worst = 0.0
-    for r, c, ulp in zip(ref.updates, cand.updates, ref.ulps, strict=True):
-        if r.numel() == 0:
-            continue
-        if not torch.isfinite(c).all():
-            return math.inf
-        excess = ((c - r).abs() - ulp).clamp(min=0.0)
-        if measure == "relative_l2":
-            norm = r.norm().item()
-            err = excess.norm().item() / norm if norm else (
-                0.0 if excess.max().item() == 0 else math.inf)
-        else:
-            rms = r.pow(2).mean().sqrt().item()
-            err = float((excess / (r.abs() + (rms if rms > 0 else 1.0))).max().item())
-        worst = max(worst, err)
-    return worst
-
-
-def _grad_pairs(a: RunOut, b: RunOut) -> tuple[list[Any], list[Any]]:
-    pairs = [(x, y) for x, y in zip(a.grads, b.grads, strict=True)
-             if x is not None and y is not None]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def nondeterminism(ref: RunOut, twin: RunOut) -> dict[str, dict[str, float]]:
-    """Eager vs eager, per quantity and measure."""
-
-    rg, tg = _grad_pairs(ref, twin)
-    quantities = {"outputs": (ref.outputs, twin.outputs), "grads": ([rg], [tg])}
-    out = {q: {m: compare(r, t, m, 0.0).max_error for m in ("elementwise", "relative_l2")}
-           for q, (r, t) in quantities.items()}
-    out["updates"] = {m: update_error(ref, twin, m) for m in ("elementwise", "relative_l2")}
-    return out
-
-
-def judge(ref: RunOut, cand: RunOut, out_dtype: str, precision: str | None,
-          nondet: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """This rank's verdict on a candidate: each quantity against the reference at the
-    tolerance of its precision (grown for eager's own noise); ok only when all pass."""
-
-    rg, cg = _grad_pairs(ref, cand)
-    quantities = {"outputs": (ref.outputs, cand.outputs, out_dtype),
-                  "updates": ([], [], "float32"), "grads": ([rg], [cg], "float32")}
-    checks: dict[str, Any] = {}
-    ok, reasons = True, []
-    for q, (r, c, dtype) in quantities.items():
-        tol = tolerance_given_noise(dtype, precision, nondet.get(q, {}))
-        if tol.unverifiable:
-            checks[q] = {"unverifiable": tol.unverifiable}
-            ok = False
-            reasons.append(f"{q}: {tol.unverifiable}")
-            continue
-        if q == "updates":  # the parameters after one step (update_error)
-            err = update_error(ref, cand, tol.measure)
-            desc = ("elementwise rtol" if tol.measure == "elementwise" else
-                    "relative L2 <=") + f" {tol.rtol:g} beyond 1 ulp of the parameter"
-            got = Comparison(err <= tol.rtol, err, desc, "" if err <= tol.rtol else
-                             f"error {err:.3g} over the tolerance {tol.rtol:g}")
-        else:
-            got = compare(r, c, tol.measure, tol.rtol, tol.min_cosine)
-        checks[q] = {"ok": got.ok, "max_error": got.max_error, "tolerance": got.tolerance,
-                     "cosine_min": got.cosine}
-        if not got.ok:
-            ok = False
-            reasons.append(f"{q}: {got.reason}")
-    return {"ok": ok, "checks": checks, "reasons": reasons}
 
 
 # ------------------------------------------------------------------ the run
@@ -315,7 +180,7 @@ def _evaluate(st: _State, specs: list[RemedySpec], ab_budget_s: float,
     if why:
         res.reason = f"running: {why}"
         return res
-    out, why = _attempt(ls, f"verifying {name}", lambda: _run_calls(cand, st.device))
+    out, why = _attempt(ls, f"verifying {name}", lambda: run_calls(cand, st.device))
     if why:
         res.reason = f"running: {why}"
         return res
@@ -368,9 +233,9 @@ def _build(st: _State, say: Progress) -> None:
     ls = st.ls
     say("reference: eager, twice from the same state, on every rank")
     ref_work = ls.stage("copying the reference", lambda: _copy(st))
-    st.ref = ls.stage("running the reference", lambda: _run_calls(ref_work, st.device))
+    st.ref = ls.stage("running the reference", lambda: run_calls(ref_work, st.device))
     twin = ls.stage("copying the reference again", lambda: _copy(st))
-    again = ls.stage("running the reference again", lambda: _run_calls(twin, st.device))
+    again = ls.stage("running the reference again", lambda: run_calls(twin, st.device))
     st.ref_work = ref_work
     st.out_dtype = out_dtype(st.ref.outputs)
     st.nondet = nondeterminism(st.ref, again)
