@@ -55,8 +55,10 @@ def test_optimize_generation_verifies_each_candidate_and_leaves_the_model_alone(
     names = [c.name for c in res.candidates]
     # on CPU: no CUDA-graph loops; batch 1: prompt lookup; fp32: the bf16 rows
     assert names == ["static cache", "prompt lookup", "bf16 weights",
-                     "bf16 weights + static cache", "int8 weight-only (torchao)"]
-    static, lookup, bf16, _both, int8 = res.candidates
+                     "bf16 weights + static cache", "int8 weight-only (torchao)",
+                     "int4 weight-only (torchao)"]
+    static, lookup, bf16, _both, int8, int4 = res.candidates
+    assert int4.error == "not run: torch's int4 weight-only kernel is CUDA-only"
     assert static.kind == "keeps arithmetic" and static.error is None, static.error
     # fp32 with the cache preallocated: the same arithmetic, top-1 everywhere
     assert static.top1_agreement == 1.0 and static.rel_err <= 1e-4 and static.passed
@@ -82,7 +84,7 @@ def test_optimize_generation_verifies_each_candidate_and_leaves_the_model_alone(
                                                  / res.baseline_tokens_per_s)
     assert any(n.startswith("a larger batch (advice") for n in res.notes)
     d = json.loads(json.dumps(res.to_dict()))
-    assert d["schema"] == "gobrrr.optimize_generation" and len(d["candidates"]) == 5
+    assert d["schema"] == "gobrrr.optimize_generation" and len(d["candidates"]) == 6
 
 
 def test_the_candidates_follow_the_model_device_and_batch(monkeypatch):
@@ -100,9 +102,33 @@ def test_the_candidates_follow_the_model_device_and_batch(monkeypatch):
     assert "SDPA attention" not in cuda  # the tiny config runs SDPA already
     bf16 = _llama().to(torch.bfloat16)
     assert not any(p.name.startswith("bf16") for p in plans_for(bf16, "cuda", 1))
+    int4 = plans_for(bf16, "cuda", 1)[-1]
+    assert int4.name == "int4 weight-only (torchao)" and int4.cast is None  # bf16 already
+    assert "Int4WeightOnlyConfig(group_size=128" in int4.how
     monkeypatch.setattr(go, "_has_torchao", lambda: False)
-    int8 = plans_for(_llama(), "cpu", 1)[-1]
+    int8, int4 = plans_for(_llama(), "cpu", 1)[-2:]
     assert int8.skip == "torchao is not installed (pip install torchao)"
+    assert int4.skip == "torch's int4 weight-only kernel is CUDA-only"
+    int4 = plans_for(_llama(), "cuda", 1)[-1]  # fp32: cast to bf16 first, as `how` says
+    assert int4.skip == "torchao is not installed (pip install torchao)"
+    assert int4.cast == torch.bfloat16 and int4.how.startswith("model.to(torch.bfloat16); ")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="needs torchao")
+def test_quantising_a_copy_leaves_the_process_inductor_settings_alone():
+    # torchao's configs set Inductor options process-wide by default (its
+    # recommended_inductor_config_setter): the user's own compiles would change
+    import torch._inductor.config as ic
+
+    from gobrrr.generation_optimize import QUANT_INT8, GenPlan, _prepared_copy
+
+    keys = ("coordinate_descent_tuning", "coordinate_descent_check_all_directions",
+            "force_fuse_int_mm_with_mul", "fx_graph_cache")
+    before = {k: getattr(ic, k) for k in keys}
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    _prepared_copy(m, GenPlan("int8", "precision", "", quant=QUANT_INT8))
+    assert {k: getattr(ic, k) for k in keys} == before
+    assert type(m[0].weight) is torch.nn.Parameter  # the user's model: not quantised
 
 
 def test_a_budget_too_small_runs_no_candidate_and_says_so():

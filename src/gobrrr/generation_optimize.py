@@ -18,7 +18,16 @@ config are never touched), in the order they are tried (the budget may stop the 
 - `int8 weight-only (torchao)`: torchao's Int8WeightOnlyConfig on the linear layers, when
   torchao is installed (an optional extra); a row that says so when it is not. Its
   speed is measured, never assumed (torchao's own table has int8 dynamic quantisation
-  11x slower).
+  11x slower);
+- `int4 weight-only (torchao)` (CUDA): Int4WeightOnlyConfig, groups of INT4_GROUP along
+  the input dimension, in the tile-packed layout of torch's own int4 GEMM kernel
+  (`_weight_int4pack_mm`, bf16 activations: a model in another dtype is cast to bf16
+  first); torchao's default int4 layout needs fbgemm's kernels, which a plain torch
+  install lacks. A layer whose input dimension is not a multiple of INT4_GROUP stays as
+  it is (torchao skips it).
+torchao's configs adjust Inductor's settings for the whole process by default
+(coordinate-descent tuning in all directions, forced int-mm fusion, the FX graph cache);
+gobrrr turns that off (`set_inductor_config=False`): the user's process keeps its own.
 
 Timing, A/B: after one warm-up of the candidate (its time, a compile included, is
 `prep_s`), REPEATS rounds each run the baseline once and the candidate once, every
@@ -134,9 +143,13 @@ class GenPlan:
     generate_kw: dict[str, Any] = field(default_factory=dict)
     lean_mode: str | None = None  # generation_lean.MODES
     attn: str | None = None  # an attn_implementation for the copy
-    quant: str | None = None  # "int8 weight-only"
+    quant: str | None = None  # QUANT_INT8 or QUANT_INT4
     compiles: bool = False  # its warm-up compiles (the budget's estimate)
     skip: str | None = None  # why it is not run here (a row that says so)
+
+
+QUANT_INT8, QUANT_INT4 = "int8 weight-only", "int4 weight-only"
+INT4_GROUP = 128  # input channels per int4 scale (torchao's default group size)
 
 
 def _has_torchao() -> bool:
@@ -187,11 +200,18 @@ def plans_for(model: Any, device: str, batch: int) -> list[GenPlan]:
                                "precision", "model.to(torch.bfloat16); "
                                + lean.format(m="compile"), cast=bf, lean_mode="compile",
                                compiles=True, skip=lean_why))
+    no_torchao = None if _has_torchao() else "torchao is not installed (pip install torchao)"
     out.append(GenPlan("int8 weight-only (torchao)", "precision",
                        "torchao.quantization.quantize_(model, Int8WeightOnlyConfig())",
-                       quant="int8 weight-only",
-                       skip=None if _has_torchao() else
-                       "torchao is not installed (pip install torchao)"))
+                       quant=QUANT_INT8, skip=no_torchao))
+    to_bf16 = "" if dtype == torch.bfloat16 else "model.to(torch.bfloat16); "
+    out.append(GenPlan("int4 weight-only (torchao)", "precision",
+                       f"{to_bf16}torchao.quantization.quantize_(model, Int4WeightOnlyConfig("
+                       f"group_size={INT4_GROUP}, int4_packing_format=\"tile_packed_to_4d\"))",
+                       cast=None if dtype == torch.bfloat16 else torch.bfloat16,
+                       quant=QUANT_INT4,
+                       skip=("torch's int4 weight-only kernel is CUDA-only"
+                             if device != "cuda" else no_torchao)))
     return out
 
 
@@ -202,10 +222,16 @@ def _prepared_copy(model: Any, plan: GenPlan) -> Any:
         cand = cand.to(plan.cast)
     if plan.attn is not None:
         cand.set_attn_implementation(plan.attn)
-    if plan.quant == "int8 weight-only":
+    if plan.quant == QUANT_INT8:
         from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
-        quantize_(cand, Int8WeightOnlyConfig())
+        quantize_(cand, Int8WeightOnlyConfig(set_inductor_config=False))
+    elif plan.quant == QUANT_INT4:
+        from torchao.quantization import Int4WeightOnlyConfig, quantize_
+
+        quantize_(cand, Int4WeightOnlyConfig(group_size=INT4_GROUP,
+                                             int4_packing_format="tile_packed_to_4d",
+                                             set_inductor_config=False))
     return cand
 
 
