@@ -31,7 +31,8 @@ from gobrrr.memory import MemoryProfile, measure_memory
 from gobrrr.workload import Workload, call_factory
 
 __all__ = ["MemoryFit", "fit_batch", "capacity_bytes", "child_probe", "HEADROOM",
-           "check_sizes", "bisect_largest", "free_memory", "allocated_bytes", "is_oom"]
+           "check_sizes", "bisect_largest", "free_memory", "allocated_bytes", "is_oom",
+           "child_memory", "ChildFailed"]
 
 Probe = Callable[[int], int]  # batch -> its step's peak bytes (raises when it cannot run)
 
@@ -244,26 +245,38 @@ class ChildFailed(RuntimeError):
     """A check's child process failed; its message is the child's last line."""
 
 
+def child_memory(target: str, words: list[str], timeout_s: float = 600.0,
+                 env: dict[str, str] | None = None, what: str = "the run") -> dict[str, Any]:
+    """`gobrrr memory TARGET WORDS --json -q` in a fresh process (with `env` added to
+    this one's environment): its JSON. Raises ChildFailed with the child's last line."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "gobrrr", "memory", target, *words, "--json", "-q"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, **env} if env else None)
+    except subprocess.TimeoutExpired as exc:
+        raise ChildFailed(f"{what}: no result within {timeout_s:.0f} s") from exc
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        raise ChildFailed(lines[-1] if lines else f"exit {done.returncode}")
+    out: dict[str, Any] = json.loads(done.stdout)
+    return out
+
+
 def child_probe(target: str, device: str, options: list[str],
                 timeout_s: float = 600.0, size_flag: str = "--batch-size") -> Probe:
     """Run each checked size as `gobrrr memory TARGET --batch-size B` (or `size_flag`,
     e.g. --seq-len) in a fresh process, whose exit frees whatever it held (in-process, a
     batch that ran out of memory left 83.2 GiB allocated on the H200). `options`: the
     target's other options as command-line words (--seq-len, --dtype, --train, ...)."""
-    import json
-    import subprocess
-    import sys
 
     def run(batch: int) -> int:
-        cmd = [sys.executable, "-m", "gobrrr", "memory", target, size_flag,
-               str(batch), "--device", device, *options, "--json", "-q"]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            raise ChildFailed(f"batch {batch}: no result within {timeout_s:.0f} s") from exc
-        if done.returncode != 0:
-            lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-            raise ChildFailed(lines[-1] if lines else f"exit {done.returncode}")
-        return int(json.loads(done.stdout)["peak_bytes"])
+        words = [size_flag, str(batch), "--device", device, *options]
+        return int(child_memory(target, words, timeout_s, what=f"batch {batch}")
+                   ["peak_bytes"])
 
     return run

@@ -14,7 +14,10 @@ _HELP = f"""What uses the memory of one step: its peak bytes of live tensors and
 peak, parameters, gradients, optimizer state, activations and temporaries, and each
 module's activations (torch's MemTracker over one call after a warm one; on CUDA beside
 the allocator's peak); with --fit, the batch that fits; with --fit-seq-len (an hf:
-sequence model), the longest sequence that fits.
+sequence model), the longest sequence that fits; with --remedies, what the memory
+buys: activation checkpointing per block (full and selective), zero_grad(set_to_none),
+a fused optimizer, bf16, expandable segments, each on a copy, verified, its peak and
+step time against the plain step's.
 
 {TARGET_HELP}"""
 
@@ -35,11 +38,19 @@ sequence model), the longest sequence that fits.
                    "--seq-len, twice and four times it, a quadratic in the length, the "
                    "longest sequence predicted to fit (within the model's positions; run "
                    "to check it on CUDA).")
+@click.option("--remedies", is_flag=True,
+              help="Also the remedies that trade time for memory, each applied to a copy "
+                   "of the workload, verified (outputs, parameter updates, gradients) and "
+                   "measured: peak bytes and step time before and after.")
+@click.option("--only", multiple=True,
+              help="With --remedies: only these (comma-separated names, e.g. "
+                   "checkpoint_blocks,checkpoint_blocks_selective).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def memory(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
            image_size: int | None, dtype: str | None, train: bool, fit: bool,
-           fit_seq_len: bool, as_json: bool, quiet: bool) -> None:
+           fit_seq_len: bool, remedies: bool, only: tuple[str, ...], as_json: bool,
+           quiet: bool) -> None:
     """What uses the memory of one step (help: _HELP)."""
     from gobrrr.cli.common import (
         deliver,
@@ -80,6 +91,17 @@ def memory(target: str | None, device: str, batch_size: int | None, seq_len: int
         if fit_seq_len:
             d["fit_seq_len"] = _fit_seq_len(target, w, batch_size, seq_len, image_size,
                                             dtype, train, say)
+        if remedies or only:
+            from gobrrr.memory_remedies import memory_remedies
+
+            words = [*(["--batch-size", str(batch_size)] if batch_size else []),
+                     *(["--seq-len", str(seq_len)] if seq_len else []),
+                     *(["--image-size", str(image_size)] if image_size else []),
+                     *(["--dtype", dtype] if dtype else []), *(["--train"] if train else [])]
+            got = memory_remedies(w, only=list(only) or None, target=target,
+                                  target_words=words, progress=say)
+            d["remedies"] = [r.to_dict() for r in got.results]
+            d["remedies_notes"] = got.notes
         deliver([], shower(as_json, lambda: d, lambda: print_memory(d)), say)
 
     with results_only_on_stdout(as_json):

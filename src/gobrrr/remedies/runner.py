@@ -63,7 +63,7 @@ from gobrrr.state import (
 )
 from gobrrr.workload import Workload
 
-__all__ = ["search_workload", "search", "best_callable", "INTERRUPTED"]
+__all__ = ["search_workload", "search", "best_callable", "INTERRUPTED", "base_copy", "prime"]
 
 # The reason of every candidate a Ctrl-C left unmeasured (and the note that says it).
 INTERRUPTED = "interrupted (Ctrl-C)"
@@ -71,7 +71,7 @@ INTERRUPTED = "interrupted (Ctrl-C)"
 Progress = Callable[[str], None]
 
 
-def _base(w: Workload, notes: list[str]) -> tuple[Copied, bool]:
+def base_copy(w: Workload, notes: list[str]) -> tuple[Copied, bool]:
     """(primed base, independent of the user's objects)."""
     if w.factory is not None and w.batch_size is not None:
         fresh = w.scaled(1)  # the factory again: a new, independent instance
@@ -87,7 +87,7 @@ def _base(w: Workload, notes: list[str]) -> tuple[Copied, bool]:
     return base, not shared
 
 
-def _prime(base: Copied, w: Workload) -> list[bool]:
+def prime(base: Copied, w: Workload) -> list[bool]:
     """One eager call of the base (creates lazy optimizer state and gradients), with a
     spy on optimizer.zero_grad to learn how the step calls it."""
     calls: list[bool] = []
@@ -122,8 +122,8 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
     specs = catalog.select(only) + list(extra_specs or [])
     notes: list[str] = []
     with preserved_state(w) as state:
-        base, independent = _base(w, notes)
-        zero_calls = _prime(base, w)
+        base, independent = base_copy(w, notes)
+        zero_calls = prime(base, w)
         ctx = _context(w, report, base, independent, zero_calls, compile_backend)
         if ctx.reference_precision:
             notes.append("eager already runs fp32 matmuls/convolutions in TF32 here "

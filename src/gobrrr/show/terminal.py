@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["printable", "console", "print_table", "print_ceilings", "print_report",
            "print_optimize", "print_comparison", "print_lab", "print_comm_ceilings",
-           "print_projection", "print_distributed", "print_memory"]
+           "print_projection", "print_distributed", "print_memory",
+           "print_memory_remedies"]
 
 
 
@@ -721,7 +722,48 @@ def print_memory(d: dict[str, Any]) -> None:
                       f"{escape(what)}")
         for note in seq.get("notes", []):
             out.print(f"[dim]note: {escape(note)}[/dim]")
+    if d.get("remedies") is not None:  # memory --remedies (memory_remedies.py)
+        print_memory_remedies(out, d["remedies"], d.get("remedies_notes", []))
     for note in d.get("notes", []):
+        out.print(f"[dim]note: {escape(note)}[/dim]")
+
+
+def print_memory_remedies(out: Any, rows: list[dict[str, Any]], notes: list[str]) -> None:
+    """`gobrrr memory --remedies`: each remedy's peak and step time, before and after,
+    as measured (the rows are memory_remedies.MemoryRemedyResult dicts)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="what the memory buys (each remedy on a copy, against the plain step)",
+              title_justify="left", show_edge=False)
+    for col in ("remedy", "status", "peak before", "peak after", "saved", "step before",
+                "step after", "time cost"):
+        t.add_column(col, justify="left" if col in ("remedy", "status") else "right")
+
+    def b(v: Any) -> str:
+        return fmt_num(v, "B") if v is not None else "-"
+
+    def s(v: Any) -> str:
+        return fmt_s(v) if v is not None else "-"
+
+    for r in rows:
+        if r["status"] == "not applicable":
+            continue
+        saved = r.get("bytes_saved")
+        cost = r.get("time_cost")
+        t.add_row(r["name"], r["status"], b(r.get("peak_bytes_before")),
+                  b(r.get("peak_bytes_after")),
+                  "-" if saved is None else (f"-{fmt_num(-saved, 'B')}" if saved < 0
+                                             else fmt_num(saved, "B")),
+                  s(r.get("step_s_before")), s(r.get("step_s_after")),
+                  "-" if cost is None else f"{cost:.2f}x")
+    print_table(out, t)
+    for r in rows:
+        src = f" [dim]({escape(r['peak_source'])} peak)[/dim]" if r.get("peak_source") else ""
+        out.print(f"  {escape(r['name'])}: {escape(r['reason'])}{src}")
+        for note in r.get("notes", []):
+            out.print(f"[dim]    {escape(note)}[/dim]")
+    for note in notes:
         out.print(f"[dim]note: {escape(note)}[/dim]")
 
 
