@@ -206,3 +206,21 @@ def test_ab_time_under_a_coordinator_times_the_slowest_rank():
     # blocks sized from the slowest first call: 10 ms / 6 ms -> 2 calls of A
     assert got.calls_per_block == 2
 
+
+
+def test_a_call_longer_than_the_budget_gets_two_samples_and_a_note_that_says_so():
+    from gobrrr.timing import MIN_SAMPLES, few_samples_note
+
+    clock = FakeClock()
+
+    def fn():  # 3 s a call against a 2 s budget
+        clock.now += 3.0
+
+    t = measure(fn, clock=clock, sync=lambda: None, budget_s=2.0)
+    assert t.n_samples == 2 and t.warmup_calls == 2
+    # the first call is outside the budget; one warm call and 5 samples inside: 6 x 3 s
+    assert few_samples_note(t, 2.0) == (
+        "T_wall is the median of 2 samples, fewer than 5: a call takes 3 s and the time "
+        "budget is 2 s; --time-budget 18 would give 5")
+    t = measure(fn, clock=clock, sync=lambda: None, budget_s=18.5)
+    assert t.n_samples == MIN_SAMPLES and few_samples_note(t, 18.5) is None

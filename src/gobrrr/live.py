@@ -37,7 +37,7 @@ from gobrrr.profile import profile_counted
 from gobrrr.remedies.base import reached_facts
 from gobrrr.run import MeasuredRun, Step
 from gobrrr.state import StateCheck, preserved_globals, preserved_state
-from gobrrr.timing import measure
+from gobrrr.timing import few_samples_note, measure
 from gobrrr.workload import Workload
 
 __all__ = ["LiveMeasurement", "measure_live"]
@@ -108,6 +108,8 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
                          " s, excluded from T_wall")
         if wall.noisy:
             notes.append(f"wall time is noisy (IQR {100 * wall.rel_iqr:.0f}% of median)")
+        if (few := few_samples_note(wall, time_budget_s)) is not None:
+            notes.append(few)
         if experiments:
             if w.device == "cuda":
                 say("experiment: CUDA-graph replay")

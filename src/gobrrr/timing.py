@@ -28,7 +28,7 @@ from typing import Any
 from gobrrr.coordinator import SOLO, Coordinator
 
 __all__ = ["Timing", "measure", "measure_ranks", "summarize", "device_sync",
-           "SPENT_MIN_SAMPLES", "from_samples", "time_call"]
+           "SPENT_MIN_SAMPLES", "MIN_SAMPLES", "from_samples", "time_call", "few_samples_note"]
 
 Clock = Callable[[], float]
 
@@ -98,6 +98,7 @@ def time_call(fn: Callable[[], Any], device: str) -> float:
 # Once the budget is spent a measurement stops at this many samples: a median of two
 # calls, never one call's luck, and no more (see `measure` on slow calls).
 SPENT_MIN_SAMPLES = 2
+MIN_SAMPLES = 5  # the samples a measurement takes when its budget allows (issue 25)
 
 
 def measure(fn: Callable[[], Any], **kw: Any) -> Timing:
@@ -113,7 +114,7 @@ def measure_ranks(
     budget_s: float = 1.0,
     warmup_calls: int = 2,
     warmup_s: float = 0.05,
-    min_samples: int = 5,
+    min_samples: int = MIN_SAMPLES,
     max_samples: int = 100,
     max_rel_iqr: float = 0.05,
     min_sample_s: float = 1e-3,
@@ -199,6 +200,19 @@ def measure_ranks(
     timings = [from_samples(samples, calls_per_sample, len(warm_s), max_rel_iqr)
                for samples in everyone]
     return timings[coord.rank], timings
+
+
+def few_samples_note(t: Timing, budget_s: float) -> str | None:
+    """What a report says when T_wall has fewer than MIN_SAMPLES samples (a call longer
+    than the budget allows): how many, why, and the budget that would give MIN_SAMPLES
+    (the first call is outside it, the warm-up's calls inside); None with enough."""
+    if t.n_samples >= MIN_SAMPLES:
+        return None
+    per_sample_s = t.median_s * t.calls_per_sample
+    need_s = per_sample_s * (MIN_SAMPLES + max(0, t.warmup_calls - 1))
+    return (f"T_wall is the median of {t.n_samples} samples, fewer than {MIN_SAMPLES}: a "
+            f"call takes {per_sample_s:.3g} s and the time budget is {budget_s:g} s; "
+            f"--time-budget {math.ceil(need_s):g} would give {MIN_SAMPLES}")
 
 
 def _rel_iqr(samples: Sequence[float]) -> float:
