@@ -246,18 +246,24 @@ class ChildFailed(RuntimeError):
 
 
 def child_memory(target: str, words: list[str], timeout_s: float = 600.0,
-                 env: dict[str, str] | None = None, what: str = "the run") -> dict[str, Any]:
-    """`gobrrr memory TARGET WORDS --json -q` in a fresh process (with `env` added to
-    this one's environment): its JSON. Raises ChildFailed with the child's last line."""
+                 env: dict[str, str | None] | None = None,
+                 what: str = "the run") -> dict[str, Any]:
+    """`gobrrr memory TARGET WORDS --json -q` in a fresh process, in this one's
+    environment changed by `env` (a value None: the variable removed): its JSON.
+    Raises ChildFailed with the child's last line."""
     import json
     import os
     import subprocess
     import sys
 
     cmd = [sys.executable, "-m", "gobrrr", "memory", target, *words, "--json", "-q"]
+    child_env = None
+    if env:
+        child_env = {k: v for k, v in os.environ.items() if k not in env}
+        child_env.update({k: v for k, v in env.items() if v is not None})
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                              env={**os.environ, **env} if env else None)
+                              env=child_env)
     except subprocess.TimeoutExpired as exc:
         raise ChildFailed(f"{what}: no result within {timeout_s:.0f} s") from exc
     if done.returncode != 0:

@@ -50,7 +50,7 @@ from gobrrr.timing import device_sync
 from gobrrr.workload import Workload
 
 __all__ = ["MemoryRemedy", "MemoryRemedyResult", "MemoryRemedies", "Facts",
-           "MEMORY_REMEDIES", "memory_remedies", "names", "EXPANDABLE"]
+           "MEMORY_REMEDIES", "memory_remedies", "names", "select", "EXPANDABLE"]
 
 Progress = Callable[[str], None]
 EXPANDABLE = "expandable_segments:True"
@@ -397,7 +397,7 @@ def _expandable(r: MemoryRemedy, facts: Facts, say: Progress) -> MemoryRemedyRes
     words = ["--device", "cuda", *facts.target_words]
     try:
         say("expandable segments: the step in a fresh process, without the setting")
-        plain = child_memory(facts.target, words, env={"PYTORCH_CUDA_ALLOC_CONF": ""},
+        plain = child_memory(facts.target, words, env={"PYTORCH_CUDA_ALLOC_CONF": None},
                              what="the plain process")
         say("expandable segments: the step in a fresh process, with it")
         exp = child_memory(facts.target, words,
@@ -430,7 +430,9 @@ def _expandable(r: MemoryRemedy, facts: Facts, say: Progress) -> MemoryRemedyRes
 # ---------------------------------------------------------------- the run
 
 
-def _select(only: list[str] | None) -> list[MemoryRemedy]:
+def select(only: list[str] | None) -> list[MemoryRemedy]:
+    """The remedies named in `only` (comma-separated items), all when None; an unknown
+    name is a UserError."""
     if not only:
         return list(MEMORY_REMEDIES)
     wanted = [n.strip() for item in only for n in item.split(",") if n.strip()]
@@ -452,7 +454,7 @@ def memory_remedies(w: Workload, *, only: list[str] | None = None,
     step time against the plain step's (module docstring). `target`, `target_words`:
     the target's name and options, for the fresh processes of expandable segments."""
     say = progress or (lambda _m: None)
-    chosen = _select(only)
+    chosen = select(only)
     notes: list[str] = []
     results: list[MemoryRemedyResult] = []
     with preserved_state(w) as state:

@@ -68,6 +68,10 @@ def memory(target: str | None, device: str, batch_size: int | None, seq_len: int
         from gobrrr.show.terminal import print_memory
 
         say = progress_printer(quiet)
+        if only:  # an unknown name fails before any measurement
+            from gobrrr.memory_remedies import select
+
+            select(list(only))
         if fit_seq_len and not (target or "").startswith("hf:"):
             from gobrrr.errors import UserError
 

@@ -19,9 +19,10 @@ the full form, for a recompute of memory-bound ops only.
 
 The blocks are found on what the step reaches, never on a name list: a container
 (nn.ModuleList or nn.Sequential) holding two or more children of one class that has
-submodules of its own. A leaf (an nn.Linear) is no block: checkpointing it keeps its
-input, which is all its backward keeps anyway. Containers inside a block already found
-are not searched (a Bottleneck's `downsample`).
+submodules of its own and is no container itself (a Sequential of stages is searched
+inside: two Sequentials need not hold the same thing). A leaf (an nn.Linear) is no
+block: checkpointing it keeps its input, which is all its backward keeps anyway.
+Containers inside a block already found are not searched (a Bottleneck's `downsample`).
 
 Applied to a copy only (remedies/base.py): each block's `forward` becomes an instance
 attribute that calls the class's forward under checkpoint; the user's modules are never
@@ -74,6 +75,7 @@ def _outermost(modules: list[Any]) -> list[Any]:
 def _groups_of(root: Any) -> list[tuple[BlockGroup, list[Any]]]:
     import torch
 
+    containers = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
     found: list[tuple[BlockGroup, list[Any]]] = []
     inside: list[str] = []  # names of blocks found: their insides are not searched
     for name, mod in root.named_modules():
@@ -87,6 +89,8 @@ def _groups_of(root: Any) -> list[tuple[BlockGroup, list[Any]]]:
         for cls, kids in by_type.items():
             if len(kids) < 2 or not any(True for _ in kids[0][1].children()):
                 continue  # one of its kind, or a leaf: nothing to checkpoint per block
+            if issubclass(cls, containers):
+                continue  # containers alike say nothing of their contents: searched inside
             names = tuple(f"{name}.{k}" if name else k for k, _ in kids)
             found.append((BlockGroup(name, cls.__name__, names), [m for _, m in kids]))
             inside += names
