@@ -10,8 +10,9 @@ reserved bytes far exceed allocated ones.
 One warm call first, unmeasured (the optimizer creates its state on its first step, and
 that state is a category of its own, not a temporary of the step), then one measured
 call. The user's state (parameters, gradients, optimizer state, RNG) is restored after,
-as doctor restores it. Not yet: the batch that fits, what a larger batch buys, and the
-memory remedies (issue 26 stays open).
+as doctor restores it. The batch that fits: memory_fit.py, memory_seq.py; the remedies
+that trade time for memory: memory_remedies.py. Not yet: what a larger batch buys
+(issue 26 stays open).
 """
 
 from __future__ import annotations
