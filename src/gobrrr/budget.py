@@ -42,7 +42,7 @@ from typing import Any
 
 from gobrrr.counting import MATMUL_CLASSES, OpRecord, math_elements
 from gobrrr.hardware import Ceilings
-from gobrrr.profile import is_math_kernel, split_kernel_time
+from gobrrr.profile import is_compute_kernel, is_math_kernel, split_kernel_time
 from gobrrr.run import ProfiledRun
 from gobrrr.units import fmt_num, fmt_pct, fmt_s
 
@@ -533,15 +533,17 @@ def compute_budget(run: ProfiledRun, wall_s: float, ceil: Ceilings) -> Budget:
         # Kernels outside any counted op (accumulate-grad, copies; a CUDA graph's replayed
         # kernels in a recorded trace): no FLOP/byte count, so no roofline; they are
         # device time all the same. A math kernel by its name (GEMM, convolution,
-        # attention) is counted as compute, the rest as memory, and the note says so.
+        # attention; not a GEMV) is counted as compute, the rest as memory, and the note
+        # says so.
         math_s = scale * sum(k.duration_s for k in run.kernels
-                             if k.record_index is None and is_math_kernel(k.name))
+                             if k.record_index is None and is_compute_kernel(k.name))
         compute_s += math_s
         if math_s > 0:
             by_unit[UNLINKED_UNIT] = math_s
         memory_s += unattributed - math_s
         split = (f"{math_s * 1e6:.1f} us of them GEMM, convolution or attention kernels by "
-                 "their names, counted as compute-bound, the rest as memory-bound"
+                 "their names, counted as compute-bound, the rest (GEMVs included) as "
+                 "memory-bound"
                  if math_s > 0 else "counted as memory-bound")
         notes.append(f"{unattributed * 1e6:.1f} us of kernels ran outside any counted op "
                      f"(no FLOPs or bytes, no roofline): {split}")

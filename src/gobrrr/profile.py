@@ -31,16 +31,16 @@ from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.timing import measure
 from gobrrr.workload import Workload
 
-__all__ = ["profile_counted", "is_math_kernel", "split_kernel_time", "walk_events",
-           "lead_in_calls", "device_starts", "kernels_with_starts", "graph_kernels",
+__all__ = ["profile_counted", "is_math_kernel", "is_compute_kernel", "split_kernel_time",
+           "walk_events", "lead_in_calls", "device_starts", "kernels_with_starts", "graph_kernels",
            "WINDOW"]
 
-# Kernel names of matrix engines (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, cuDNN
-# convolutions, flash/memory-efficient attention, Triton matmuls). Any other kernel
+# Kernel names of matrix engines (cuBLAS/cuBLASLt incl. Hopper's nvjet, GEMVs, CUTLASS,
+# cuDNN convolutions, flash/memory-efficient attention, Triton matmuls). Any other kernel
 # launched by a matmul-class op (layout transposes, split-K reductions, bias adds) moves
 # bytes and does little math, and is classified apart.
 _MATH_KERNEL = re.compile(
-    r"gemm|xmma|cutlass|nvjet|cublas|wgmma|mma|conv|implicit|winograd|fft|flash|fmha|"
+    r"gemm|gemv|xmma|cutlass|nvjet|cublas|wgmma|mma|conv|implicit|winograd|fft|flash|fmha|"
     r"attention|attn|matmul|dot_|sm\d\d_|ampere_|hopper_|volta_|turing_",
     re.IGNORECASE,
 )
@@ -52,8 +52,22 @@ _MATH_KERNEL = re.compile(
 _REDUCTION_KERNEL = re.compile(r"split_?k_?reduce|reduce_?split_?k", re.IGNORECASE)
 
 
+# Matrix-vector products (cuBLAS's gemvx, gemv2T, gemv2N...): a matmul's kernels, but
+# every weight is read for one multiply-add per row of input, about 1 FLOP per byte in
+# bf16 and less in fp32, far under any GPU's ridge point: memory-bound whatever their size.
+_GEMV_KERNEL = re.compile(r"gemv", re.IGNORECASE)
+
+
 def is_math_kernel(name: str) -> bool:
+    """A matmul's, convolution's or attention's own kernel (not its transposes or split-K
+    reductions): which kernels of a matmul op carry its math."""
     return bool(_MATH_KERNEL.search(name)) and not _REDUCTION_KERNEL.search(name)
+
+
+def is_compute_kernel(name: str) -> bool:
+    """A kernel that, with no op or shape to count it by (a CUDA graph's replay in a
+    trace), is read as compute-bound by its name: a math kernel that is not a GEMV."""
+    return is_math_kernel(name) and not _GEMV_KERNEL.search(name)
 
 
 def _range_index(name: str) -> int | None:

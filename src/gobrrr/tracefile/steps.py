@@ -59,7 +59,7 @@ from gobrrr.phases import (
     OPTIMIZER_STEP_RANGE,
     range_label,
 )
-from gobrrr.profile import is_math_kernel
+from gobrrr.profile import is_compute_kernel
 from gobrrr.recorded import is_inductor_kernel
 from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.tracefile.columns import ANNOTATION, RecordedArgs, TraceColumns
@@ -467,7 +467,7 @@ def analyse_steps(cols: TraceColumns,
                                           for k in key.kernel_names):
             unit = "tf32"  # fp32 matmuls ran on TF32 tensor cores (the kernel says so)
         hint = c.regime_hint
-        if hint == "memory" and any(is_math_kernel(names[k]) for k in key.kernel_names):
+        if hint == "memory" and any(is_compute_kernel(names[k]) for k in key.kernel_names):
             hint = "compute"
         records.append(OpRecord(
             index=key.index, op=nm, module=key.module, phase=key.phase,
