@@ -19,11 +19,15 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Contention", "watch_cpu", "MARGIN_CORES"]
+__all__ = ["Contention", "watch_cpu", "MARGIN_CORES", "wall_factor", "cpu_difference",
+           "WALL_FACTOR_SAID"]
 
 # Free cores short of the threads by more than this: contention worth a finding (half a
 # core: a lone background process's spikes stay under it)
 MARGIN_CORES = 0.5
+# A wall_factor further from 1 than this (either way) is said in the verdict's evidence:
+# a quarter more or less CPU (a background process's blip of 0.2 cores moves it 1.1x)
+WALL_FACTOR_SAID = 1.25
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,13 @@ class Contention:
     @property
     def free_cores(self) -> float | None:
         return None if self.other_cores is None else max(0.0, self.cores - self.other_cores)
+
+    @property
+    def available_cores(self) -> float | None:
+        """The cores torch's threads could have had: its threads, or fewer where other
+        processes held the rest (at least a tenth of a core: the process did run)."""
+        free = self.free_cores
+        return None if free is None else max(0.1, min(float(self.threads), free))
 
     @property
     def contended(self) -> bool:
@@ -99,3 +110,28 @@ def watch_cpu() -> Iterator[list[Contention]]:
             # the machine's busy time holds this process's: what is left is the others'
             other = max(0.0, (m1 - m0) - (p1 - p0)) / wall
         got.append(Contention(_cores(), torch.get_num_threads(), wall, own, other))
+
+
+def wall_factor(timed: Contention | None, counted: Contention | None) -> float | None:
+    """How much shorter (< 1) or longer (> 1) the timed calls would have run with the CPU
+    the counted run had: the ratio of the cores available to torch's threads in the two.
+    On a CPU every part of a step is CPU work, so a step's pace follows the cores it gets;
+    the op times come from the counted run and T_wall from the timed calls, so where other
+    processes' load differed between them, the overhead (T_wall less the ops' time) moves
+    by that difference (issue 25: the same doctor run read memory-bound at 70% and
+    overhead-bound at 61% on a busy 2-core machine). Approximate (a step that does not
+    use all its threads gains less from more cores); None where either is unknown."""
+    if timed is None or counted is None:
+        return None
+    a, b = timed.available_cores, counted.available_cores
+    return None if a is None or b is None else a / b
+
+
+def cpu_difference(timed: Contention, counted: Contention, factor: float) -> str:
+    """The evidence line for a wall_factor worth saying (WALL_FACTOR_SAID)."""
+    return (f"the CPU differed between the timed calls and the counted run: "
+            f"{timed.available_cores:.1f} against {counted.available_cores:.1f} cores "
+            f"available to torch's {timed.threads} threads (other processes: "
+            f"{timed.other_cores:.1f} and {counted.other_cores:.1f} cores busy); with the "
+            f"counted run's CPU T_wall would be ~{factor:.2f}x, and the shares' ranges "
+            "cover that")

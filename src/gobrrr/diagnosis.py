@@ -20,6 +20,7 @@ budget -> (experiments read against it) -> verdict -> remedies -> Report.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 from gobrrr.budget import Budget, compute_budget, with_communication, with_data_loading
 from gobrrr.ceiling_defense import defended
 from gobrrr.compiled import CompileInfo
+from gobrrr.contention import WALL_FACTOR_SAID, cpu_difference, wall_factor
 from gobrrr.experiments import Measured
 from gobrrr.hardware import Ceilings
 from gobrrr.report import Report
@@ -64,8 +66,12 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
     findings = compiled.findings() if compiled is not None else []
     contended = run.contention.finding(run.device) if run.contention is not None else None
     findings += [contended] if contended else []
+    factor = (wall_factor(run.contention, run.contention_counted)
+              if run.device == "cpu" else None)
+    if factor is not None and abs(math.log(factor)) > math.log(WALL_FACTOR_SAID):
+        findings.append(cpu_difference(run.contention, run.contention_counted, factor))
     verdict = verdict_for(budget, run.counts, ceilings, run.device, batch, graph, findings,
-                          samples_s=run.timing.samples_s)
+                          samples_s=run.timing.samples_s, wall_factor=factor or 1.0)
     if distributed is not None:
         verdict = replace(verdict, evidence=[*distributed.evidence(), *verdict.evidence])
     remedies = remedies_for(budget, run.counts, ceilings, run.device, batch, graph,
@@ -76,4 +82,4 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
         diagnose_s=0.0 if started_s is None else time.perf_counter() - started_s,
         notes=run.notes + budget.notes + defense, state=state, compiled=compiled,
         distributed=distributed, steps=run.steps_dict(), data_loading=run.data_loading,
-        contention=run.contention, memory=memory)
+        contention=run.contention, contention_counted=run.contention_counted, memory=memory)

@@ -127,13 +127,14 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
                 notes.append(f"batch scaling skipped: {batch_t.skipped}")
         say("counting FLOPs and bytes per op" + (" in a profiled run" if w.device == "cuda"
                                                  else ", timing each op alone"))
-        if is_compiled:
-            eager = count(w.run, "counting the eager twin")
-            profiled = comp.profile_compiled(w, wall.median_s, eager)
-        else:
-            profiled = profile_counted(w, wall.median_s)
-            if not profiled.counts.records and profiled.unattributed_s > 0:
-                notes.append(comp.graph_replay_note(profiled, w, count))
+        with watch_cpu() as cpu_counted:  # the CPU the op times had (contention.py)
+            if is_compiled:
+                eager = count(w.run, "counting the eager twin")
+                profiled = comp.profile_compiled(w, wall.median_s, eager)
+            else:
+                profiled = profile_counted(w, wall.median_s)
+        if not is_compiled and not profiled.counts.records and profiled.unattributed_s > 0:
+            notes.append(comp.graph_replay_note(profiled, w, count))
         if batch_t is not None:
             counts_by_factor = {1: (profiled.counts.total_flops,
                                     profiled.counts.total_bytes)}
@@ -161,7 +162,8 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
     run = MeasuredRun(source="callable", workload=w.to_dict(), device=w.device, timing=wall,
                       wall_s=wall.median_s, profile=profiled,
                       steps=[Step(w.name, wall.median_s)], notes=notes,
-                      contention=cpu[0] if cpu else None)
+                      contention=cpu[0] if cpu else None,
+                      contention_counted=cpu_counted[0] if cpu_counted else None)
     return LiveMeasurement(run, ceil, Measured(batch_t, counts_by_factor, graph_t), state,
                            compile_info, reached_facts(w), t0, memory)
 

@@ -54,7 +54,9 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 # 1.12: generation.seconds_by_part (where doctor --generate's own time went);
 #       timing.runs_s (doctor --repeat: each run's median); generation.decode.split
 #       (the decode step's own compute / memory / overhead)
-SCHEMA_VERSION = "1.12"
+# 1.13: contention.counted (the same over the counted run, whose op times the budget
+#       reads; on a CPU the verdict's share ranges cover the difference)
+SCHEMA_VERSION = "1.13"
 
 
 @dataclass
@@ -83,6 +85,7 @@ class Report:
     # the wait for data (run.DataLoading); None: the source saw no DataLoader
     data_loading: Any | None = None
     contention: Any | None = None  # contention.Contention over the timed calls
+    contention_counted: Any | None = None  # the same over the counted run (live, 1.13)
     # a generation's prefill and decode (generation.GenerationProfile.to_dict()); None:
     # no generation was measured
     generation: dict[str, Any] | None = None
@@ -140,7 +143,9 @@ class Report:
             {} if self.distributed is None else {"distributed": self.distributed.to_dict()}) | (
             {} if self.data_loading is None else {"data_loading": self.data_loading.to_dict()}
         ) | (
-            {} if self.contention is None else {"contention": self.contention.to_dict()}
+            {} if self.contention is None else {"contention": self.contention.to_dict() | (
+                {} if self.contention_counted is None
+                else {"counted": self.contention_counted.to_dict()})}
         ) | ({} if self.generation is None else {"generation": self.generation}) | (
             {} if self.memory is None else {"memory": self.memory})
 

@@ -138,6 +138,8 @@ class MeasuredRun:
     communication_s: float | None = None  # exposed, per step; None: one process
     data_loading: DataLoading | None = None  # None: no DataLoader seen
     contention: Any = None  # contention.Contention over the timed calls (None: not watched)
+    # the same over the counted run, whose op times the budget reads (live source, CPU)
+    contention_counted: Any = None
     # every step the source saw, in order, with the part of the run it fell in
     # ("warm-up", "timed", "profiled"): a script's warm-up, drift and spikes (a plot in
     # the HTML); empty where the source saw only its measured steps

@@ -6,6 +6,7 @@ count or a ceiling), so the JSON holds what the prose says.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from gobrrr.budget import UNLINKED_UNIT, Budget
+from gobrrr.contention import WALL_FACTOR_SAID
 from gobrrr.counting import CountResult
 from gobrrr.experiments import BatchScaling, GraphReplay
 from gobrrr.gains import HostTime, host_time
@@ -59,6 +61,9 @@ class Verdict:
     runner_up: str | None = None
     runner_up_range: tuple[float, float] | None = None
     uncertain: bool = False
+    # contention.wall_factor where the ranges cover it (a CPU whose load differed between
+    # the timed calls and the counted run by more than WALL_FACTOR_SAID); else None
+    wall_factor: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(vars(self))
@@ -68,12 +73,15 @@ class Verdict:
         return d
 
 
-def share_ranges(b: Budget, samples_s: Sequence[float]) -> dict[str, tuple[float, float]]:
+def share_ranges(b: Budget, samples_s: Sequence[float], wall_factor: float = 1.0
+                 ) -> dict[str, tuple[float, float]]:
     """Each part's share of T_wall when T_wall runs over its samples' interquartile range
     (all of them under 4 samples), the device-side parts (memory, compute,
     communication) held at their seconds and overhead taking the rest: how far this
-    run's own timing spread moves the verdict. Not the spread between runs, which on a
-    loaded machine is larger (issue 25); {} without samples or a budget."""
+    run's own timing spread moves the verdict. `wall_factor` (contention.wall_factor:
+    T_wall at the CPU the op times were measured with, over T_wall) widens the range to
+    cover it too. Not the spread between runs, which on a loaded machine is larger
+    (issue 25); {} without samples or a budget."""
     total = b.total_s
     if total <= 0 or not samples_s:
         return {}
@@ -88,7 +96,8 @@ def share_ranges(b: Budget, samples_s: Sequence[float]) -> dict[str, tuple[float
         return {}
     fixed = {k: v for k, v in b.parts_s.items() if k != "overhead"}
     out: dict[str, list[float]] = {k: [] for k in b.parts_s}
-    for t in (total * lo_t / med, total * hi_t / med):
+    lo_f, hi_f = min(1.0, wall_factor), max(1.0, wall_factor)
+    for t in (total * lo_t / med * lo_f, total * hi_t / med * hi_f):
         t = max(t, sum(fixed.values()))  # overhead is never negative
         for k, v in fixed.items():
             out[k].append(v / t if t > 0 else 0.0)
@@ -99,10 +108,11 @@ def share_ranges(b: Budget, samples_s: Sequence[float]) -> dict[str, tuple[float
 def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                 batch: BatchScaling | None, graph: GraphReplay | None,
                 findings: list[str] | None = None,
-                samples_s: Sequence[float] = ()) -> Verdict:
+                samples_s: Sequence[float] = (), wall_factor: float = 1.0) -> Verdict:
     """The dominant regime, its evidence (every number from the report), whether the
     experiments agree with the budget; `findings` (recompiles, graph breaks) are added
-    to the evidence as they are; `samples_s`: T_wall's samples, for the share's range
+    to the evidence as they are; `samples_s`: T_wall's samples, and `wall_factor` (the
+    CPU's difference between the timed calls and the counted run), for the share's range
     (share_ranges) and whether the runner-up's overlaps it."""
     fr = b.fractions
     regime = b.regime
@@ -196,13 +206,15 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
         assert batch is not None and batch.time_ratio is not None  # implausible: measured
         agreement += (f" (the 2x batch's {batch.time_ratio:.2f}x the time is within noise, "
                       "not a reading)")
-    ranges = share_ranges(b, samples_s)
+    ranges = share_ranges(b, samples_s, wall_factor)
     if not ranges:
         return Verdict(regime, fr[regime], ev, agreement, cause)
     second = max((r for r in b.regimes if r != regime), key=lambda r: fr[r])
     uncertain = ranges[regime][0] <= ranges[second][1]
     return Verdict(regime, fr[regime], ev, agreement, cause, ranges[regime], second,
-                   ranges[second], uncertain)
+                   ranges[second], uncertain,
+                   wall_factor if abs(math.log(wall_factor)) > math.log(WALL_FACTOR_SAID)
+                   else None)
 
 
 def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,

@@ -68,7 +68,8 @@ def verdict_headline(v: Mapping[str, Any],
     if v.get("uncertain") and other and lo_hi and other_range:
         return (f"{mark(regime.upper() + '-', regime)} OR "
                 f"{mark(other.upper() + '-BOUND', other)}: {regime} {pct(lo_hi)} vs "
-                f"{other} {pct(other_range)} (within this run's timing spread)")
+                f"{other} {pct(other_range)} (within this run's timing spread"
+                f"{' and its CPU load' if v.get('wall_factor') else ''})")
     share = f"{round(100 * v['share'])}%"
     spread = f" ({pct(lo_hi)})" if lo_hi and pct(lo_hi) != share else ""
     return f"{mark(regime.upper() + '-BOUND', regime)}: {share}{spread}"
