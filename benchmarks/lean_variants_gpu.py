@@ -23,6 +23,7 @@ import torch
 from gobrrr import generation_lean
 from gobrrr.generation import decode_bytes
 from gobrrr.generation_lean import LeanDecoder
+from gobrrr.hardware import calibrate
 
 # `VARIANT@SETTING`: the compiled step under other Inductor settings than the loop's own
 SETTINGS = {
@@ -31,7 +32,6 @@ SETTINGS = {
                "coordinate_descent_check_all_directions": True},
     "combo": {"coordinate_descent_tuning": True, "combo_kernels": True},
 }
-from gobrrr.hardware import calibrate
 
 sys.path.insert(0, "benchmarks")
 from generate_table import build  # noqa: E402

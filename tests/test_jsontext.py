@@ -1,9 +1,8 @@
 """gobrrr's JSON text: indented, tables (lists of flat dicts) one row per line, the same
 value as json.dumps gives but for table rows' floats, kept to TABLE_DIGITS digits."""
 
-import math
-
 import json
+import math
 
 from gobrrr import jsontext
 
