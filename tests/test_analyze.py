@@ -185,12 +185,13 @@ def test_terminal_report():
 
 
 @pytest.fixture(scope="module")
-def cpu_ceilings(tmp_path_factory):
-    """This CPU's ceilings, measured once for the module."""
+def cpu_ceilings(calibrated_cache):
+    """This CPU's ceilings, measured once for the session (conftest's calibration, read
+    from a copy of its cache)."""
     from gobrrr.hardware import calibrate
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        mp.setenv("XDG_CACHE_HOME", str(calibrated_cache))
         return calibrate("cpu")
 
 

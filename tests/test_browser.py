@@ -61,10 +61,10 @@ class Page:
 
 
 @pytest.fixture(scope="module")
-def report_html(tmp_path_factory):
+def report_html(tmp_path_factory, calibrated_cache):
     tmp = tmp_path_factory.mktemp("browser")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp / "cache"))
+        mp.setenv("XDG_CACHE_HOME", str(calibrated_cache))  # the session's calibration
         r = CliRunner().invoke(cli, ["doctor", "examples:transformer", "--device", "cpu",
                                      "-q", "--time-budget", "0.2", "--batch-size", "2",
                                      "--html", str(tmp / "report.html")])

@@ -37,10 +37,9 @@ def with_samples(d, samples):
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("compare")
+def base(calibrated_cache):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp / "cache"))
+        mp.setenv("XDG_CACHE_HOME", str(calibrated_cache))  # the session's calibration
         r = CliRunner().invoke(cli, ["doctor", "examples:mlp", "--device", "cpu", "--json",
                                      "-q", "--no-experiments", "--time-budget", "0.2"])
     assert r.exit_code == 0, r.output

@@ -18,11 +18,11 @@ HOSTILE_MODULE = "</td><img src=x onerror=alert(1)>$x^2$"
 
 
 @pytest.fixture(scope="module")
-def doctor_run(tmp_path_factory):
+def doctor_run(tmp_path_factory, calibrated_cache):
     """One `gobrrr doctor --html --json` run on CPU, shared by the tests here."""
     tmp = tmp_path_factory.mktemp("html")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp / "cache"))
+        mp.setenv("XDG_CACHE_HOME", str(calibrated_cache))  # the session's calibration
         r = CliRunner().invoke(cli, [
             # The transformer block: several op kinds, each long enough (tens of us and
             # more) to be timed above the empty-op cost on a noisy 2-core CPU (the

@@ -50,7 +50,8 @@ def test_a_stdout_that_fails_is_one_line(tmp_path):
     with open("/dev/full", "w") as full:
         p = subprocess.run([sys.executable, "-m", "gobrrr", "calibrate", "--device", "cpu",
                             "--json", "-q"], stdout=full, stderr=subprocess.PIPE, text=True,
-                           env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "c")),
+                           # the session's calibration (conftest): read, not measured
+                           env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache")),
                            timeout=300)
     assert p.returncode == 2, p.stderr[-2000:]
     lines = [x for x in p.stderr.splitlines() if x.strip()]

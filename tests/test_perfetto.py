@@ -36,10 +36,10 @@ def check_format(trace):
 
 
 @pytest.fixture(scope="module")
-def cpu_trace(tmp_path_factory):
+def cpu_trace(tmp_path_factory, calibrated_cache):
     tmp = tmp_path_factory.mktemp("trace")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp / "cache"))
+        mp.setenv("XDG_CACHE_HOME", str(calibrated_cache))  # the session's calibration
         r = CliRunner().invoke(cli, ["doctor", "examples:mlp", "--device", "cpu", "-q",
                                      "--json", "--no-experiments", "--time-budget", "0.2",
                                      "--trace", str(tmp / "t.json")])
