@@ -75,6 +75,21 @@ def gobrrr_run(*args, cwd=None):
                           env=dict(os.environ, NO_COLOR="1"))
 
 
+def gobrrr_run_here(monkeypatch, *args, cwd):
+    """`gobrrr run ARGS` through the same click command in this process (CliRunner): the
+    command's code path without a fresh interpreter and torch import (5-8 s apiece on the
+    loaded 2-core CI machine). What only a process of its own shows (its exit status,
+    stdout byte for byte, the traceback on stderr, argv and sys.path as the script sees
+    them) keeps the subprocess tests above and below (gobrrr_run)."""
+    from click.testing import CliRunner
+
+    from gobrrr.cli import cli
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("NO_COLOR", "1")
+    return CliRunner().invoke(cli, ["run", *args])
+
+
 def test_a_training_script_runs_unchanged_and_its_outputs_are_byte_identical(tmp_path):
     script = write(tmp_path, "train.py", TRAIN)
     for d in ("plain", "gobrrr"):
@@ -167,7 +182,7 @@ def test_a_loader_made_in_the_for_statement_still_gets_its_remedies(tmp_path, mo
         d["remedies"][0]["how"]
 
 
-def test_gradient_accumulation_makes_one_step_per_optimizer_step(tmp_path):
+def test_gradient_accumulation_makes_one_step_per_optimizer_step(tmp_path, monkeypatch):
     # 1 warm-up + 3 timed + 1 + 1 profiled = 6 optimizer steps, each after 4 forwards
     body = textwrap.dedent('''
         import sys, torch
@@ -184,19 +199,19 @@ def test_gradient_accumulation_makes_one_step_per_optimizer_step(tmp_path):
     ''')
     script = write(tmp_path, "accum.py", body)
     opts = ["--warmup", "1", "--steps", "3", "--profiled", "1", "--json", "r.json"]
-    r = gobrrr_run(*opts, str(script), "6", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    r = gobrrr_run_here(monkeypatch, *opts, str(script), "6", cwd=tmp_path)
+    assert r.exit_code == 0, r.output
     d = json.loads((tmp_path / "r.json").read_text())
     assert d["workload"]["script"]["steps_from"] == "optimizer"
     assert d["steps"]["count"] == 3
-    short = gobrrr_run(*opts, str(script), "5", cwd=tmp_path)  # one step short
-    assert short.returncode == 0  # the script's own status
+    short = gobrrr_run_here(monkeypatch, *opts, str(script), "5", cwd=tmp_path)  # 1 short
+    assert short.exit_code == 0  # the script's own status
     assert "steps 5" in short.stdout
     assert "gobrrr run: the script ended after 5 step(s)" in short.stderr
     assert "needs 6" in short.stderr
 
 
-def test_an_inference_loop_steps_on_its_outermost_forward(tmp_path):
+def test_an_inference_loop_steps_on_its_outermost_forward(tmp_path, monkeypatch):
     body = textwrap.dedent('''
         import torch
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
@@ -206,15 +221,16 @@ def test_an_inference_loop_steps_on_its_outermost_forward(tmp_path):
                 model(torch.randn(8, 16))
     ''')
     script = write(tmp_path, "infer.py", body)
-    r = gobrrr_run("--json", "r.json", *FAST, str(script), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    r = gobrrr_run_here(monkeypatch, "--json", "r.json", *FAST, str(script), cwd=tmp_path)
+    assert r.exit_code == 0, r.output
     d = json.loads((tmp_path / "r.json").read_text())
     assert d["workload"]["script"]["steps_from"] == "forward"
     assert "forward" in d["phases"] and "backward" not in d["phases"]
     assert "data_loading" not in d  # no DataLoader: no wait measured, none invented
 
 
-def test_gobrrr_step_marks_steps_by_hand_and_does_nothing_without_gobrrr(tmp_path):
+def test_gobrrr_step_marks_steps_by_hand_and_does_nothing_without_gobrrr(tmp_path,
+                                                                         monkeypatch):
     body = textwrap.dedent('''
         import torch, gobrrr
         model = torch.nn.Linear(8, 8)
@@ -231,8 +247,8 @@ def test_gobrrr_step_marks_steps_by_hand_and_does_nothing_without_gobrrr(tmp_pat
     plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                            timeout=300)
     assert plain.returncode == 0 and plain.stdout == "ok\n", plain.stderr
-    r = gobrrr_run("--json", "r.json", *FAST, str(script), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    r = gobrrr_run_here(monkeypatch, "--json", "r.json", *FAST, str(script), cwd=tmp_path)
+    assert r.exit_code == 0, r.output
     d = json.loads((tmp_path / "r.json").read_text())
     assert d["workload"]["script"]["steps_from"] == "manual"
 
@@ -258,6 +274,8 @@ def test_the_script_sees_its_own_argv_path_and_name(tmp_path):
 
 
 def test_dash_m_runs_a_module_as_python_does(tmp_path):
+    # a process of its own: `python -m gobrrr` puts the working folder on sys.path, where
+    # -m finds the module (this process's sys.path does not hold tmp_path)
     write(tmp_path, "mymod.py", "import sys\nprint('module', sys.argv[1:])\n")
     r = gobrrr_run("-m", "mymod", "a", "--b", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -283,21 +301,21 @@ def test_exit_status_and_exceptions_are_the_scripts_own(tmp_path, gobrrr_frames)
     assert gobrrr_frames(tb) == []
 
 
-def test_bad_input_is_one_line(tmp_path):
-    r = gobrrr_run(str(tmp_path / "nope.py"), cwd=tmp_path)
+def test_bad_input_is_one_line(tmp_path, monkeypatch):
+    r = gobrrr_run(str(tmp_path / "nope.py"), cwd=tmp_path)  # a process's exit status
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].endswith(f"no such script: {tmp_path}/nope.py")
-    r = gobrrr_run(cwd=tmp_path)
-    assert r.returncode == 2 and "give a script" in r.stderr
-    r = gobrrr_run("-m", "no_such_module_here", cwd=tmp_path)
-    assert r.returncode == 2 and "no module named 'no_such_module_here'" in r.stderr
+    r = gobrrr_run_here(monkeypatch, cwd=tmp_path)
+    assert r.exit_code == 2 and "give a script" in r.stderr
+    r = gobrrr_run_here(monkeypatch, "-m", "no_such_module_here", cwd=tmp_path)
+    assert r.exit_code == 2 and "no module named 'no_such_module_here'" in r.stderr
 
 
-def test_exit_after_stops_the_script_once_the_report_is_written(tmp_path):
+def test_exit_after_stops_the_script_once_the_report_is_written(tmp_path, monkeypatch):
     script = write(tmp_path, "train.py", TRAIN)
-    r = gobrrr_run("--exit-after", "--json", "r.json", *FAST, str(script), "--out",
-                   "m.pt", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    r = gobrrr_run_here(monkeypatch, "--exit-after", "--json", "r.json", *FAST, str(script),
+                        "--out", "m.pt", cwd=tmp_path)
+    assert r.exit_code == 0, r.output
     assert (tmp_path / "r.json").is_file()
     assert not (tmp_path / "m.pt").exists()  # stopped before the script saved
     assert "final loss" not in r.stdout
