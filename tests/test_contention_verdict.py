@@ -76,3 +76,23 @@ def test_a_verdict_the_cpu_difference_could_overturn_names_both():
     small = verdict_for(b, counts, ceil, "cpu", None, None, samples_s=[1.0] * 5,
                         wall_factor=1.15)
     assert small.wall_factor is None and not small.uncertain
+
+
+def test_a_contended_cpu_run_is_never_confident():
+    from gobrrr.counting import count
+    from gobrrr.hardware import Ceilings
+    from gobrrr.verdict import verdict_for
+
+    ceil = Ceilings(device="cpu", fingerprint={"device": "cpu", "torch": "t", "python": "3",
+                                               "name": "test"},
+                    peak_flops_per_s={"fp32": 1e11}, bandwidth_bytes_per_s=1e10,
+                    op_overhead_s=5e-6, python_ops_per_s=1e7, measured_at="t",
+                    calibrate_s=0.0)
+    b = _budget(0.2, 0.8)  # memory 80%: ranges far apart
+    v = verdict_for(b, count(lambda: None), ceil, "cpu", None, None, samples_s=[1.0] * 5,
+                    contended=True)
+    assert v.regime == "memory" and v.uncertain and v.contended
+    assert v.to_dict()["contended"] is True
+    assert verdict_headline(v.to_dict()) == (
+        "MEMORY- OR OVERHEAD-BOUND: memory 80% vs overhead 20% (on a contended CPU: other "
+        "processes held cores torch's threads needed)")

@@ -70,8 +70,11 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
               if run.device == "cpu" else None)
     if factor is not None and abs(math.log(factor)) > math.log(WALL_FACTOR_SAID):
         findings.append(cpu_difference(run.contention, run.contention_counted, factor))
+    contended_cpu = run.device == "cpu" and any(
+        c is not None and c.contended for c in (run.contention, run.contention_counted))
     verdict = verdict_for(budget, run.counts, ceilings, run.device, batch, graph, findings,
-                          samples_s=run.timing.samples_s, wall_factor=factor or 1.0)
+                          samples_s=run.timing.samples_s, wall_factor=factor or 1.0,
+                          contended=contended_cpu)
     if distributed is not None:
         verdict = replace(verdict, evidence=[*distributed.evidence(), *verdict.evidence])
     remedies = remedies_for(budget, run.counts, ceilings, run.device, batch, graph,

@@ -55,7 +55,8 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #       timing.runs_s (doctor --repeat: each run's median); generation.decode.split
 #       (the decode step's own compute / memory / overhead)
 # 1.13: contention.counted (the same over the counted run, whose op times the budget
-#       reads; on a CPU the verdict's share ranges cover the difference)
+#       reads; on a CPU the verdict's share ranges cover the difference: verdict.
+#       wall_factor); verdict.contended (a contended CPU run is never confident)
 SCHEMA_VERSION = "1.13"
 
 

@@ -64,6 +64,9 @@ class Verdict:
     # contention.wall_factor where the ranges cover it (a CPU whose load differed between
     # the timed calls and the counted run by more than WALL_FACTOR_SAID); else None
     wall_factor: float | None = None
+    # a CPU run whose torch threads outnumbered the free cores (contention.Contention.
+    # contended) while it was timed or counted: never a confident verdict (below)
+    contended: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(vars(self))
@@ -108,12 +111,16 @@ def share_ranges(b: Budget, samples_s: Sequence[float], wall_factor: float = 1.0
 def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                 batch: BatchScaling | None, graph: GraphReplay | None,
                 findings: list[str] | None = None,
-                samples_s: Sequence[float] = (), wall_factor: float = 1.0) -> Verdict:
+                samples_s: Sequence[float] = (), wall_factor: float = 1.0,
+                contended: bool = False) -> Verdict:
     """The dominant regime, its evidence (every number from the report), whether the
     experiments agree with the budget; `findings` (recompiles, graph breaks) are added
     to the evidence as they are; `samples_s`: T_wall's samples, and `wall_factor` (the
     CPU's difference between the timed calls and the counted run), for the share's range
-    (share_ranges) and whether the runner-up's overlaps it."""
+    (share_ranges) and whether the runner-up's overlaps it. `contended`: a CPU run that
+    waited for cores; its verdict names the runner-up too, whatever the ranges (on a
+    busy 2-core machine the same GPT-2 doctor run's op times moved 5x between runs and
+    its verdict between compute at 53-67% and overhead at 59-84%: issue 25)."""
     fr = b.fractions
     regime = b.regime
     ev: list[str] = []
@@ -210,11 +217,11 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     if not ranges:
         return Verdict(regime, fr[regime], ev, agreement, cause)
     second = max((r for r in b.regimes if r != regime), key=lambda r: fr[r])
-    uncertain = ranges[regime][0] <= ranges[second][1]
+    uncertain = contended or ranges[regime][0] <= ranges[second][1]
     return Verdict(regime, fr[regime], ev, agreement, cause, ranges[regime], second,
                    ranges[second], uncertain,
                    wall_factor if abs(math.log(wall_factor)) > math.log(WALL_FACTOR_SAID)
-                   else None)
+                   else None, contended)
 
 
 def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,

@@ -66,10 +66,13 @@ def verdict_headline(v: Mapping[str, Any],
 
     other, other_range = v.get("runner_up"), v.get("runner_up_range")
     if v.get("uncertain") and other and lo_hi and other_range:
+        why = ("on a contended CPU: other processes held cores torch's threads needed"
+               if v.get("contended") else
+               "within this run's timing spread"
+               + (" and its CPU load" if v.get("wall_factor") else ""))
         return (f"{mark(regime.upper() + '-', regime)} OR "
                 f"{mark(other.upper() + '-BOUND', other)}: {regime} {pct(lo_hi)} vs "
-                f"{other} {pct(other_range)} (within this run's timing spread"
-                f"{' and its CPU load' if v.get('wall_factor') else ''})")
+                f"{other} {pct(other_range)} ({why})")
     share = f"{round(100 * v['share'])}%"
     spread = f" ({pct(lo_hi)})" if lo_hi and pct(lo_hi) != share else ""
     return f"{mark(regime.upper() + '-BOUND', regime)}: {share}{spread}"
