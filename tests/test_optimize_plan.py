@@ -364,12 +364,20 @@ def test_a_ctrl_c_a_library_swallowed_still_stops_the_search():
         return RemedyResult(combo[0].name, "overhead", "failed", "preparing: Internal"), None
 
     notes = []
-    rows, best, _ = search([spec("a"), spec("b"), spec("c")], Context("cpu"), run_one,
-                           call_s=1e-3, ab_budget_s=1.0, deadline=time.perf_counter() + 60,
-                           say=lambda m: None, notes=notes)
+    # Python's own handler, as in a terminal: a suite started in the background by a
+    # shell without job control (`cmd &`, nohup) inherits SIGINT ignored, and the search
+    # then rightly leaves Ctrl-C ignored too (runner.py)
+    launched = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        rows, best, _ = search([spec("a"), spec("b"), spec("c")], Context("cpu"), run_one,
+                               call_s=1e-3, ab_budget_s=1.0,
+                               deadline=time.perf_counter() + 60, say=lambda m: None,
+                               notes=notes)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, launched)
     assert ran == ["a"] and best is None
     by = {r.name: r for r in rows}
     assert by["a"].status == "skipped" and by["a"].reason == INTERRUPTED
     assert {by["b"].reason, by["c"].reason} == {INTERRUPTED}
     assert notes[0].startswith(INTERRUPTED)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

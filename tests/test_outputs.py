@@ -88,10 +88,13 @@ def test_ctrl_c_exits_130_and_optimize_keeps_what_it_measured(tmp_path):
                  "        return (a @ w).relu()\n"
                  "    return step, (x,)\n")
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), NO_COLOR="1")
+    # SIGINT at its default in the child, as from a terminal: a suite started in the
+    # background by a shell without job control inherits it ignored, and so would gobrrr
     p = subprocess.Popen([sys.executable, "-m", "gobrrr", "optimize", f"{f}:make",
                           "--device", "cpu", "--no-diagnose", "--budget-s", "120",
                           "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # the first candidate has been measured once its result line is printed
     deadline = time.monotonic() + 120
     seen = ""
