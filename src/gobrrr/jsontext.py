@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["dumps", "MIN_TABLE_ROWS", "TABLE_DIGITS"]
+__all__ = ["dumps", "as_saved", "MIN_TABLE_ROWS", "TABLE_DIGITS"]
 
 INDENT = 2
 MIN_TABLE_ROWS = 4  # a shorter list of flat dicts reads as well indented
@@ -62,3 +62,10 @@ def dumps(data: Any) -> str:
                                                        default=str) for r in rows)
         text = text[:at] + "[\n" + body + "\n" + pad + "]" + text[at + len(quoted):]
     return text
+
+
+def as_saved(data: Any) -> Any:
+    """`data` as its saved JSON holds it (table rows' floats to TABLE_DIGITS digits):
+    what a renderer draws from, so that the terminal, the page and the trace of a live
+    report are the ones `gobrrr show` draws from its file."""
+    return json.loads(dumps(data))

@@ -33,14 +33,12 @@ __all__ = ["save_html", "html", "save_trace", "Section", "figure", "paragraph",
 
 
 def _dict_of(report: Report | Mapping[str, Any]) -> dict[str, Any]:
-    """The report's dict as its saved JSON holds it (jsontext: table rows' floats to 6
-    digits), so a page or trace drawn now is the one `gobrrr show` draws from the file."""
-    import json
-
+    """The report's dict as its saved JSON holds it (jsontext.as_saved), so a page or
+    trace drawn now is the one `gobrrr show` draws from the file."""
     from gobrrr import jsontext
 
     d = dict(report) if isinstance(report, Mapping) else report.to_dict()
-    return dict(json.loads(jsontext.dumps(d)))
+    return dict(jsontext.as_saved(d))
 
 
 def save_html(report: Report | Mapping[str, Any], path: str | Path) -> Path:

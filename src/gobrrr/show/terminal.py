@@ -403,12 +403,15 @@ def trace_check_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 def print_report(report: dict[str, Any]) -> None:
     """The doctor (or analyze) report on stdout, from its dict (`Report.to_dict()`, or a
-    saved --json of any 1.x version): every number is read from it; every string made
-    printable (control characters escaped)."""
+    saved --json of any 1.x version): every number is read from it as the saved JSON
+    holds it (jsontext.as_saved: what `gobrrr show` of the file prints); every string
+    made printable (control characters escaped)."""
     from rich.markup import escape
 
+    from gobrrr.jsontext import as_saved
+
     out = console()
-    report = _printable_tree(report)
+    report = _printable_tree(as_saved(report))
     d, b, v = report, report["budget"], report["verdict"]
     machine = d["machine"]
     fp = machine["fingerprint"]
