@@ -59,6 +59,9 @@ CASES: dict[str, Case] = {
     "gpt2_train_8x256": Case("hf:gpt2", ("--batch-size", "8", "--seq-len", "256", "--train"),
                              train=True),
     "mlp_16k": Case(f"{HERE / 'optimize_targets.py'}:mlp_16k", ("--batch-size", "16384")),
+    # issue 24's budget-60 rows beyond the first table
+    "bert_base_b32x128": Case("hf:bert-base-uncased", ("--batch-size", "32", "--seq-len", "128")),
+    "convnext_tiny_b64": Case("timm:convnext_tiny", ("--batch-size", "64"), conv=True),
 }
 
 
@@ -300,6 +303,7 @@ def run_gobrrr(case_name: str, out: Path, budget_s: float) -> dict[str, Any]:
     if proc.returncode == 0:
         d = json.loads(proc.stdout)
         res |= {"best": d["best"]["name"], "speedup": d["best"]["measured_speedup"],
+                "predicted_speedup": d["best"].get("predicted_speedup"),
                 "diagnose_s": d["diagnose_s"], "optimize_s": d["optimize_s"],
                 "remedies": [{k: r.get(k) for k in ("name", "status", "predicted_speedup",
                                                     "measured_speedup", "compile_s",

@@ -32,5 +32,15 @@ memory)
   stamp "memory_remedies_gpu.py"
   timeout 560 python3 benchmarks/memory_remedies_gpu.py "$OUT/memory" 2>&1 | quiet | tail -40
   ;;
+regen)  # after the batch experiment's warm-up came back
+  stamp "generate_doctor_gpu.py"
+  timeout 200 python3 benchmarks/generate_doctor_gpu.py --out "$OUT/doctor_rows.json" \
+    --rows tinyllama-1.1b:1,qwen2.5-0.5b:1,qwen2.5-0.5b:8 2>&1 | quiet
+  stamp "optimize --budget-s 60, gobrrr side"
+  BUDGET=60 SIDES=gobrrr bash benchmarks/optimize_models.sh ${CASES:-gpt2_1x1 resnet50_b1}
+  ;;
+opt60)  # issue 24's budget-60 rows, gobrrr side; CASES names them
+  BUDGET=60 SIDES=gobrrr bash benchmarks/optimize_models.sh $CASES
+  ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

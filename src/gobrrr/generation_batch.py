@@ -1,8 +1,8 @@
 """The essay's batch experiment for decode (issue 21, item 4): the same greedy generation
 at batch 1, 2, 4, ... (the prompt repeated), each decode step timed as
 generation.profile_generation times it, until tokens/s stops rising, memory runs out,
-the batch cap is reached or the time budget is spent. Each point's generation runs once,
-unwarmed, where its median decode step is robust to the first (UNWARMED_STEPS).
+the batch cap is reached or the time budget is spent. Each point's generation runs twice,
+the first a warm-up (a new batch's first run fills the allocator and picks kernels).
 
 At small batch a decode step reads every weight to make one token per sequence, so the
 step time barely grows with the batch and tokens/s rises almost in proportion: memory
@@ -25,16 +25,16 @@ from typing import Any
 
 from gobrrr.generation import profile_generation
 
-__all__ = ["BatchPoint", "BatchScaling", "decode_batch_scaling", "RISE", "MAX_BATCH",
-           "UNWARMED_STEPS"]
+__all__ = ["BatchPoint", "BatchScaling", "decode_batch_scaling", "RISE", "MAX_BATCH"]
 
 RISE = 1.10  # a doubling that raises tokens/s by less than this: it stopped rising
 MAX_BATCH = 256
-# A point's generation runs once, without a warm-up, when it has this many decode steps
-# or more: the point is their median step, which one slow first step (a new shape's
-# allocations and kernel choices) does not move. Half the experiment's time (issue 21:
-# 7.5 of a TinyLlama diagnosis's 20 s on the H200 went here, 9 points each run twice).
-UNWARMED_STEPS = 5
+# Each point's generation is warmed up: without it (tried in session e to halve the
+# experiment's time) a new batch's first run was slow in most of its decode steps, not
+# only the first, on the H200 (the caching allocator growing as the KV cache grows), and
+# batch 2 read 0.56-0.79x the tokens/s of batch 1 on all four 1B-class rows, ending the
+# experiment at its second point.
+WARMUP_RUNS = 1
 Progress = Callable[[str], None]
 
 
@@ -108,7 +108,6 @@ def decode_batch_scaling(model: Any, input_ids: Any, *, new_tokens: int = 8,
     batch = 1
     last_s = 0.0  # the last point's seconds: the next, at twice the batch, takes longer
     per_token: float | None = None  # prefill's FLOPs per prompt token, from the first point
-    warmup = 0 if new_tokens - 1 >= UNWARMED_STEPS else 1
     while batch <= max_batch:
         if points and clock() - t0 + 2 * last_s > budget_s:
             stopped = f"the time budget ({budget_s:.0f} s) would be spent at batch {batch}"
@@ -121,7 +120,7 @@ def decode_batch_scaling(model: Any, input_ids: Any, *, new_tokens: int = 8,
             prof = measure(model, prompt.repeat(batch, 1), new_tokens,
                            bandwidth_bytes_per_s=bandwidth_bytes_per_s,
                            peak_flops_per_s=peak_flops_per_s, count_flops=not points,
-                           warmup=warmup, **generate_kwargs)
+                           warmup=WARMUP_RUNS, **generate_kwargs)
         except Exception as exc:
             if not _is_oom(exc):
                 raise
