@@ -284,3 +284,23 @@ def test_a_step_with_an_lr_scheduler_is_verified_at_the_same_point_of_its_schedu
     assert row.status not in ("not applicable", "rejected", "failed"), row.reason
     assert row.verified and row.max_error == 0.0
     assert (sched.last_epoch, sched.optimizer.param_groups[0]["lr"]) == before
+
+
+def test_freezing_folds_only_what_computes_from_parameters_even_when_storages_are_reused():
+    """Storages are runtime addresses the allocator reuses: a folded weight copy's freed
+    storage written again by an activation op is no longer a constant."""
+    from gobrrr.counting import OpRecord
+    from gobrrr.remedies.savings import folding_ops
+
+    def op(i, reads, writes):
+        return OpRecord(i, f"aten::op{i}", "m", "forward", "pointwise", "fp32", 1, 1, None,
+                        True, reads=reads, writes=((writes, 4),))
+
+    weight, x = 100, 200
+    ops = [op(0, (weight,), 300),  # a weight cast: folds
+           op(1, (x, 300), 400),  # reads the input: does not fold
+           op(2, (400,), 300),  # 300 freed and reused for an activation
+           op(3, (300, weight), 500),  # reads the activation: must not fold
+           op(4, (weight,), 600),  # folds again
+           op(5, (600,), 700)]  # computes from a folded op alone: folds
+    assert [r.index for r in folding_ops(ops, [weight])] == [0, 4, 5]
