@@ -325,3 +325,29 @@ def test_hf_on_cuda_bf16_train():
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert w.args[0].device.type == "cuda"
     assert torch.isfinite(w())
+
+
+def test_a_layer_a_library_initializes_to_zero_is_drawn_again():
+    """torchvision's ViT zero-initializes its head: the untrained model's outputs were all
+    zeros, and any remedy 'verified' against them (0 = 0)."""
+    import torch
+
+    from gobrrr.models import REDRAWN, _details, _seeded_build
+
+    def build():
+        m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        torch.nn.init.zeros_(m[2].weight)
+        torch.nn.init.zeros_(m[2].bias)
+        return m
+
+    model = _seeded_build("cpu", build)
+    assert model[2].weight.abs().min() > 0  # every weight drawn again, none left zero
+    assert model(torch.ones(2, 4)).abs().max() > 0
+    assert REDRAWN[model] == ["2"]
+    again = _seeded_build("cpu", build)
+    assert torch.equal(again[2].weight, model[2].weight)  # from the seed: the same draw
+    weights = _details(torch, "toy", model, ModelOptions())["weights"]
+    assert weights.endswith("; 2 drawn again (the library initializes them to zero: "
+                            "outputs of zeros would verify no remedy)")
+    plain = _seeded_build("cpu", lambda: torch.nn.Linear(4, 4))
+    assert plain not in REDRAWN

@@ -192,6 +192,27 @@ def test_a_reference_that_is_not_finite_verifies_nothing():
     assert f"warning: the reference output is not finite: {where}" in said
 
 
+def test_a_reference_of_zeros_verifies_nothing():
+    # torchvision's untrained ViT (its head starts at zero): a bf16 cast "verified"
+    # 9.19x on the H200 by comparing zeros with zeros
+    w = torch.nn.Linear(4, 3)
+    torch.nn.init.zeros_(w.weight)
+    torch.nn.init.zeros_(w.bias)
+    x = torch.randn(2, 4)
+    res = optimize_workload(from_callable(lambda a: w(a), (x,)), diagnose=False,
+                            budget_s=30, only=["batch"], ab_budget_s=0.2,
+                            extra_specs=[_spec("wrong", lambda y: y + 1.0)])
+    r = {row.name: row for row in res.remedies}["wrong"]
+    assert r.status == "unverifiable" and not r.verified
+    assert r.reason.startswith("the reference output is all zeros (a layer initialized to "
+                               "zero, untrained?): a remedy's outputs compared with zeros "
+                               "prove nothing")
+    assert res.best is None
+    assert res.notes == ["warning: the reference output is all zeros (a layer initialized "
+                         "to zero, untrained?): a remedy's outputs compared with zeros "
+                         "prove nothing; no remedy can be verified against it"]
+
+
 def test_cli_optimize_warns_of_a_nan_reference_even_when_quiet():
     r = CliRunner().invoke(cli, ["optimize", f"{TARGETS}:nan_output", "--device", "cpu",
                                  "--no-diagnose", "--only", "batch", "-q", "--json"])

@@ -25,6 +25,7 @@ from gobrrr.remedies.base import (
     RemedySpec,
     switches_on,
 )
+from gobrrr.remedies.result import ALL_ZERO_REFERENCE
 from gobrrr.remedies.verify import (
     OutOfTime,
     ab_time,
@@ -44,7 +45,8 @@ from gobrrr.state import (
 )
 from gobrrr.timing import device_sync, time_call
 
-__all__ = ["Reference", "make_reference", "evaluate", "out_dtype", "SEED", "WARM_CALLS"]
+__all__ = ["Reference", "make_reference", "evaluate", "out_dtype", "SEED", "WARM_CALLS",
+           "all_zero"]
 
 SEED = 1234  # every compared call sequence starts from this RNG state (dropout & co.)
 WARM_CALLS = 3  # after preparation: compile happens on the first, autotuning after
@@ -58,6 +60,7 @@ class Reference:
     nondeterminism: dict[str, float]  # eager vs eager, per measure (empty: not finite)
     nonfinite: str | None = None  # where the reference has NaN/inf: nothing to verify
     call_s: float = 0.0  # one eager call, warm (what the search plan's estimates scale)
+    all_zero: bool = False  # every floating output is zero: a comparison proves nothing
 
 
 def _two_calls(call: Callable[[], Any], device: str) -> list[Any]:
@@ -113,7 +116,18 @@ def make_reference(base: Copied, device: str) -> Reference:
         return Reference(ref, outs, dtype, {}, nonfinite, call_s)
     nondet = {m: compare(outs, again, m, 0.0).max_error
               for m in ("elementwise", "relative_l2")}
-    return Reference(ref, outs, dtype, nondet, call_s=call_s)
+    return Reference(ref, outs, dtype, nondet, call_s=call_s, all_zero=all_zero(outs))
+
+
+def all_zero(outputs: list[Any]) -> bool:
+    """Every floating tensor of the outputs is zero (and there is one): torchvision's
+    untrained ViT, whose head starts at zero, "verified" a bf16 cast by 0 = 0."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    floats = [x for x in tree_flatten(outputs)[0]
+              if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel()]
+    return bool(floats) and not any(bool(x.any()) for x in floats)
 
 
 def _free(device: str) -> None:
@@ -205,7 +219,8 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
                                 ref.nondeterminism)
     notes = [tol.note] if tol.note else []
     unverifiable = (f"the reference output is not finite ({ref.nonfinite}): nothing to "
-                    "verify against" if ref.nonfinite else tol.unverifiable)
+                    "verify against" if ref.nonfinite
+                    else ALL_ZERO_REFERENCE if ref.all_zero else tol.unverifiable)
     if not unverifiable:
         cmp = compare(ref.outputs, outs, tol.measure, tol.rtol, tol.min_cosine)
         res.tolerance, res.max_error, res.verified = cmp.tolerance, cmp.max_error, cmp.ok

@@ -12,11 +12,13 @@ from gobrrr.errors import WARNING
 from gobrrr.remedies.base import RemedyResult
 from gobrrr.version import __version__
 
-__all__ = ["OptimizeResult", "SCHEMA_VERSION", "NONFINITE_REFERENCE", "snippet_for",
-           "conclusion", "MEASURED", "KEEP"]
+__all__ = ["OptimizeResult", "SCHEMA_VERSION", "NONFINITE_REFERENCE", "ALL_ZERO_REFERENCE",
+           "snippet_for", "conclusion", "MEASURED", "KEEP"]
 
 SCHEMA_VERSION = "1.0"
 NONFINITE_REFERENCE = "the reference output is not finite"
+ALL_ZERO_REFERENCE = ("the reference output is all zeros (a layer initialized to zero, "
+                      "untrained?): a remedy's outputs compared with zeros prove nothing")
 
 
 # statuses of a candidate that was run to a measurement or a verdict on its outputs
@@ -68,6 +70,8 @@ def _reference_notes(ref: Any) -> list[str]:
     if ref.nonfinite:
         return [f"{WARNING}{NONFINITE_REFERENCE}: {ref.nonfinite}; no remedy can be "
                 "verified against it"]
+    if ref.all_zero:
+        return [f"{WARNING}{ALL_ZERO_REFERENCE}; no remedy can be verified against it"]
     nondet = ref.nondeterminism
     if any(v > 0 for v in nondet.values()):
         return [f"eager is non-deterministic: max difference {nondet}"]
