@@ -319,13 +319,19 @@ def run_gobrrr(case_name: str, out: Path, budget_s: float) -> dict[str, Any]:
 # ---------------------------------------------------------------- the table
 
 
-def table(dirs: list[Path], json_out: Path, md_out: Path) -> None:
+def _sides(dirs: list[Path]) -> dict[str, dict[str, Any]]:
+    """case -> side -> its JSON; a later folder's file replaces an earlier one's."""
     sides: dict[str, dict[str, Any]] = {}
     for d in dirs:
         for f in sorted(d.glob("*.json")):
             r = json.loads(f.read_text())
-            if "side" in r:
+            if "side" in r and not r.get("void"):  # void: says why it cannot count
                 sides.setdefault(r["case"], {})[r["side"]] = r
+    return sides
+
+
+def table(dirs: list[Path], json_out: Path, md_out: Path) -> None:
+    sides = _sides(dirs)
     # Rows already committed stay unless re-measured (the table grows over sittings).
     rows = {r["case"]: r for r in (json.loads(json_out.read_text())
                                     if json_out.exists() else [])}
@@ -338,6 +344,7 @@ def table(dirs: list[Path], json_out: Path, md_out: Path) -> None:
                       "case": case, "hand_best": h["best"], "hand_speedup": h["speedup"],
                       "hand_seconds": h["seconds"], "hand_max_autotune": h["max_autotune"],
                       "gobrrr_best": g["best"], "gobrrr_speedup": g["speedup"],
+                      "predicted_speedup": g.get("predicted_speedup"),
                       "budget_s": g["budget_s"], "seconds": g["seconds"],
                       "sides_in_parallel": bool(g.get("parallel")),
                       "measured": g["created"]}
@@ -347,22 +354,21 @@ def table(dirs: list[Path], json_out: Path, md_out: Path) -> None:
              "", "torch 2.11.0+cu130; random weights; each side from a cold Inductor cache; "
              "speedups from gobrrr's interleaved A/B timer (median ratio); the hand search "
              "space is fixed in benchmarks/optimize_models.py (`_space`). Pass: gobrrr >= "
-             "95% of the hand best, within 1.15 x budget + 10 s.", "",
-             "Candidates under ~0.2 ms per call (the MLP's bf16 runs) are launch-bound and "
-             "vary between runs by up to ~40% (the MLP's hand `cast`: 4.19x in a first run, "
-             "whose compile candidates did not compile and which is not counted, 6.03x in "
-             "the counted one); the raw rows are in optimize-models/.", "",
+             "95% of the hand best, within 1.15 x budget + 10 s. Predicted: what the "
+             "diagnosis predicted for the winning stack.", "",
              "| workload | hand best | hand | hand search s | gobrrr best | gobrrr | "
-             "gobrrr/hand | gobrrr s (budget) | pass |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "predicted | gobrrr/hand | gobrrr s (budget) | pass |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in ordered:
         ratio = (r["gobrrr_speedup"] or 0) / r["hand_speedup"]
         in_time = r["seconds"] <= 1.15 * r["budget_s"] + 10
+        pred = r.get("predicted_speedup")
         lines.append(
             f"| {r['workload']} | {r['hand_best']}"
             f"{'' if r['hand_max_autotune'] else ' (no max-autotune tried)'} | "
             f"{r['hand_speedup']:.2f}x | {r['hand_seconds']:.0f} | {r['gobrrr_best']} | "
-            f"{r['gobrrr_speedup'] or 0:.2f}x | {ratio:.0%} | {r['seconds']:.0f} "
+            f"{r['gobrrr_speedup'] or 0:.2f}x | {f'{pred:.2f}x' if pred else '-'} | "
+            f"{ratio:.0%} | {r['seconds']:.0f} "
             f"({r['budget_s']:g}) | {'yes' if ratio >= 0.95 and in_time else 'NO'} |")
     md_out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
