@@ -131,6 +131,22 @@ PROFILER = textwrap.dedent('''
     runpy.run_path(sys.argv[0], run_name="__main__")
 ''')
 
+# The profiler-only arm, then gobrrr's analysis of that trace in the same process (what
+# `gobrrr run` does when its window closes: read the trace, the cached ceilings, the
+# analysis), with none of gobrrr run's hooks: what making the report leaves behind.
+REPORT_IN_PROCESS = PROFILER.replace(
+    "            handle.remove()\n",
+    "            handle.remove()\n"
+    "            from gobrrr.hardware import calibrate\n"
+    "            from gobrrr.tracefile.analysis import analyse_trace\n"
+    "            from gobrrr.tracefile.read import read_header\n"
+    "            from gobrrr.tracefile.columns import stream_trace\n"
+    "            path = sys.argv[-1] + '.trace'\n"
+    "            cols = stream_trace(path)\n"
+    "            analyse_trace(read_header(path), calibrate('cpu'), lambda m: None, "
+    "cols=cols)\n")
+assert REPORT_IN_PROCESS != PROFILER
+
 SPINNER = textwrap.dedent('''
     import sys
     import gobrrr.cli.run as run
@@ -143,7 +159,7 @@ SPINNER = textwrap.dedent('''
 
 
 ARMS = ("plain", "plain again", "gobrrr run", "gobrrr run with live spinner", "profiler only",
-        "gobrrr imports")
+        "gobrrr imports", "report in process")
 # Four processes a round keep 20 rounds under 15 minutes on a 2-core machine with other
 # processes keeping 1.3 of its cores busy (2026-12-02); the spinner (removed) and the
 # imports (not a cost: results/cpu/run_overhead_arms.json) on --arms.
@@ -273,13 +289,14 @@ def main() -> None:
     script.write_text(SCRIPT)
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp / "cache"))
     for name, text in (("imports.py", IMPORTS), ("profiler.py", PROFILER),
-                       ("spinner.py", SPINNER)):
+                       ("spinner.py", SPINNER), ("report.py", REPORT_IN_PROCESS)):
         (tmp / name).write_text(text)
     py = sys.executable
     every = {"plain": [py], "plain again": [py], "gobrrr run": [py, "-m", "gobrrr", "run"],
              "gobrrr run with live spinner": [py, str(tmp / "spinner.py")],
              "profiler only": [py, str(tmp / "profiler.py")],
-             "gobrrr imports": [py, str(tmp / "imports.py")]}
+             "gobrrr imports": [py, str(tmp / "imports.py")],
+             "report in process": [py, str(tmp / "report.py")]}
     arms = ["plain", *[k for k in a.arms.split(",") if k != "plain"]]
     pre = {k: every[k] for k in arms}
     args = [str(script), str(a.steps), str(a.time_from), str(a.turn)]
