@@ -1,0 +1,160 @@
+"""Issue 26's table (item 5): gobrrr memory's predicted peak against the allocator's
+measured peak, and its predicted largest batch against the largest that ran, on real
+models. Each row runs `gobrrr memory TARGET ... --json` as a user would, in a fresh
+process (a process's exit frees what a step held):
+
+- at each batch of the case: `peak_bytes` (torch's MemTracker over one step: what
+  gobrrr predicts from the live tensors) against `allocator.max_allocated_bytes`
+  (`torch.cuda.max_memory_allocated` over the same step);
+- at the case's first batch with `--fit`: `fit.predicted_max_batch` against the
+  largest batch that ran: the predicted batch when it ran and the next size up (+10%)
+  ran out of memory; `largest_ran` of the bisection when the predicted one failed; when
+  the next size up also ran, the largest that ran is at least that size (`at_least`).
+
+    PYTHONPATH=src python3 benchmarks/memory_table.py --out DIR [--cases a,b]
+    python3 benchmarks/memory_table.py --table DIR --json F --md F
+
+BENCH_DEVICE=cpu runs the small smoke cases on CPU (the allocator figures and the fit
+check are CUDA's; the script's logic only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEV = os.environ.get("BENCH_DEVICE", "cuda")
+
+
+@dataclass(frozen=True)
+class Case:
+    target: str
+    batches: tuple[int, ...]
+    options: tuple[str, ...] = ()
+
+
+CASES: dict[str, Case] = {
+    "gpt2_train_512": Case("hf:gpt2", (4, 8, 16), ("--seq-len", "512", "--train")),
+    "resnet50_train": Case("torchvision:resnet50", (32, 64, 128), ("--train",)),
+    "tinyllama_infer_2048": Case("hf:tinyllama-1.1b", (1, 2, 4),
+                                 ("--seq-len", "2048", "--dtype", "bf16")),
+}
+SMOKE: dict[str, Case] = {  # BENCH_DEVICE=cpu: the logic, in seconds
+    "mlp_train_cpu": Case("examples:mlp_train", (32, 64, 128)),
+}
+
+
+def gobrrr_memory(case: Case, batch: int, fit: bool, timeout_s: float) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "gobrrr", "memory", case.target, "--batch-size", str(batch),
+           "--device", DEV, *case.options, "--json", "-q", *(["--fit"] if fit else [])]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if p.returncode != 0:
+        tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-3:]
+        return {"error": " | ".join(tail) or f"exit {p.returncode}",
+                "seconds": time.perf_counter() - t0}
+    d: dict[str, Any] = json.loads(p.stdout)
+    d["seconds"] = time.perf_counter() - t0
+    return d
+
+
+def measured_max_batch(fit: dict[str, Any]) -> tuple[int | None, str]:
+    """(the largest batch that ran, how it is known) from `fit.checked`."""
+    checked = fit.get("checked")
+    if not checked:
+        return None, "not checked (CPU)"
+    pred, up = checked.get("predicted", {}), checked.get("next_up", {})
+    if "largest_ran" in checked:
+        got = checked["largest_ran"]
+        return got.get("batch"), f"bisected ({got.get('runs')} runs, between {got.get('between')})"
+    if pred.get("ran") and up.get("ran"):
+        return up.get("batch"), "at_least: the next size up ran too"
+    if pred.get("ran") and up.get("oom"):
+        return pred.get("batch"), "the predicted ran, the next size up ran out of memory"
+    return None, f"unclear: predicted {pred}, next up {up}"
+
+
+def run_case(name: str, case: Case, out: Path, timeout_s: float) -> list[dict[str, Any]]:
+    rows = []
+    for i, b in enumerate(case.batches):
+        fit = i == 0
+        print(f"[{time.strftime('%H:%M:%S')}] {name} batch {b}{' --fit' if fit else ''}",
+              file=sys.stderr, flush=True)
+        d = gobrrr_memory(case, b, fit, timeout_s)
+        (out / f"{name}_b{b}.json").write_text(json.dumps(d, indent=1))
+        alloc = d.get("allocator") or {}
+        row: dict[str, Any] = {
+            "workload": f"{case.target} {' '.join(case.options)}".strip(), "case": name,
+            "batch": b, "predicted_peak_bytes": d.get("peak_bytes"),
+            "measured_peak_bytes": alloc.get("max_allocated_bytes"),
+            "predicted_max_batch": None, "measured_max_batch": None,
+            "seconds": d.get("seconds"), "error": d.get("error")}
+        if fit and d.get("fit"):
+            row["predicted_max_batch"] = d["fit"].get("predicted_max_batch")
+            row["measured_max_batch"], row["max_batch_how"] = measured_max_batch(d["fit"])
+        print(f"   {row}", file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+def _pct(pred: float | None, meas: float | None) -> str:
+    return "-" if not pred or not meas else f"{(pred - meas) / meas:+.1%}"
+
+
+def table(d: Path, json_out: Path, md_out: Path) -> None:
+    rows = json.loads((d / "rows.json").read_text())
+    keep = ("workload", "batch", "predicted_peak_bytes", "measured_peak_bytes",
+            "predicted_max_batch", "measured_max_batch")
+    json_out.write_text(json.dumps([{k: r.get(k) for k in keep} | {
+        "max_batch_how": r.get("max_batch_how"), "error": r.get("error")} for r in rows],
+        indent=1) + "\n")
+    lines = ["# gobrrr memory: predicted against measured, H200", "",
+             "Peaks: `peak_bytes` (MemTracker over one step) against "
+             "`torch.cuda.max_memory_allocated` over the same step; batches: `--fit`'s "
+             "prediction against the largest batch that ran (`benchmarks/memory_table.py`).",
+             "", "| workload | batch | predicted peak GiB | measured GiB | off | predicted "
+             "max batch | largest that ran | off |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        gib = [f"{r[k] / 2**30:.2f}" if r.get(k) else "-"
+               for k in ("predicted_peak_bytes", "measured_peak_bytes")]
+        lines.append(
+            f"| {r['workload']} | {r['batch']} | {gib[0]} | {gib[1]} | "
+            f"{_pct(r.get('predicted_peak_bytes'), r.get('measured_peak_bytes'))} | "
+            f"{r.get('predicted_max_batch') or '-'} | {r.get('measured_max_batch') or '-'} | "
+            f"{_pct(r.get('predicted_max_batch'), r.get('measured_max_batch'))} |")
+    md_out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--cases", default="")
+    ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--table", type=Path)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--md", type=Path)
+    a = ap.parse_args()
+    if a.table:
+        table(a.table, a.json, a.md)
+        return 0
+    cases = SMOKE if DEV == "cpu" else CASES
+    names = [c for c in a.cases.split(",") if c] or list(cases)
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows_path = a.out / "rows.json"
+    rows = json.loads(rows_path.read_text()) if rows_path.exists() else []
+    for n in names:
+        rows = [r for r in rows if r["case"] != n] + run_case(n, cases[n], a.out, a.timeout_s)
+        rows_path.write_text(json.dumps(rows, indent=1))  # kept as each case ends
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
