@@ -45,8 +45,10 @@ def test_verdict_on_cuda_overhead_with_agreeing_graph_replay():
                              "from 4 ops)")
     # added by the host-time rule: of the 80 us idle, 4 ops x 5 us = 20 us is dispatch,
     # the other 60 us host time outside PyTorch ops (>= 10% of T_wall, so it is named)
+    # changed when the remedy took the measured replay (issue 24): a replay skips it
     assert v.evidence[1] == ("60 us per call is host time outside PyTorch ops (Python, "
-                             "sleep, data loading): no GPU or compiler remedy removes it")
+                             "sleep, data loading): a CUDA-graph replay skips it (the "
+                             "replay measured 4.00x); no other remedy here removes it")
     assert v.evidence[2] == "CUDA-graph replay 4.00x faster than eager (budget predicted 5.00x)"
     assert v.agreement == "experiments agree with the budget"
 
@@ -113,6 +115,30 @@ def test_predicted_gain_cuda_graphs():
     # 80 us idle is dispatch that graphs remove: 100 / 80 = 1.25x
     r = by_name(remedies_for(budget(80e-6, 15e-6, 5e-6), four_ops(), ceilings(), "cuda",
                              None, None))
+    assert r[GRAPHS].predicted_speedup == pytest.approx(1.25)
+
+
+def test_cuda_graph_predictions_take_the_measured_replay():
+    # T_wall 100 us (80 idle, 20 kernels), 4 ops x 5 us = 20 us of dispatch: without the
+    # experiment 100 / 80 = 1.25x; the replay measured 100 -> 25 us removes 75 us of the
+    # 80 us idle: 100 / 25 = 4.00x, for the remedy and for reduce-overhead alike
+    b = budget(80e-6, 15e-6, 5e-6)
+    graph = GraphReplay(True, None, 100e-6, 25e-6, 4.0, 5.0, True)
+    r = by_name(remedies_for(b, four_ops(), ceilings(), "cuda", None, graph))
+    assert r[GRAPHS].predicted_speedup == pytest.approx(4.0)
+    assert r[GRAPHS].basis == ("the graph-replay experiment measured 100 us -> 25 us "
+                               "(4.00x): T_wall 100 us -> 25 us")
+    ro = next(x for x in r.values() if "reduce-overhead" in x.name)
+    assert ro.predicted_speedup == pytest.approx(4.0)  # no fusable bytes: the replay only
+    # a replay measured faster than the kernels alone (noise) is capped at the idle time:
+    # 100 / 20 = 5.00x, not 10x
+    fast = GraphReplay(True, None, 100e-6, 10e-6, 10.0, 5.0, False)
+    r = by_name(remedies_for(b, four_ops(), ceilings(), "cuda", None, fast))
+    assert r[GRAPHS].predicted_speedup == pytest.approx(5.0)
+    assert r[GRAPHS].basis.endswith("capped at the budget's 80 us of GPU-idle time")
+    # a replay the experiment could not make: the dispatch estimate, 1.25x
+    failed = GraphReplay(False, "capture failed")
+    r = by_name(remedies_for(b, four_ops(), ceilings(), "cuda", None, failed))
     assert r[GRAPHS].predicted_speedup == pytest.approx(1.25)
 
 

@@ -151,8 +151,13 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     if b.total_s > 0 and host.outside_s >= HOST_NOTE_FRACTION * b.total_s:
         what = "Python, sleep" if b.data_loading_s is not None else \
             "Python, sleep, data loading"
+        # a replay skips the host's work whatever it is: said when one was measured
+        replayed = (f": a CUDA-graph replay skips it (the replay measured "
+                    f"{graph.speedup:.2f}x); no other remedy here removes it"
+                    if device == "cuda" and graph is not None and graph.speedup else
+                    ": no GPU or compiler remedy removes it")
         ev.append(f"{fmt_s(host.outside_s)} per call is host time outside PyTorch ops "
-                  f"({what}): no GPU or compiler remedy removes it")
+                  f"({what}){replayed}")
     if regime == "memory" and b.memory_s > 0:
         mem_bytes = sum(r.bytes for r in b.per_op if r.memory_s > 0)
         ev.append(f"memory-bound ops moved {fmt_num(mem_bytes, 'B')} at "

@@ -69,10 +69,6 @@ def _applies_cuda(ctx: Context) -> str | None:
     return None
 
 
-def _launches(ctx: Context) -> savings.Saving:
-    return savings.dispatch(ctx, launch=True)
-
-
 def _cpu_dispatch(ctx: Context) -> savings.Saving:
     return savings.dispatch(ctx, launch=False)
 
@@ -90,11 +86,11 @@ def predict_default(ctx: Context) -> Gain:
 
 
 def _predict_graphs(ctx: Context) -> Gain:
-    return savings.gain_of(ctx, _launches, savings.fusion)
+    return savings.gain_of(ctx, savings.replay, savings.fusion)
 
 
 def _predict_autotune(ctx: Context) -> Gain:
-    return savings.gain_of(ctx, _launches, savings.fusion, _gemm_gap)
+    return savings.gain_of(ctx, savings.replay, savings.fusion, _gemm_gap)
 
 
 def _predict_freezing(ctx: Context) -> Gain:

@@ -74,7 +74,7 @@ def _applies(ctx: Context) -> str | None:
 
 
 def _predict(ctx: Context) -> Gain:
-    return savings.gain_of(ctx, lambda c: savings.dispatch(c, launch=True))
+    return savings.gain_of(ctx, savings.replay)
 
 
 SPEC = RemedySpec(
