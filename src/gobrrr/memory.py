@@ -10,7 +10,17 @@ reserved bytes far exceed allocated ones.
 One warm call first, unmeasured (the optimizer creates its state on its first step, and
 that state is a category of its own, not a temporary of the step), then one measured
 call. The user's state (parameters, gradients, optimizer state, RNG) is restored after,
-as doctor restores it. The batch that fits: memory_fit.py, memory_seq.py; the remedies
+as doctor restores it, from a copy kept on the host (preserved_state's
+snapshot_on="host"): a copy on the device would be in the allocator's
+`max_memory_allocated` (on the H200, 0.50 GB of GPT-2 small's 0.57 GB gap to
+MemTracker's peak, 2.20 GB of TinyLlama's 2.24 GB) and would take the room a batch
+that fits is looking for.
+
+Beside the peak, the largest single storage an op allocated in the measured call
+(`largest_allocation_bytes`, with the op and its shape): CUDA's caching allocator keeps a
+freed block of that size for the next call, and at the edge of memory the next call's
+smaller tensors are carved out of it, so the largest tensor then needs room twice
+(memory_fit.py). The batch that fits: memory_fit.py, memory_seq.py; the remedies
 that trade time for memory: memory_remedies.py. Not yet: what a larger batch buys
 (issue 26 stays open).
 """
@@ -41,10 +51,14 @@ class MemoryProfile:
     modules: list[dict[str, Any]] = field(default_factory=list)  # per-module activations
     allocator: dict[str, int] | None = None  # CUDA: max allocated / reserved in the call
     notes: list[str] = field(default_factory=list)
+    largest_allocation_bytes: int = 0  # the largest storage one op allocated in the call
+    largest_allocation: dict[str, Any] | None = None  # its op and shape
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "peak_bytes": self.peak_bytes,
                 **{f"{k}_bytes": v for k, v in self.by_category.items()},
+                "largest_allocation_bytes": self.largest_allocation_bytes,
+                "largest_allocation": self.largest_allocation,
                 "modules": self.modules, "allocator": self.allocator,
                 "notes": list(self.notes)}
 
@@ -56,6 +70,42 @@ def _by_category(snapshot: dict[Any, int]) -> dict[str, int]:
         if name is not None:
             out[name] += int(nbytes)
     return out
+
+
+def _largest_mode() -> Any:
+    """A dispatch mode that keeps the largest storage any op's output got that none of
+    its inputs had (a view or an in-place op's result aliases an input's storage: not
+    an allocation). NB: what ops allocate outside their outputs (cuBLAS and cuDNN
+    workspaces) is not seen, as MemTracker does not see it."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def storages(tree: Any) -> list[Any]:
+        return [t.untyped_storage() for t in tree_flatten(tree)[0]
+                if isinstance(t, torch.Tensor)]
+
+    class Largest(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.nbytes = 0
+            self.what: dict[str, Any] | None = None
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            seen = {s.data_ptr() for s in storages((args, kwargs))}
+            for t in tree_flatten(out)[0]:
+                if not isinstance(t, torch.Tensor):
+                    continue
+                s = t.untyped_storage()
+                if s.nbytes() > self.nbytes and s.data_ptr() not in seen:
+                    self.nbytes = s.nbytes()
+                    self.what = {"op": str(func), "shape": list(t.shape),
+                                 "dtype": str(t.dtype).removeprefix("torch.")}
+            return out
+
+    return Largest()
 
 
 def _optimizer_state_bytes(optimizers: list[Any]) -> int:
@@ -122,14 +172,14 @@ def measure_memory(w: Workload) -> MemoryProfile:
     device = (torch.device("cuda", torch.cuda.current_device()) if w.device == "cuda"
               else torch.device(w.device))
     notes: list[str] = []
-    with preserved_state(w) as state:
+    with preserved_state(w, snapshot_on="host") as state:
         w.run("the warm call")
         mt = MemTracker()
         mt.track_external(*reach.modules, *reach.optimizers)
         if w.device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        with mt:
+        with mt, _largest_mode() as largest:
             w.run("the measured call")
         # what the optimizers keep, read before preserved_state puts theirs back
         kept = _optimizer_state_bytes(reach.optimizers)
@@ -161,4 +211,5 @@ def measure_memory(w: Workload) -> MemoryProfile:
     if not reach.modules:
         notes.append("no nn.Module reached: parameters and activations cannot be told "
                      "apart from other tensors")
-    return MemoryProfile(w.device, total, cats, rows, allocator, notes)
+    return MemoryProfile(w.device, total, cats, rows, allocator, notes, largest.nbytes,
+                         largest.what)

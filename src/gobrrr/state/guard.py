@@ -44,7 +44,7 @@ class StateCheck:
     snapshot_bytes: int = 0
     snapshot_s: float = 0.0
     restore_s: float = 0.0
-    snapshot_on: str = ""  # "device" or "host" (device memory was short)
+    snapshot_on: str = ""  # "device" or "host" (device memory was short, or asked for)
     found: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -81,10 +81,11 @@ class _Guard:
     """The snapshot behind `preserved_state`: every reachable tensor's storage (copied),
     and, by identity, every object, container, global, gradient and optimizer entry."""
 
-    def __init__(self, reach: Reach) -> None:
+    def __init__(self, reach: Reach, snapshot_on: str | None = None) -> None:
         import torch
 
         self.reach = reach
+        self.snapshot_on = snapshot_on
         self.check = StateCheck()
         named: list[tuple[str, Any]] = []
         self.grads: list[tuple[Any, Any]] = []
@@ -185,9 +186,9 @@ class _Guard:
         self.check.tensors = len(named)
         self.check.storages = len(by_key)
         self.check.snapshot_bytes = total
-        host = False
+        host = self.snapshot_on == "host"
         on_cuda = [v for _, v in by_key.values() if v.device.type == "cuda"]
-        if on_cuda:
+        if on_cuda and self.snapshot_on is None:
             free_b, _ = torch.cuda.mem_get_info()
             # keep room for the workload itself: copies on the device only while they
             # take under half of what is free
@@ -353,8 +354,11 @@ def preserved_globals() -> Iterator[None]:
         _set_global_rng_state(rng)
 
 
+SNAPSHOT_ON = (None, "host")
+
+
 @contextlib.contextmanager
-def preserved_state(w: Workload) -> Iterator[StateCheck]:
+def preserved_state(w: Workload, snapshot_on: str | None = None) -> Iterator[StateCheck]:
     """Run gobrrr's many calls of the workload and leave no trace on the user's things.
 
     Everything the call reaches (`walk`) is saved on entry and put back *in place* on
@@ -364,12 +368,19 @@ def preserved_state(w: Workload) -> Iterator[StateCheck]:
     contents and module globals back to the very same objects; torch.Generators, the
     global RNGs and gobrrr.settings. Then every saved tensor is compared byte for byte
     with its snapshot. What could not be restored or rewound (a data iterator) is named
-    in `StateCheck.warnings`, the loud lines the report shows."""
+    in `StateCheck.warnings`, the loud lines the report shows.
+
+    `snapshot_on`: None, the copies on the device while they take under half of its
+    free memory (restoring is then a device copy), else on the host; "host", on the
+    host always: a memory measurement's (memory.py), whose allocator figures and room
+    must be the workload's own, not the workload's plus gobrrr's copy of it."""
     import time
 
+    if snapshot_on not in SNAPSHOT_ON:
+        raise ValueError(f"snapshot_on: one of {SNAPSHOT_ON}, not {snapshot_on!r}")
 
     t0 = time.perf_counter()
-    guard = _Guard(walk(w.fn, w.args, w.kwargs))
+    guard = _Guard(walk(w.fn, w.args, w.kwargs), snapshot_on)
     settings = snapshot_settings()
     guard.check.snapshot_s = time.perf_counter() - t0
     try:
