@@ -99,6 +99,11 @@ def run_case(name: str, case: Case, out: Path, timeout_s: float) -> list[dict[st
         if fit and d.get("fit"):
             row["predicted_max_batch"] = d["fit"].get("predicted_max_batch")
             row["measured_max_batch"], row["max_batch_how"] = measured_max_batch(d["fit"])
+            # the line alone (without CUDA's largest-tensor-twice term) and what the
+            # checks ran beside, for reading the prediction against the check
+            row["line_max_batch"] = d["fit"].get("line_max_batch")
+            row["beside_bytes"] = (d["fit"].get("checked") or {}).get("beside_bytes")
+        row["largest_allocation_bytes"] = d.get("largest_allocation_bytes")
         print(f"   {row}", file=sys.stderr, flush=True)
         rows.append(row)
     return rows

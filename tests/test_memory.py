@@ -51,9 +51,79 @@ def test_a_linear_stack_with_adam_is_counted_exactly(foreach):
     assert root["activations_bytes"] == (64 * 512 + 64 * 256) * F32
     first = next(r for r in m.modules if r["module"] == "0")
     assert first["activations_bytes"] == 64 * 512 * F32  # its own output
+    # the largest storage one op made: a [512, 256] weight's gradient (and Adam's
+    # weight-sized temporaries), 512 x 256 x 4 = 524,288 B
+    assert m.largest_allocation_bytes == 512 * 256 * F32 == 524_288
     # nothing of the user's changed: parameters and the optimizer's state as they were
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert len(opt.state) == 0
+
+
+def test_the_memory_snapshot_stays_on_the_host(monkeypatch):
+    # a copy of the user's tensors on the device would count in the allocator's
+    # max_memory_allocated: on the H200, 0.50 GB of GPT-2 small's 0.57 GB gap
+    import gobrrr.memory
+    from gobrrr.state import preserved_state
+
+    step, x, model, opt = _adam_step(False)
+    asked = []
+    real = gobrrr.memory.preserved_state
+
+    def spy(w, **kw):
+        asked.append(kw)
+        return real(w, **kw)
+
+    monkeypatch.setattr(gobrrr.memory, "preserved_state", spy)
+    measure_memory(from_callable(step, (x,)))
+    assert asked == [{"snapshot_on": "host"}]
+    before = [p.detach().clone() for p in model.parameters()]
+    with preserved_state(from_callable(step, (x,)), snapshot_on="host") as check:
+        step(x)
+    assert check.snapshot_on == "host" and check.warnings == []
+    # the parameters (1,051,648 B) and the input x [64, 256] fp32 (65,536 B); no
+    # gradient nor optimizer state yet
+    assert check.snapshot_bytes == 1_051_648 + 64 * 256 * F32
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    with pytest.raises(ValueError, match="snapshot_on"):
+        with preserved_state(from_callable(step, (x,)), snapshot_on="gpu"):
+            pass
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_a_tiny_llamas_logits_and_kv_cache_are_counted_exactly(use_cache):
+    # TinyLlama on the H200 (bf16, 2048 tokens): 139,460,608 B per sample at the peak =
+    # logits 2048 x 32000 x 2 + the final hidden state 2048 x 2048 x 2; gobrrr builds hf:
+    # models with use_cache=False, so no KV cache is in the step; when there is one,
+    # MemTracker counts it. Here 2 layers, hidden 64, 4 heads (head_dim 16), 2 key/value
+    # heads, vocabulary 1000, batch 2 x 32 tokens, fp32.
+    transformers = pytest.importorskip("transformers")
+    from gobrrr.models import _hf_logits, _inference_step
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=1000,
+                                   max_position_embeddings=64, use_cache=use_cache,
+                                   tie_word_embeddings=False)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    ids = torch.randint(0, 1000, (2, 32))
+    m = measure_memory(from_callable(_inference_step(model.eval(), _hf_logits), (ids,)))
+    logits = 2 * 32 * 1000 * F32  # 256,000 B
+    hidden = 2 * 32 * 64 * F32  # the final norm's output, 16,384 B
+    kv = 2 * 2 * 2 * 2 * 32 * 16 * F32  # layers x (k, v) x batch x kv heads x 32 x 16 x 4
+    assert m.by_category["activations"] == logits + hidden + (kv if use_cache else 0)
+    assert m.by_category["activations"] == (305_152 if use_cache else 272_384)
+    assert m.largest_allocation_bytes == logits  # lm_head's matmul, [64, 1000]
+    assert m.largest_allocation["shape"] == [64, 1000]
+
+
+def test_gobrrrs_hf_language_models_have_no_kv_cache():
+    pytest.importorskip("transformers")
+    from gobrrr.models import ModelOptions, _hf_setup
+
+    config = _hf_setup("tinyllama-1.1b", "cpu", ModelOptions(2048, None, "bf16", False),
+                       use_cache=False)[2]
+    assert config.use_cache is False
 
 
 def test_gobrrr_memory_json_and_bad_input():
@@ -130,6 +200,45 @@ def test_the_predicted_batch_is_checked_and_the_next_size_up_fails():
     assert fit.checked["predicted"] == {"batch": 660, "ran": True, "peak_bytes": limit}
     up = fit.checked["next_up"]
     assert up["batch"] == 726 and up["ran"] is False and up["oom"] is True
+
+
+def test_on_cuda_the_largest_tensor_counts_twice_at_the_edge():
+    # TinyLlama inference, bf16, 2048 tokens, on the H200 (session 2026-12-02g): peaks
+    # 2,339,558,400 and 2,479,019,008 B at batches 1 and 2; the largest allocation the
+    # bf16 logits, 2048 x 32000 x 2 = 131,072,000 B per sample; capacity
+    # 149,381,316,608 B. The line alone gave 1001 (within 0.95), whose second call ran
+    # out of memory; batches up to 547 ran.
+    from gobrrr.memory_fit import HEADROOM_CUDA, REUSE_NOTE, fit_batch
+
+    def measure(w):
+        p = _profile(2_200_097_792 + 139_460_608 * w.batch_size)
+        p.largest_allocation_bytes = 131_072_000 * w.batch_size
+        return p
+
+    w = _scalable(1)
+    w.device = "cuda"
+    fit = fit_batch(w, measure=measure, check=False,
+                    capacity=lambda device, base: (149_381_316_608, "given"))
+    assert fit.largest_allocations_bytes == [131_072_000, 262_144_000]
+    assert fit.largest_per_sample_bytes == 131_072_000 and fit.largest_fixed_bytes == 0
+    assert fit.headroom == HEADROOM_CUDA == 0.98
+    # floor((0.98 x 149,381,316,608 - 2,200,097,792) / (139,460,608 + 131,072,000))
+    # = floor(144,193,592,484 / 270,532,608) = floor(532.999) = 532
+    assert fit.predicted_max_batch == 532
+    # the line alone: floor(144,193,592,484 / 139,460,608) = floor(1033.9) = 1033
+    assert fit.line_max_batch == 1033
+    assert REUSE_NOTE in fit.notes
+    # a largest tensor that does not grow (a weight's gradient): counted once, fixed
+    def flat(w):
+        p = _profile(10**9 + 10**7 * w.batch_size)
+        p.largest_allocation_bytes = 205 * 10**6
+        return p
+
+    fit = fit_batch(w, measure=flat, check=False,
+                    capacity=lambda device, base: (8 * 10**9, "given"))
+    assert fit.largest_per_sample_bytes == 0 and fit.largest_fixed_bytes == 2.05e8
+    # floor((0.98 x 8 GB - 1 GB - 0.205 GB) / 10 MB) = floor(663.5) = 663
+    assert fit.predicted_max_batch == 663
 
 
 def test_a_peak_that_does_not_grow_predicts_no_batch_and_no_batch_is_one_line():

@@ -18,6 +18,29 @@ largest batch whose predicted peak fits in the memory this process can use.
   CPU: running out of memory there is the kernel killing the process, not an exception.
 Linear in the batch is an assumption (attention's memory grows with sequence length
 squared, not with the batch; allocator rounding adds steps): the report says so.
+
+- The next call at the edge (CUDA). A step that runs once can fail on its second call:
+  seen on the H200 with TinyLlama inference at 2048 tokens, batch 1001 predicted from
+  the line, whose warm call ran and whose measured call failed allocating the 122 GiB
+  bf16 logits with 9.8 GiB free; batches up to 547 ran, 563 did not. The caching
+  allocator keeps the first call's blocks; near the edge the first call had to release
+  its cache to fit its largest tensor, so the cache then holds mostly that one block,
+  the second call's smaller tensors are carved out of it, and its largest tensor needs
+  a second block of its size. So on CUDA the peak a batch must fit is the line's peak
+  plus the largest storage one op allocates (memory.py's `largest_allocation_bytes`,
+  itself a line through the two batches): GPT-2 small training at 512 tokens, 1.49 GB
+  + 851 MB per sample and 103 MB per sample of fp32 logits, fills the 139.1 GiB at
+  batch 155 (151 within HEADROOM_CUDA), where 152 ran and 155 failed (the line alone:
+  165 within HEADROOM). This is the worst
+  case (a batch far from the edge never releases its cache and reuses its blocks
+  call after call), so the prediction errs low: by the tensors that end up inside the
+  old block (TinyLlama's final hidden state, 8 MB per sample of 270). With
+  `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` the allocator maps a block from
+  pages wherever they are free, and the line alone would hold (not yet measured).
+- HEADROOM_CUDA of the capacity on CUDA (the allocator's reserve at the edge is the term
+  above; what remains is outside tensors: cuBLAS's 32 MiB workspace per handle, two
+  in a training step whose backward runs on another thread, cuDNN's workspaces,
+  rounding; 35-170 MB on the H200 rows); HEADROOM elsewhere (CPU, approximate anyway).
 """
 
 from __future__ import annotations
@@ -31,12 +54,14 @@ from gobrrr.memory import MemoryProfile, measure_memory
 from gobrrr.workload import Workload, call_factory
 
 __all__ = ["MemoryFit", "fit_batch", "capacity_bytes", "child_probe", "HEADROOM",
+           "HEADROOM_CUDA", "REUSE_NOTE",
            "check_sizes", "bisect_largest", "free_memory", "allocated_bytes", "is_oom",
            "child_memory", "ChildFailed"]
 
 Probe = Callable[[int], int]  # batch -> its step's peak bytes (raises when it cannot run)
 
 HEADROOM = 0.95  # of the capacity a predicted peak may use (allocator rounding, caches)
+HEADROOM_CUDA = 0.98  # the batch fit on CUDA, whose allocator reserve is modeled (above)
 BISECT_RUNS = 6  # runs spent finding the largest batch that runs when the predicted fails
 # Seen on the H200: after batches 165 and 182 ran out of memory, batch 55 (49 GB
 # predicted of 139 GiB) did too. Memory still allocated past this after a failed run
@@ -45,6 +70,10 @@ HELD_LIMIT_BYTES = 256 * 2**20
 LINEAR_NOTE = ("approximate: peak bytes taken as linear in the batch from two batches "
                "(allocator rounding and anything not proportional to the batch make "
                "steps)")
+REUSE_NOTE = ("CUDA: each batch's peak counted with its largest tensor twice (the next "
+              "call at the edge of memory cannot reuse the cached block the first left: "
+              "the worst case, so the batch predicted errs low; "
+              "expandable_segments:True would lift it)")
 
 
 @dataclass
@@ -59,6 +88,11 @@ class MemoryFit:
     predicted_max_batch: int | None
     checked: dict[str, Any] | None = None  # CUDA: what running it gave
     notes: list[str] = field(default_factory=list)
+    largest_allocations_bytes: list[int] = field(default_factory=list)  # at `batches`
+    largest_fixed_bytes: float = 0.0  # the largest allocation's line, CUDA's reuse term
+    largest_per_sample_bytes: float = 0.0
+    headroom: float = HEADROOM  # of capacity_bytes that the predicted peak may use
+    line_max_batch: int | None = None  # the line alone, without the reuse term
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,21 +168,41 @@ def fit_batch(w: Workload, *, measure: Callable[[Workload], MemoryProfile] = mea
     by_cat = {k: (p2.by_category[k] - p1.by_category[k]) / b1 for k in p1.by_category}
     cap, source = capacity(w.device, p1)
     notes = [LINEAR_NOTE]
-    predicted = None
+    # CUDA's reuse term (module docstring): the largest allocation's own line; it does
+    # not shrink with the batch (a largest tensor that does not grow, a weight's
+    # gradient, gives a slope of 0)
+    l1, l2 = p1.largest_allocation_bytes, p2.largest_allocation_bytes
+    reuse = w.device == "cuda"
+    l_per = max(0.0, (l2 - l1) / b1) if reuse else 0.0
+    l_fixed = l2 - l_per * 2 * b1 if reuse else 0.0
+    headroom = HEADROOM_CUDA if reuse else HEADROOM
+    if reuse:
+        notes.append(REUSE_NOTE)
+    predicted = line = None
     if cap is not None and per > 0:
-        predicted = max(0, math.floor((HEADROOM * cap - fixed) / per))
+        predicted = max(0, math.floor((headroom * cap - fixed - l_fixed) / (per + l_per)))
+        line = max(0, math.floor((headroom * cap - fixed) / per))
     elif per <= 0:
         notes.append("the peak did not grow with the batch here: no largest batch follows "
                      "from these two")
     fit = MemoryFit([b1, 2 * b1], [p1.peak_bytes, p2.peak_bytes], fixed, per, by_cat, cap,
-                    source, predicted, None, notes)
+                    source, predicted, None, notes, [l1, l2], l_fixed, l_per, headroom,
+                    line)
     if check is None:
         check = w.device == "cuda"
     if check and predicted:
         free_memory(w.device)
-        base = allocated_bytes(w.device) if probe is None else None  # the workload's own
+        held_here = allocated_bytes(w.device)  # the workload's own, kept in this process
+        base = held_here if probe is None else None
         run = probe or (lambda b: measure(_at_batch(w, b)).peak_bytes)
         fit.checked = check_sizes(run, w.device, predicted, say)
+        if probe is not None and held_here:
+            # a fresh process runs beside this one, which keeps its workload (and its
+            # own CUDA context): the check has that much less room than the prediction
+            fit.checked["beside_bytes"] = held_here
+            notes.append(f"the checks ran in fresh processes beside this one, which "
+                         f"held {held_here / 2**30:.2f} GiB of tensors and its CUDA "
+                         "context: that much less room than the capacity predicted for")
         if fit.checked["predicted"].get("oom"):
             fit.checked["largest_ran"] = bisect_largest(run, w.device, 2 * b1, predicted, say,
                                                  base)
