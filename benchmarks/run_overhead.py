@@ -34,15 +34,18 @@ Arms (each the same script, the same arguments; --arms picks, DEFAULT_ARMS by de
 - plain again: the same, a second process: the A/A comparison, what two processes of
   the same command differ by here (memory layout, hash seed) with nothing else changed;
 - gobrrr run: `python -m gobrrr run mlp_train.py` (window 3 + 20 + 1 + 3 steps, closed
-  by step ~28, its report made there; the terminal report printed at the end);
+  by step ~28; since 2026-12-02 its report made in a child process started there, which
+  the lockstep waits out; the terminal report printed at the end);
 - gobrrr run with live spinner: the same with the progress printer `gobrrr run` used until
   2026-12-02 (common.progress_printer: on a terminal rich's Live, whose refresh thread
   and stdout proxy stayed until the script ended): the cost that was found and removed;
 - profiler only: no gobrrr code, a torch.profiler session (CPU, record_shapes, gobrrr's
   schedule: one warm-up and three active steps, the trace exported) over optimizer steps
   24-28 by a global optimizer hook, then removed: what the profiled steps alone leave;
-- gobrrr imports: the script after importing what `gobrrr run` loads for its report
-  (GOBRRR_IMPORTS), nothing run: what loading them alone does to the loop.
+- gobrrr imports: the script after importing what `gobrrr run` loads in the script's
+  process (GOBRRR_IMPORTS), nothing run: what loading them alone does to the loop;
+- report in process: the profiler-only arm, then gobrrr's analysis of its trace in the
+  same process: what `gobrrr run` did before its report moved to a child process.
 
   python benchmarks/run_overhead.py [--rounds 20] [--steps 500] [--turn 20] [--arms A,B]
                                     [--out F.json]
@@ -51,6 +54,7 @@ Arms (each the same script, the same arguments; --arms picks, DEFAULT_ARMS by de
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -99,11 +103,14 @@ SCRIPT = textwrap.dedent('''
     os.write(done, b"d")
 ''')
 
-# Imported before the script in the "gobrrr imports" arm: what `gobrrr run` loads to make
-# its report when the window closes (the trace source, the one end, numpy, rich, jinja2),
-# with no hook installed and nothing run: what loading them alone does to the loop.
-GOBRRR_IMPORTS = ("gobrrr.script, gobrrr.tracefile.analysis, gobrrr.diagnosis, "
-                  "gobrrr.show.report_html, numpy, rich.console, jinja2")
+# Imported before the script in the "gobrrr imports" arm: what `gobrrr run` loads in the
+# script's process (its command, the window's hooks, its progress lines; the report is
+# made in a child process since 2026-12-02, so the trace source, the one end and the
+# renderers are no longer loaded there), with no hook installed and nothing run: what
+# loading them alone does to the loop. Until 2026-12-02 (run_overhead_arms5.json) it was
+# "gobrrr.script, gobrrr.tracefile.analysis, gobrrr.diagnosis, gobrrr.show.report_html,
+# numpy, rich.console, jinja2".
+GOBRRR_IMPORTS = "gobrrr.cli.run, gobrrr.script, torch.profiler, rich.console"
 
 IMPORTS = (f"import runpy, sys\nimport {GOBRRR_IMPORTS}  # noqa\nsys.argv = sys.argv[1:]\n"
            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
@@ -152,7 +159,7 @@ SPINNER = textwrap.dedent('''
     import gobrrr.cli.run as run
     from gobrrr.cli.common import progress_printer
     from gobrrr.cli import main
-    run._lines = progress_printer  # on a terminal: rich's Live, as before 2026-12-02
+    run.progress_lines = progress_printer  # on a terminal: rich's Live, as before 2026-12-02
     sys.argv = ["gobrrr", "run", *sys.argv[1:]]
     main()
 ''')
@@ -238,16 +245,34 @@ def bootstrap(ratios: list[float], n: int = 5000, seed: int = 0) -> tuple[float,
     return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
 
 
+def _children(pid: int) -> list[int]:
+    """The process's child processes (Linux /proc)."""
+    kids: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            kids += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text()
+                     .split()]
+    return kids
+
+
 def one_round(pre: dict[str, list[str]], args: list[str], env: dict[str, str], core: int,
               cycles: int, tmp: Path) -> dict[str, Any]:
-    """Every arm's process side by side, in lockstep once all are ready (module
-    docstring): each arm's turns, CPU time, and the cycles' orders."""
+    """Every arm's process side by side, in lockstep once all are ready and no arm's
+    child process runs (`gobrrr run`'s report, made in a child since 2026-12-02: its few
+    seconds beside the script are not what this measures) (module docstring): each arm's
+    turns, CPU time, the cycles' orders, and how long the lockstep waited for children."""
     arms = list(pre)
     procs = {k: _Arm([*cmd, *args], env, tmp / f"arm{i}.json")
              for i, (k, cmd) in enumerate(pre.items())}
     for p in procs.values():
         p.wait_byte()  # ready: at step time_from
         p.pin(core)
+    t_kids = time.perf_counter()
+    while any(_children(p.proc.pid) for p in procs.values()):
+        if time.perf_counter() - t_kids > 300:
+            raise RuntimeError("an arm's child process still runs after 300 s")
+        time.sleep(0.05)
+    children_s = time.perf_counter() - t_kids
     b0, c0, w0 = _busy_s(), time.process_time(), time.perf_counter()
     orders = []
     for j in range(cycles):
@@ -260,6 +285,7 @@ def one_round(pre: dict[str, list[str]], args: list[str], env: dict[str, str], c
     # the machine's busy time less the arms' (over the lockstep) and this driver's
     other = max(0.0, busy - mine - sum(d["cpu_s"] for d in got.values())) / wall
     return {"core": core, "lockstep_s": wall, "other_busy_cores": other,
+            "waited_for_children_s": children_s,
             "turn_s": {k: d["turn_s"] for k, d in got.items()},
             "cpu_step_s": {k: d["cpu_s"] / d["steps"] for k, d in got.items()},
             "orders": orders}

@@ -421,6 +421,114 @@ def test_after_the_window_nothing_of_gobrrr_is_left_in_the_scripts_process(tmp_p
     assert set(after["hooks"].values()) == {0}
 
 
+# The modules that make the report (script_report.py and what it loads): `gobrrr run`
+# makes it in a child process, so the script's steps after the window run in a process
+# that never loaded them (docs/run.md, "The cost after the window").
+ANALYSIS = ("gobrrr.script_report", "gobrrr.diagnosis", "gobrrr.report", "gobrrr.budget",
+            "gobrrr.verdict", "gobrrr.experiments", "gobrrr.counting",
+            "gobrrr.tracefile.analysis", "gobrrr.dist.analyze", "gobrrr.show.terminal",
+            "gobrrr.show.files", "gobrrr.show.report_html", "jinja2")
+
+
+def test_the_report_is_made_in_a_child_the_scripts_process_never_loads_the_analysis(
+        tmp_path):
+    body = textwrap.dedent('''
+        import json, sys, torch
+        model = torch.nn.Linear(8, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i in range(12):  # the window: 1 warm-up + 3 timed + 1 + 1 profiled = 6 steps
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        json.dump(sorted(sys.modules), open(sys.argv[1], "w"))
+        print("script done")
+    ''')
+    script = write(tmp_path, "mods.py", body)
+    tmp = tmp_path / "tmp"  # the trace and the child's job and output go here, and go
+    tmp.mkdir()
+    r = subprocess.run([sys.executable, "-m", "gobrrr", "run", "--warmup", "1", "--steps",
+                        "3", "--profiled", "1", "--json", "r.json", str(script),
+                        "modules.json"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, env=dict(os.environ, NO_COLOR="1", TMPDIR=str(tmp)))
+    assert r.returncode == 0, r.stderr
+    loaded = json.loads((tmp_path / "modules.json").read_text())
+    assert "gobrrr.script" in loaded  # the window was there
+    assert [m for m in loaded if m in ANALYSIS or m.startswith("gobrrr.tracefile")] == []
+    # the child's report: its file, and on stdout after the script's own output
+    assert r.stdout.startswith("script done\n") and "gobrrr run" in r.stdout
+    d = json.loads((tmp_path / "r.json").read_text())
+    validate(d, "report")
+    assert d["workload"]["script"]["timed"] == 3
+    assert "gobrrr: wrote r.json" in r.stderr  # the child's progress, on the same stderr
+    assert [f.name for f in tmp.iterdir() if f.name.startswith("gobrrr")] == []
+
+
+# Loaded by every Python process started with its folder on PYTHONPATH (site imports
+# `sitecustomize`): it breaks the report's child process only, as $BREAK says.
+BREAK_CHILD = textwrap.dedent('''
+    import os, sys
+    if "gobrrr.cli.run_report" in sys.orig_argv:
+        if os.environ["BREAK"] == "raise":
+            import gobrrr.script_report as sr
+            def report_of(window, say):
+                raise RuntimeError("boom in the report")
+            sr.report_of = report_of
+        else:
+            os.kill(os.getpid(), 9)
+''')
+
+
+def test_a_report_process_that_fails_is_one_line_and_a_non_zero_exit(tmp_path):
+    script = write(tmp_path, "train.py", TRAIN)
+    site = tmp_path / "site"
+    site.mkdir()
+    write(site, "sitecustomize.py", BREAK_CHILD)
+    for how, said in (("raise", "gobrrr could not make the report: RuntimeError: boom in "
+                                "the report"),
+                      ("kill", "ended with signal 9, saying nothing")):
+        env = dict(os.environ, NO_COLOR="1", BREAK=how, PYTHONPATH=str(site))
+        r = subprocess.run([sys.executable, "-m", "gobrrr", "run", "--json", "r.json",
+                            *FAST, str(script), "--out", "m.pt"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600, env=env)
+        assert r.returncode == 1, (how, r.stderr)  # the script itself exited 0
+        assert "final loss" in r.stdout and "gobrrr run" not in r.stdout  # no report
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("gobrrr run: ") and last.endswith(said), (how, r.stderr)
+        assert not (tmp_path / "r.json").exists()
+
+
+def test_an_optimizer_travels_to_the_report_as_the_remedies_read_it():
+    # the child rebuilds each optimizer from OptimizerFacts (no tensors): the snippet it
+    # writes is the one the live optimizer gives, a scheduler's initial_lr and a tensor
+    # lr included, for torch's own class and for one of the script's own
+    import pickle
+
+    import torch
+
+    from gobrrr.remedies.optim import optimizer_snippet
+    from gobrrr.script_window import optimizer_facts
+
+    class Mine(torch.optim.SGD):
+        def __init__(self, params, lr=0.1, nesterov_like=3):
+            super().__init__(params, lr=lr, momentum=0.9)
+
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    adamw = torch.optim.AdamW([{"params": m[0].parameters(), "weight_decay": 0.1},
+                               {"params": m[1].parameters(), "lr": torch.tensor(0.01)}],
+                              lr=3e-4, betas=(0.8, 0.99))
+    torch.optim.lr_scheduler.LambdaLR(adamw, lambda s: 0.5)  # lr 1.5e-4, initial 3e-4
+    mine = Mine(m.parameters(), lr=0.2)
+    for opt, flag in ((adamw, "fused"), (mine, "foreach")):
+        back = pickle.loads(pickle.dumps(optimizer_facts(opt))).rebuilt()
+        assert type(back).__name__ == type(opt).__name__
+        assert optimizer_snippet(back, flag) == optimizer_snippet(opt, flag)
+        assert [p.numel() * p.element_size() for g in back.param_groups
+                for p in g["params"]] == [p.numel() * p.element_size()
+                                          for g in opt.param_groups for p in g["params"]]
+    assert type(pickle.loads(pickle.dumps(optimizer_facts(adamw))).rebuilt()) is \
+        torch.optim.AdamW
+
+
 @pytest.mark.cuda
 def test_a_cuda_script_reads_the_wait_for_data_against_the_gpu(tmp_path, monkeypatch):
     import gobrrr.remedies.data as data

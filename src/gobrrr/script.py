@@ -25,10 +25,14 @@ The window over those steps, in order:
    activity, recorded shapes): the trace `gobrrr analyze` reads, so the counted ops, their
    FLOPs and bytes and their phases are the trace source's (tracefile/), and the part of
    the wait for data the device sat idle is read from its DataLoader ranges.
-Then every hook comes off, the report is made and delivered, and the script runs on to
-its end (or stops there: `exit_after`). Nothing here changes what the script computes:
-no dispatch mode runs on its steps, no hook returns a value, and the calibration that
-the report needs keeps the script's RNG (state.preserved_globals).
+Then every hook comes off, the ceilings are read (or measured) and the window becomes
+data (script_window.Window): the report is made from it by script_report.py, here
+(a trainer's callback: StepWindow; torchrun's rank 0) or in `gobrrr run`'s child process
+(`hand_off`), and the script runs on to its end (or stops there: `exit_after`). This
+module loads none of the analysis: a script's process that hands its window off never
+does. Nothing here changes what the script computes: no dispatch mode runs on its
+steps, no hook returns a value, and the calibration that the report needs keeps the
+script's RNG (state.preserved_globals).
 """
 
 from __future__ import annotations
@@ -46,22 +50,26 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gobrrr.diagnosis import report_for
 from gobrrr.errors import WARNING, UserError, first_line
 from gobrrr.hardware import calibrate
 from gobrrr.marks import ACTIVE
 from gobrrr.remedies.base import workload_facts
 from gobrrr.remedies.data import LoaderFacts, loader_facts
-from gobrrr.report import Report
-from gobrrr.run import DataLoading, MeasuredRun, Step
+from gobrrr.script_window import (
+    CALLER_SOURCES,
+    IN_PLACE_NOTE,
+    STEP_SOURCES,
+    Timed,
+    Window,
+    optimizer_facts,
+)
 from gobrrr.state import preserved_globals
-from gobrrr.timing import device_sync, from_samples
-from gobrrr.tracefile.analysis import PROFILED_WALL_NOTE, analyse_trace
-from gobrrr.tracefile.columns import stream_trace
-from gobrrr.tracefile.loading import data_loading_in
-from gobrrr.tracefile.read import read_header
+from gobrrr.timing import device_sync
+
+if TYPE_CHECKING:
+    from gobrrr.report import Report
 
 __all__ = ["ScriptOptions", "ScriptResult", "run_script", "script_traceback",
            "StepWindow", "STEP_SOURCES", "CALLER_SOURCES", "FORWARD_FALLBACK",
@@ -69,25 +77,9 @@ __all__ = ["ScriptOptions", "ScriptResult", "run_script", "script_traceback",
 
 Progress = Callable[[str], None]
 
-# How the steps were found, in the report's words.
-STEP_SOURCES = {"optimizer": "each step() of the first optimizer that stepped",
-                "forward": "each completed forward of the first outermost module",
-                "manual": "each gobrrr.step() call in the script",
-                "hf_trainer": "each optimizer step of the HF Trainer (its on_step_end)",
-                "lightning": "each optimizer step of the Lightning Trainer (its "
-                             "global_step, at on_train_batch_end)"}
-# The sources a caller sets (a trainer's callback: StepWindow), never found by the hooks.
-CALLER_SOURCES = ("hf_trainer", "lightning")
-
 # Forwards of the outermost module with gradients but no optimizer step after which
 # each forward is taken for a step (far past any gradient accumulation people use).
 FORWARD_FALLBACK = 64
-
-# The report's word on its remedies: they were not tried on a copy.
-IN_PLACE_NOTE = ("remedies in place are predictions: gobrrr cannot verify them without "
-                 "a copy of the workload. Verify one with `gobrrr optimize` on a target "
-                 "(FILE.py:NAME returning the step and its inputs), or run the script "
-                 "again with the change, `--json` both times, and `gobrrr compare` them")
 
 
 @dataclass
@@ -111,6 +103,8 @@ class ScriptResult:
     script_file: str | None = None  # the file its traceback starts in
     progress: list[str] = field(default_factory=list)
     elsewhere: bool = False  # under torchrun, a rank other than 0: rank 0 has the report
+    handed_off: bool = False  # the window went to `hand_off`: the report is made there
+    report_failed: bool = False  # the window closed, and gobrrr failed to make the report
 
 
 class _Watcher:
@@ -397,16 +391,23 @@ def _target(script: str | None, module: str | None) -> tuple[str, str, str]:
 
 def run_script(script: str | None, args: Sequence[str], *, module: str | None = None,
                opts: ScriptOptions | None = None, progress: Progress | None = None,
-               deliver: Callable[[Report], None] | None = None) -> ScriptResult:
+               deliver: Callable[[Report], None] | None = None,
+               hand_off: Callable[[Window], None] | None = None) -> ScriptResult:
     """Run `script` (or `-m module`) as `__main__` with `args`, measure its steps
-    (module docstring), and `deliver` the report as soon as its window closes. The
-    script's own exception (or exit status) comes back in the result, never raised."""
+    (module docstring), and `deliver` the report as soon as its window closes. With
+    `hand_off` the report is not made in this process: the closed window (script_window.
+    Window: its trace, timing, ceilings and facts) goes to `hand_off`, which owns its
+    trace file from then on (`gobrrr run`: a child process makes the report, so this one
+    never loads the analysis); under torchrun rank 0 still makes it here (the DDP remedies'
+    facts read the live modules). The script's own exception (or exit status) comes back
+    in the result, never raised."""
     opts = opts or ScriptOptions()
     say = progress or (lambda _m: None)
     argv0, path0, origin = _target(script, module)
     got: dict[str, Any] = {}
     failed: list[str] = []
-    done = _on_done(module or argv0, opts, say, deliver, got, failed, exit_after=True)
+    done = _on_done(module or argv0, opts, say, deliver, got, failed, exit_after=True,
+                    hand_off=hand_off)
     watcher = _Watcher(opts, done, say)
     saved_argv, saved_path = list(sys.argv), list(sys.path)
     sys.argv = [argv0, *args]
@@ -440,32 +441,34 @@ def run_script(script: str | None, args: Sequence[str], *, module: str | None = 
         sys.argv = saved_argv
         sys.path[:] = saved_path
     result = ScriptResult(code, got.get("report"), error=error_, script_file=origin,
-                          elsewhere=bool(got.get("elsewhere")))
+                          elsewhere=bool(got.get("elsewhere")),
+                          handed_off=bool(got.get("handed_off")),
+                          report_failed=bool(failed))
     if result.elsewhere:
         result.why = "the merged report is rank 0's"
-    elif result.report is None:
+    elif result.report is None and not result.handed_off:
         result.why = failed[0] if failed else _why_no_report(watcher, opts)
     return result
 
 
 def _on_done(name: str, opts: ScriptOptions, say: Progress,
              deliver: Callable[[Report], None] | None, got: dict[str, Any],
-             failed: list[str], *, exit_after: bool) -> Callable[[_Watcher], None]:
-    """What happens when the window closes: the report made, kept in `got` and
-    delivered (under torchrun on rank 0; `got["elsewhere"]` on the others); gobrrr's
-    failure said and kept in `failed`, never the program's."""
+             failed: list[str], *, exit_after: bool,
+             hand_off: Callable[[Window], None] | None = None
+             ) -> Callable[[_Watcher], None]:
+    """What happens when the window closes: the report made (`_make`), kept in `got` and
+    delivered, or the window handed off (`got["handed_off"]`); under torchrun on rank 0
+    (`got["elsewhere"]` on the others); gobrrr's failure said and kept in `failed`, never
+    the program's."""
 
     def done(w: _Watcher) -> None:
         try:
-            report = _report(w, name, say)
+            report = _make(w, name, say, hand_off, got)
         except Exception as exc:
-            failed.append(f"gobrrr could not make the report: {type(exc).__name__}: "
-                          f"{first_line(exc)}")
+            failed.append(f"gobrrr could not make the report: {first_line(exc)}")
             say(f"{WARNING}{failed[-1]} (the script goes on)")
         else:
-            if report is None:  # a rank other than 0 under torchrun: rank 0 reports
-                got["elsewhere"] = True
-            else:
+            if report is not None:
                 got["report"] = report
                 if deliver is not None:
                     deliver(report)
@@ -492,6 +495,7 @@ class StepWindow:
         self._got: dict[str, Any] = {}
         self._failed: list[str] = []
         say = progress or (lambda _m: None)
+        # the report is made here, in the trainer's process: `report` is the Report
         self._w = _Watcher(self.opts, _on_done(name, self.opts, say, deliver, self._got,
                                                self._failed, exit_after=False), say)
         self._source = source
@@ -582,30 +586,11 @@ def script_traceback(result: ScriptResult) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
 
 
-@dataclass
-class _Timed:
-    """What one process's window measured, apart from its trace (picklable: under
-    torchrun every rank sends its own to rank 0)."""
-
-    rank: int
-    source: str
-    device: str
-    warmup: int
-    profiled: int
-    step_s: list[float]
-    window_s: float
-    loading_s: list[float]
-    first_batches: list[float]
-    series: list[tuple[str, float]]
-    loaders: list[LoaderFacts]
-    skipped_steps: int = 0
-
-    @classmethod
-    def of(cls, w: _Watcher, rank: int) -> _Timed:
-        assert w.source is not None
-        return cls(rank, w.source, w.device, w.opts.warmup, w.opts.profiled,
-                   list(w.step_s), w.window_s, list(w.loading_s), list(w.first_batches),
-                   list(w.series), list(w.loaders), w.skipped_steps)
+def _timed(w: _Watcher, rank: int) -> Timed:
+    assert w.source is not None
+    return Timed(rank, w.source, w.device, w.opts.warmup, w.opts.profiled, list(w.step_s),
+                 w.window_s, list(w.loading_s), list(w.first_batches), list(w.series),
+                 list(w.loaders), w.skipped_steps)
 
 
 def _ranks() -> tuple[int, int]:
@@ -617,67 +602,39 @@ def _ranks() -> tuple[int, int]:
     return 0, 1
 
 
-def _report(w: _Watcher, name: str, say: Progress) -> Report | None:
-    """The measured run of the window and its report (the one end, diagnosis.py); under
-    torchrun rank 0's merged report, None on the other ranks (`_report_ranks`)."""
+def _window(w: _Watcher, name: str, say: Progress, started_s: float) -> Window:
+    """The closed window as data (script_window.Window): the ceilings calibrated here
+    (this process's device and thread count; the script's RNG is its own), the facts
+    read from the script's objects."""
+    assert w.trace_path is not None
+    t = _timed(w, 0)
+    with preserved_globals():
+        ceil = calibrate(w.device, progress=say)
+    facts = workload_facts(list(w.modules.values()), [])
+    facts["optimizers"] = [optimizer_facts(o) for o in w.optimizers.values()]
+    facts["loaders"] = t.loaders
+    return Window(name, t, w.trace_path, ceil, facts, started_s)
+
+
+def _make(w: _Watcher, name: str, say: Progress,
+          hand_off: Callable[[Window], None] | None, got: dict[str, Any]) -> Report | None:
+    """The report of the closed window (script_report.py), made here; None where it is
+    made elsewhere: handed off (`got["handed_off"]`), or under torchrun on a rank other
+    than 0 (`got["elsewhere"]`, `_report_ranks`)."""
     t0 = time.perf_counter()
     assert w.trace_path is not None and w.source is not None
     rank, world = _ranks()
     if world > 1:
-        return _report_ranks(w, name, say, rank, world, t0)
-    say("reading the profiled steps")
-    header = read_header(w.trace_path)
-    cols = stream_trace(w.trace_path)
-    w.trace_path.unlink(missing_ok=True)
-    with preserved_globals():  # the script's RNG is its own
-        ceil = calibrate(w.device, progress=say)
-    a = analyse_trace(header, ceil, say, cols=cols)
-    t = _Timed.of(w, 0)
-    run = _script_run(t, name, a.run, _loading(t, data_loading_in(cols)))
-    return report_for(run, ceil, facts=_facts(w, t.loaders), started_s=t0)
+        return _report_ranks(w, name, say, rank, world, got, t0)
+    window = _window(w, name, say, t0)
+    if hand_off is not None:
+        hand_off(window)
+        w.trace_path = None  # the trace is the report's process's now
+        got["handed_off"] = True
+        return None
+    from gobrrr.script_report import report_of  # the analysis: only where made here
 
-
-def _facts(w: _Watcher, loaders: list[LoaderFacts]) -> dict[str, Any]:
-    facts = workload_facts(list(w.modules.values()), list(w.optimizers.values()))
-    facts["loaders"] = loaders
-    return facts
-
-
-def _script_run(t: _Timed, name: str, traced: MeasuredRun,
-                loading: DataLoading | None) -> MeasuredRun:
-    """The run of one process's window: its own unprofiled timing, the profiled steps'
-    ops (`traced`, the trace source's run)."""
-    n = len(t.step_s)
-    clock = ("synchronized at its ends; each step alone is host time" if t.device == "cuda"
-             else "host clock")
-    notes = [f"steps: {STEP_SOURCES[t.source]}; {t.warmup} warm-up step(s) run as "
-             f"they are, {n} timed unprofiled (T_wall: the window's mean step, {clock}), "
-             f"1 + {t.profiled} profiled for the op counts and times",
-             *[x for x in traced.notes if x != PROFILED_WALL_NOTE]]
-    if t.device == "cpu":
-        notes.append("op times come from the profiled steps (the profiler adds CPU time "
-                     "to each op): compute and memory are upper bounds, overhead a lower "
-                     "bound, of the unprofiled steps'")
-    if loading is not None:
-        notes.append(f"data loading: {loading.source}")
-    if t.skipped_steps:
-        notes.append(f"{t.skipped_steps} step(s) in the window skipped their optimizer "
-                     "step (AMP's GradScaler found inf/NaN gradients): each still ends a "
-                     "step")
-    notes.append(IN_PLACE_NOTE)
-    return MeasuredRun(
-        source="script",
-        workload={"name": name, "description": f"the script {name}, run in place",
-                  "device": t.device,
-                  "batch_size": t.loaders[0].batch_size if t.loaders else None,
-                  "source": "script",
-                  "script": {"steps_from": t.source, "warmup": t.warmup,
-                             "timed": n, "profiled": t.profiled,
-                             "window_s": t.window_s}},
-        device=t.device, timing=from_samples(t.step_s), wall_s=t.window_s / max(1, n),
-        profile=traced.profile,
-        steps=[Step(f"step {i + 1}", s) for i, s in enumerate(t.step_s)],
-        notes=notes, data_loading=loading, series=list(t.series))
+    return report_of(window, say)
 
 
 # How long a rank waits for the others at the window's end under torchrun (every rank's
@@ -686,84 +643,31 @@ RANKS_TIMEOUT_S = 300.0
 
 
 def _report_ranks(w: _Watcher, name: str, say: Progress, rank: int, world: int,
-                  t0: float) -> Report | None:
+                  got: dict[str, Any], t0: float) -> Report | None:
     """Under torchrun (`torchrun ... -m gobrrr run train.py`): every rank's window closes
     at the same step; each sends its trace and timing to rank 0 over a gloo group of
-    gobrrr's own (the script's group may be NCCL), and rank 0 reads the ranks' traces as
-    `gobrrr analyze` reads a job's (dist/analyze.analyze_ranks: the collectives matched,
-    each rank's communication, the merged section) with each rank's own unprofiled
-    timing. The other ranks go on with their script and make no report."""
+    gobrrr's own (the script's group may be NCCL), and rank 0 makes the merged report
+    (script_report.report_ranks). The other ranks go on with their script and make no
+    report (`got["elsewhere"]`)."""
     from datetime import timedelta
 
     import torch.distributed as dist
-
-    from gobrrr.analyze import check_traces
-    from gobrrr.dist.analyze import analyze_ranks
-    from gobrrr.dist.ceilings import load_cached
-    from gobrrr.dist.context import comm_facts
 
     assert w.trace_path is not None
     say("rank 0: gathering every rank's trace and timing" if rank == 0 else
         f"rank {rank}: sending its trace and timing to rank 0")
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=RANKS_TIMEOUT_S))
-    mine = (_Timed.of(w, rank), w.trace_path.read_bytes())
+    mine = (_timed(w, rank), w.trace_path.read_bytes())
     w.trace_path.unlink(missing_ok=True)
-    got: list[Any] = [None] * world if rank == 0 else []
+    gathered: list[Any] = [None] * world if rank == 0 else []
     try:
-        dist.gather_object(mine, got if rank == 0 else None, dst=0, group=group)
+        dist.gather_object(mine, gathered if rank == 0 else None, dst=0, group=group)
     finally:
         dist.destroy_process_group(group)
     if rank != 0:
+        got["elsewhere"] = True
         return None
-    folder = Path(tempfile.mkdtemp(prefix="gobrrr-run-ranks-"))
-    try:
-        for timed, data in got:
-            (folder / f"rank{timed.rank}.json").write_bytes(data)
-        timed_by_rank = {timed.rank: timed for timed, _ in got}
-        headers = check_traces(sorted(folder.iterdir()))
-        with preserved_globals():
-            ceil = calibrate(w.device, progress=say)
+    from gobrrr.script_report import report_ranks  # the analysis: only on rank 0
 
-        def run_of(r: int, traced: MeasuredRun) -> MeasuredRun:
-            t = timed_by_rank[r]
-            return _script_run(t, name, traced, _loading(t, None))
-
-        modules = list(w.modules.values())
-
-        def facts_for(section: Any) -> dict[str, Any]:
-            return _facts(w, timed_by_rank[0].loaders) | {
-                "comm": comm_facts(modules, section, world, load_cached())}
-
-        return analyze_ranks(headers, ceilings=ceil, progress=say, run_of=run_of,
-                             facts_for=facts_for, first_notes=[RANKS_NOTE])
-    finally:
-        for f in folder.iterdir():
-            f.unlink(missing_ok=True)
-        folder.rmdir()
-
-
-RANKS_NOTE = ("torchrun: every rank ran the script in place; each rank's T_wall is its "
-              "own unprofiled window, its communication (transfer and waiting) read from "
-              "its profiled steps' trace, the collectives matched across the ranks' traces "
-              "as gobrrr analyze matches them; no no_sync experiment")
-
-
-def _loading(t: _Timed, in_trace: DataLoading | None) -> DataLoading | None:
-    """The timed steps' wait for data, its device-idle share read from the profiled
-    steps (all of it on CPU, and where the profiled steps saw no DataLoader range)."""
-    if not t.loaders:
-        return None
-    host = sum(t.loading_s) / max(1, len(t.loading_s))
-    idle = 1.0
-    how = "the host is the device: all of it"
-    if t.device == "cuda":
-        if in_trace is not None and in_trace.host_s > 0:
-            idle = in_trace.exposed_s / in_trace.host_s
-            how = (f"the GPU idle {idle:.0%} of it in the profiled steps' DataLoader "
-                   "ranges")
-        else:
-            how = "no DataLoader range in the profiled steps: taken as all idle (a bound)"
-    return DataLoading(host_s=host, exposed_s=host * idle,
-                       per_step_s=tuple(t.loading_s), first_batch_s=tuple(t.first_batches),
-                       source=f"time inside DataLoader iterators' __next__ in the "
-                              f"{len(t.loading_s)} timed steps (unprofiled); {how}")
+    return report_ranks(_window(w, name, say, t0), gathered, list(w.modules.values()),
+                        world, say)
