@@ -339,6 +339,10 @@ class Budget:
     # exposed_s), measured, not estimated; None: no DataLoader was seen. Not a part of
     # its own: the device idles as it does for any host time (the essay's overhead)
     data_loading_s: float | None = None
+    # CUDA: the host's own time to issue one call, measured with the GPU held busy
+    # (timing.host_issue): a floor under the time after a remedy that leaves the host's
+    # work (gobrrr.gains); None where not measured (CPU, traces, a call that waits)
+    host_issue_s: float | None = None
 
     @property
     def regimes(self) -> tuple[str, ...]:
@@ -395,7 +399,8 @@ class Budget:
             "notes": self.notes,
         } | ({} if self.communication_s is None else
              {"communication_s": self.communication_s}) | (
-            {} if self.data_loading_s is None else {"data_loading_s": self.data_loading_s})
+            {} if self.data_loading_s is None else {"data_loading_s": self.data_loading_s}) | (
+            {} if self.host_issue_s is None else {"host_issue_s": self.host_issue_s})
 
 
 def peak_for(rec: OpRecord, ceil: Ceilings) -> float:

@@ -48,6 +48,8 @@ def budget_for(run: MeasuredRun, ceilings: Ceilings) -> Budget:
         b = with_communication(b, run.communication_s)
     if run.data_loading is not None:
         b = with_data_loading(b, run.data_loading.exposed_s)
+    if run.host_issue_s is not None:  # a floor under remedies' predictions (gains.py)
+        b = replace(b, host_issue_s=min(run.host_issue_s, b.total_s))
     return b
 
 

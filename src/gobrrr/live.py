@@ -33,11 +33,12 @@ from gobrrr.counting import count
 from gobrrr.errors import WARNING, first_line
 from gobrrr.experiments import BatchTimes, GraphTiming, Measured
 from gobrrr.hardware import Ceilings
+from gobrrr.host_issue import HostIssue, cuda_hold, measure_host_issue
 from gobrrr.profile import profile_counted
 from gobrrr.remedies.base import reached_facts
 from gobrrr.run import MeasuredRun, Step
 from gobrrr.state import StateCheck, preserved_globals, preserved_state
-from gobrrr.timing import few_samples_note, measure
+from gobrrr.timing import device_sync, few_samples_note, measure
 from gobrrr.workload import Workload
 
 __all__ = ["LiveMeasurement", "measure_live"]
@@ -106,6 +107,14 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
             notes.append(f"compiled workload: first call {first_s:.3g} s, then "
                          f"{steady_s:.3g} s: compile and capture ~{compile_info.compile_s:.3g}"
                          " s, excluded from T_wall")
+        host_issue_s = None
+        if w.device == "cuda":
+            issue = _attempt("the host's issue time", warn,
+                             lambda: _host_issue(w, wall.median_s, time_budget_s))
+            if issue is not None:
+                host_issue_s = issue.issue_s
+                if issue.note:
+                    notes.append(f"host issue time not measured: {issue.note}")
         if wall.noisy:
             notes.append(f"wall time is noisy (IQR {100 * wall.rel_iqr:.0f}% of median)")
         if (few := few_samples_note(wall, time_budget_s)) is not None:
@@ -163,9 +172,19 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
                       wall_s=wall.median_s, profile=profiled,
                       steps=[Step(w.name, wall.median_s)], notes=notes,
                       contention=cpu[0] if cpu else None,
-                      contention_counted=cpu_counted[0] if cpu_counted else None)
+                      contention_counted=cpu_counted[0] if cpu_counted else None,
+                      host_issue_s=host_issue_s)
     return LiveMeasurement(run, ceil, Measured(batch_t, counts_by_factor, graph_t), state,
                            compile_info, reached_facts(w), t0, memory)
+
+
+def _host_issue(w: Workload, wall_s: float, time_budget_s: float) -> HostIssue:
+    """The host's issue time of one call (host_issue.py), the GPU held busy before it."""
+    hold = cuda_hold()
+    if hold is None:
+        return HostIssue(None, 0.0, note="this torch has no sleep kernel to hold the GPU")
+    return measure_host_issue(lambda: w.run("timing"), wall_s, time_budget_s, hold,
+                              device_sync("cuda"))
 
 
 class _FirstOutputCheck:

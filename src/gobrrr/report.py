@@ -57,7 +57,10 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 # 1.13: contention.counted (the same over the counted run, whose op times the budget
 #       reads; on a CPU the verdict's share ranges cover the difference: verdict.
 #       wall_factor); verdict.contended (a contended CPU run is never confident)
-SCHEMA_VERSION = "1.13"
+# 1.14: budget.host_issue_s (CUDA: the host's issue time of one call, the floor under
+#       the predicted time of remedies that leave the host's work); memory.
+#       largest_allocation_bytes and largest_allocation (the step's largest tensor)
+SCHEMA_VERSION = "1.14"
 
 
 @dataclass

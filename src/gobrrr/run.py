@@ -144,6 +144,9 @@ class MeasuredRun:
     # ("warm-up", "timed", "profiled"): a script's warm-up, drift and spikes (a plot in
     # the HTML); empty where the source saw only its measured steps
     series: list[tuple[str, float]] = field(default_factory=list)
+    # CUDA: the host's issue time of one call, measured with the GPU held busy
+    # (host_issue.py); None where not measured
+    host_issue_s: float | None = None
 
     @property
     def counts(self) -> CountResult:

@@ -86,11 +86,13 @@ def predict_default(ctx: Context) -> Gain:
 
 
 def _predict_graphs(ctx: Context) -> Gain:
-    return savings.gain_of(ctx, savings.replay, savings.fusion)
+    return savings.gain_of(ctx, savings.replay, savings.fusion,
+                            host_left_s=savings.replay_host_left_s(ctx))
 
 
 def _predict_autotune(ctx: Context) -> Gain:
-    return savings.gain_of(ctx, savings.replay, savings.fusion, _gemm_gap)
+    return savings.gain_of(ctx, savings.replay, savings.fusion, _gemm_gap,
+                            host_left_s=savings.replay_host_left_s(ctx))
 
 
 def _predict_freezing(ctx: Context) -> Gain:

@@ -74,7 +74,7 @@ def _applies(ctx: Context) -> str | None:
 
 
 def _predict(ctx: Context) -> Gain:
-    return savings.gain_of(ctx, savings.replay)
+    return savings.gain_of(ctx, savings.replay, host_left_s=savings.replay_host_left_s(ctx))
 
 
 SPEC = RemedySpec(

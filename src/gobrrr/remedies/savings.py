@@ -19,8 +19,8 @@ from gobrrr.phases import FORWARD
 from gobrrr.remedies.base import Context
 from gobrrr.units import fmt_num, fmt_s
 
-__all__ = ["Saving", "gain_of", "dispatch", "replay", "fusion", "matmul_gap", "autograd", "constant_folding",
-           "folding_ops",
+__all__ = ["Saving", "gain_of", "dispatch", "replay", "replay_host_left_s", "fusion",
+           "matmul_gap", "autograd", "constant_folding", "folding_ops",
            "AUTOTUNE_GAP_SHARE", "AUTOGRAD_COST_PER_OP"]
 
 Saving = tuple[dict[str, float], str]
@@ -45,9 +45,11 @@ AUTOTUNE_GAP_SHARE = 0.5
 AUTOGRAD_COST_PER_OP = 1.0
 
 
-def gain_of(ctx: Context, *mechanisms: Callable[[Context], Saving]) -> Gain:
+def gain_of(ctx: Context, *mechanisms: Callable[[Context], Saving],
+            host_left_s: float | None = None) -> Gain:
     """One remedy's gain from the mechanisms it uses (each removes its own ops' time, so
-    their seconds add)."""
+    their seconds add); `host_left_s`: the host's issue time the remedy leaves, where it
+    says (a replay: `replay_host_left_s`; gobrrr.gains)."""
     if not ctx.diagnosed:
         return Gain.none("no diagnose budget")
     assert ctx.budget is not None
@@ -59,7 +61,7 @@ def gain_of(ctx: Context, *mechanisms: Callable[[Context], Saving]) -> Gain:
     used = [basis for seconds, basis in savings if seconds]
     if not used:
         return Gain.none("; ".join(basis for _, basis in savings))
-    return gain_from_saved(ctx.budget, total, "; ".join(used))
+    return gain_from_saved(ctx.budget, total, "; ".join(used), host_left_s)
 
 
 def dispatch(ctx: Context, *, launch: bool) -> Saving:
@@ -115,6 +117,20 @@ def replay(ctx: Context) -> Saving:
              f"{fmt_s(g.replay_s)} ({g.speedup:.2f}x): T_wall {fmt_s(b.total_s)} -> "
              f"{fmt_s(b.total_s - saved_s)}{capped}")
     return ({"overhead": saved_s} if saved_s > 0 else {}), basis
+
+
+def replay_host_left_s(ctx: Context) -> float | None:
+    """The host's issue time a replay leaves per call: none of the issuing (the replay
+    is one launch), only the wait for data; without a measured replay, also the host
+    time outside PyTorch ops that `dispatch` assumes stays. None without a budget."""
+    b, ceil = ctx.budget, ctx.ceilings
+    if b is None or ceil is None:
+        return None
+    host = host_time(b, ctx.records, ceil)
+    g = ctx.graph
+    if g is not None and g.speedup and g.eager_s and g.replay_s:
+        return host.loading_s
+    return host.loading_s + host.outside_s
 
 
 def fusion(ctx: Context) -> Saving:

@@ -1,0 +1,134 @@
+"""The host's issue time (host_issue.py) and the floor it puts under predictions
+(gains.py): exact arithmetic with a fake clock and hand-made budgets."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from gobrrr.budget import Budget
+from gobrrr.counting import count
+from gobrrr.experiments import GraphReplay
+from gobrrr.gains import Gain, combine, gain_from_saved
+from gobrrr.hardware import Ceilings
+from gobrrr.host_issue import BLOCKED_SHARE, SAMPLES, measure_host_issue
+from gobrrr.verdict import remedies_for
+
+
+class FakeGPU:
+    """A host clock and a GPU held busy by `hold`: a call issues in `issue_s` of host
+    time, or, when it waits for the GPU, until the hold has run out."""
+
+    def __init__(self, issue_s: float, waits: bool = False) -> None:
+        self.now = 0.0
+        self.busy_until = 0.0
+        self.issue_s, self.waits = issue_s, waits
+        self.calls = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def hold(self, seconds: float) -> None:
+        self.busy_until = self.now + seconds
+
+    def sync(self) -> None:
+        self.now = max(self.now, self.busy_until)
+
+    def call(self) -> None:
+        self.calls += 1
+        self.now += self.issue_s
+        if self.waits:
+            self.sync()
+
+
+def test_issue_time_is_the_host_time_with_the_gpu_held():
+    gpu = FakeGPU(issue_s=3e-3)
+    got = measure_host_issue(gpu.call, wall_s=10e-3, time_budget_s=1.0, hold=gpu.hold,
+                             sync=gpu.sync, clock=gpu.clock)
+    assert got.issue_s == pytest.approx(3e-3)
+    assert got.hold_s == pytest.approx(20e-3)  # 2 x T_wall
+    assert got.note is None and gpu.calls == SAMPLES
+
+
+def test_a_call_that_waits_for_the_gpu_gets_no_issue_time():
+    gpu = FakeGPU(issue_s=3e-3, waits=True)  # a .item() at its end: waits out the hold
+    got = measure_host_issue(gpu.call, wall_s=10e-3, time_budget_s=1.0, hold=gpu.hold,
+                             sync=gpu.sync, clock=gpu.clock)
+    assert got.issue_s is None
+    assert got.samples_s[0] == pytest.approx(20e-3)
+    assert got.samples_s[0] > BLOCKED_SHARE * got.hold_s
+    assert got.note.startswith("the call waited for the GPU while it was held busy (20 ms "
+                               "of a 20 ms hold)")
+
+
+def test_a_long_call_is_issued_once():
+    # each sample: 2 s held + 1 s call = 3 s, over the 1 s budget: one sample, not none
+    gpu = FakeGPU(issue_s=0.4)
+    got = measure_host_issue(gpu.call, wall_s=1.0, time_budget_s=1.0, hold=gpu.hold,
+                             sync=gpu.sync, clock=gpu.clock)
+    assert gpu.calls == 1 and got.issue_s == pytest.approx(0.4)
+
+
+def budget(overhead_s, memory_s, compute_s, host_issue_s=None, by_unit=None):
+    busy = memory_s + compute_s
+    return Budget(wall_s=overhead_s + busy, busy_s=busy, overhead_s=overhead_s,
+                  memory_s=memory_s, compute_s=compute_s, floor_s=0.0, below_roof_s=0.0,
+                  compute_s_by_unit=by_unit or {}, host_issue_s=host_issue_s)
+
+
+def test_kernel_savings_stop_at_the_issue_time():
+    # T 100 ms: 10 idle, 90 of kernels; the host issues a call in 44 ms. Removing 80 ms of
+    # compute: T - saved = 20 ms, but the call cannot end before it is issued: 100 / 44
+    b = budget(10e-3, 0.0, 90e-3, host_issue_s=44e-3)
+    g = gain_from_saved(b, {"compute": 80e-3}, "compute at the bf16 peak")
+    assert g.speedup == pytest.approx(100 / 44)
+    assert g.basis == ("compute at the bf16 peak; the host issues a call in 44 ms "
+                       "(measured): 44 ms of it stays, so a call takes at least that "
+                       "(2.27x)")
+    # without a measured issue time: T - saved, as before
+    g = gain_from_saved(replace(b, host_issue_s=None), {"compute": 80e-3}, "x")
+    assert g.speedup == pytest.approx(100 / 20) and g.basis == "x"
+    # under the floor nothing changes: 30 ms saved leaves 70 ms > 44 ms
+    assert gain_from_saved(b, {"compute": 30e-3}, "x").speedup == pytest.approx(100 / 70)
+
+
+def test_host_work_removed_lowers_the_floor():
+    # an overhead saving is host work removed (dispatch, autograd): 10 ms off the 44 ms
+    # issue time; with 80 ms of compute: max(100 - 90, 44 - 10) = 34 ms
+    b = budget(10e-3, 0.0, 90e-3, host_issue_s=44e-3)
+    g = gain_from_saved(b, {"compute": 80e-3, "overhead": 10e-3}, "x")
+    assert g.speedup == pytest.approx(100 / 34)
+
+
+def test_a_replay_leaves_what_it_says_and_combines():
+    # a replay removes the 10 ms idle and all the issuing (host_left 0): with bf16's 80 ms
+    # of compute the kernels are all that is left: 100 / 10 = 10x; bf16 alone 100 / 44
+    b = budget(10e-3, 0.0, 90e-3, host_issue_s=44e-3)
+    bf16 = gain_from_saved(b, {"compute": 80e-3}, "bf16")
+    graphs = gain_from_saved(b, {"overhead": 10e-3}, "graphs", host_left_s=0.0)
+    assert graphs.speedup == pytest.approx(100 / 90)
+    both = combine(b, [bf16, graphs], ["bf16", "graphs"])
+    assert both.speedup == pytest.approx(10.0) and both.host_left_s == 0.0
+    # without the replay the combination keeps the floor (less the overhead saved: none)
+    alone = combine(b, [bf16, Gain(None, "none")], ["bf16", "none"])
+    assert alone.speedup == pytest.approx(100 / 44)
+
+
+def ceilings():
+    return Ceilings(device="cuda", fingerprint={"name": "test"},
+                    peak_flops_per_s={"fp32": 50e12, "tf32": 350e12, "bf16": 700e12},
+                    bandwidth_bytes_per_s=1e12, op_overhead_s=5e-6, python_ops_per_s=1e7,
+                    measured_at="t", calibrate_s=0.0)
+
+
+def test_remedies_on_cuda_take_the_floor_and_graphs_lift_it():
+    # one fp32 matmul of 90 us of compute, 10 us idle, issued in 50 us: TF32 (7x the fp32
+    # peak) would leave 100 - 90 x 6/7 = 22.9 us, floored at 50 us: 2.00x; a measured
+    # replay (100 -> 90 us) removes the issuing and the idle: 100 / 90
+    x, w = torch.randn(64, 32), torch.randn(32, 16)
+    counts = count(lambda: x @ w)
+    b = budget(10e-6, 0.0, 90e-6, host_issue_s=50e-6, by_unit={"fp32": 90e-6})
+    graph = GraphReplay(True, None, 100e-6, 90e-6, 100 / 90, 100 / 90, True)
+    r = {x.name: x for x in remedies_for(b, counts, ceilings(), "cuda", None, graph)}
+    assert r["TF32 matmuls"].predicted_speedup == pytest.approx(2.0)
+    assert r["CUDA graphs"].predicted_speedup == pytest.approx(100 / 90)
