@@ -132,3 +132,35 @@ def test_remedies_on_cuda_take_the_floor_and_graphs_lift_it():
     r = {x.name: x for x in remedies_for(b, counts, ceilings(), "cuda", None, graph)}
     assert r["TF32 matmuls"].predicted_speedup == pytest.approx(2.0)
     assert r["CUDA graphs"].predicted_speedup == pytest.approx(100 / 90)
+
+
+@pytest.mark.cuda
+def test_on_cuda_a_gpu_bound_call_issues_fast_and_a_sync_gets_none():
+    # a 4096^2 fp32 matmul chain takes milliseconds of GPU and microseconds of host: its
+    # issue time is a small share of T_wall; the same call ending in .item() waits
+    import time
+
+    from gobrrr.host_issue import cuda_hold
+    from gobrrr.timing import device_sync
+
+    a = torch.randn(4096, 4096, device="cuda")
+
+    def chain():
+        y = a
+        for _ in range(8):
+            y = y @ a
+        return y
+
+    sync = device_sync("cuda")
+    chain()
+    sync()
+    t0 = time.perf_counter()
+    chain()
+    sync()
+    wall_s = time.perf_counter() - t0
+    hold = cuda_hold()
+    assert hold is not None
+    got = measure_host_issue(chain, wall_s, 1.0, hold, sync)
+    assert got.issue_s is not None and got.issue_s < 0.2 * wall_s, got
+    waits = measure_host_issue(lambda: chain().sum().item(), wall_s, 1.0, hold, sync)
+    assert waits.issue_s is None and "waited for the GPU" in waits.note
