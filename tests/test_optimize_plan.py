@@ -381,3 +381,64 @@ def test_a_ctrl_c_a_library_swallowed_still_stops_the_search():
     assert by["a"].status == "skipped" and by["a"].reason == INTERRUPTED
     assert {by["b"].reason, by["c"].reason} == {INTERRUPTED}
     assert notes[0].startswith(INTERRUPTED)
+
+
+def _probe_search(child, deadline_s, monkeypatch):
+    """A search of one compile remedy predicting 3x whose prior-guessed compile (30 s
+    here) does not fit `deadline_s`: the plan runs it as a probe, through `child`."""
+    import time
+
+    from gobrrr.remedies import compile_record, plan
+    from gobrrr.remedies.base import STAGE_EXECUTION, Context, RemedyResult, RemedySpec
+    from gobrrr.remedies.runner import search
+
+    comp = RemedySpec("comp", "compile", "memory", STAGE_EXECUTION, "execution",
+                      lambda ctx: None, lambda ctx: Gain(3.0, "predicted"),
+                      lambda c, ctx: c, "", prep=PREP_COMPILE, compile_mode="default")
+    ran, said = [], []
+    monkeypatch.setitem(plan.COMPILE_BASE_S, "cpu", 30.0)
+    monkeypatch.setattr(compile_record, "nearest", lambda *a: None)
+
+    def run_one(combo):
+        ran.append(combo[0].name)
+        row = RemedyResult("comp", "memory", "verified", "2.00x")
+        row.measured_speedup, row.compile_s = 2.0, 1.5  # from the child's caches
+        return row, None
+
+    rows, _, _ = search([comp], Context("cpu"), run_one, call_s=1e-3, ab_budget_s=0.2,
+                        deadline=time.perf_counter() + deadline_s, say=said.append,
+                        notes=[], child=child)
+    return {r.name: r for r in rows}["comp"], ran, said
+
+
+def test_a_compile_probe_compiles_first_in_a_child_stopped_at_the_deadline(monkeypatch):
+    # issue 24: the GPT-2 training step's probe compile could not be stopped in process
+    # and the run overran (86 s for 79); in a child it is stopped at the deadline
+    from gobrrr.remedies.compile_child import ChildCompile
+
+    asked = []
+
+    def timed_out(combo, timeout_s):
+        asked.append(([s.name for s in combo], timeout_s))
+        return ChildCompile(None, timed_out=True, waited_s=timeout_s)
+
+    row, ran, _ = _probe_search(timed_out, 15.0, monkeypatch)
+    assert ran == [] and asked[0][0] == ["comp"] and 14.0 < asked[0][1] <= 15.0
+    assert row.status == "skipped" and row.reason.startswith(
+        "abandoned: its compile in a child process had not finished after 15 s")
+    assert row.predicted_speedup == 3.0 and row.checks["plan"]["probe"] is True
+    # finished: compiled again here from its caches; the child's cold 7 s is the one
+    # every later estimate scales
+    row, ran, said = _probe_search(lambda combo, t: ChildCompile(7.0, waited_s=9.0), 15.0,
+                                   monkeypatch)
+    assert ran == ["comp"] and row.status == "verified"
+    assert row.checks["child_compile_s"] == 7.0
+    assert any("measured 7.0 s" in line for line in said)
+    # the child failed: compiled in process, as without a child
+    row, ran, said = _probe_search(lambda combo, t: ChildCompile(None, error="OOM"), 15.0,
+                                   monkeypatch)
+    assert ran == ["comp"] and "child_compile_s" not in row.checks
+    assert any("the child failed (OOM)" in line for line in said)
+    # too little left to start a child (START_S): skipped, never compiled in process
+    row, ran, _ = _probe_search(timed_out, 5.0, monkeypatch)
+    assert ran == [] and row.status == "skipped" and "too little to start" in row.reason

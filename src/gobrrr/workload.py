@@ -32,6 +32,9 @@ class Workload:
     eager: Callable[..., Any] | None = None
     # what a model target was built from (models.py: library, config, dtype, mode)
     details: dict[str, Any] = field(default_factory=dict)
+    # how another process builds this workload again (remedies/compile_child.py: the
+    # CLI's target, device, batch size, model options); None: a callable, this process's
+    reload: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The report's `workload` entry."""

@@ -90,6 +90,7 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
         from gobrrr.api import optimize_workload
         from gobrrr.models import ModelOptions
         from gobrrr.remedies import catalog
+        from gobrrr.remedies.compile_child import reload_spec
         from gobrrr.remedies.runner import INTERRUPTED
 
         if not distributed:
@@ -109,6 +110,8 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
                 return
         else:
             w = load_announced(target, dev, batch_size, opts, say)
+            # a compile probe can then run in a child process, stopped at the deadline
+            w.reload = reload_spec(target, dev, batch_size, opts)
             res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                     only=list(only) or None, progress=say)
             if world is not None:  # torchrun with one process

@@ -46,7 +46,7 @@ from gobrrr.state import (
 from gobrrr.timing import device_sync, time_call
 
 __all__ = ["Reference", "make_reference", "evaluate", "out_dtype", "SEED", "WARM_CALLS",
-           "all_zero"]
+           "all_zero", "warm_up"]
 
 SEED = 1234  # every compared call sequence starts from this RNG state (dropout & co.)
 WARM_CALLS = 3  # after preparation: compile happens on the first, autotuning after
@@ -144,6 +144,20 @@ def _in_time(deadline: float, doing: str) -> None:
         raise OutOfTime(f"the --budget-s deadline came while {doing}")
 
 
+def warm_up(cand: Candidate, sync: Callable[[], None], deadline: float, t0: float) -> None:
+    """Prepare (compile options, capture) and make the WARM_CALLS warm calls, checking
+    the deadline between calls; `t0`: when the preparation began (for the message)."""
+    with switches_on(cand):
+        for prep in cand.prepare:
+            prep(cand)
+        for i in range(WARM_CALLS):
+            cand.call()
+            sync()
+            # the first call compiles (or autotunes): it cannot be interrupted
+            _in_time(deadline, f"preparing (warm call {i + 1} of {WARM_CALLS}, "
+                               f"{time.perf_counter() - t0:.1f} s in)")
+
+
 def _abandoned(res: RemedyResult, exc: OutOfTime) -> tuple[RemedyResult, None]:
     res.status, res.reason = "skipped", f"abandoned: {exc}"
     return res, None
@@ -168,15 +182,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
         plain = plain_state(cand)  # an LR scheduler's step count, the LR it wrote
         compiling = dynamo_counts() if cand.compile_mode else None
         t0 = time.perf_counter()
-        with switches_on(cand):
-            for prep in cand.prepare:
-                prep(cand)
-            for i in range(WARM_CALLS):
-                cand.call()
-                sync()
-                # the first call compiles (or autotunes): it cannot be interrupted
-                _in_time(deadline, f"preparing (warm call {i + 1} of {WARM_CALLS}, "
-                                   f"{time.perf_counter() - t0:.1f} s in)")
+        warm_up(cand, sync, deadline, t0)
         res.compile_s = time.perf_counter() - t0
     except OutOfTime as exc:
         res.compile_s = time.perf_counter() - t0

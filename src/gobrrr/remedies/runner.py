@@ -36,6 +36,7 @@ from gobrrr.remedies.base import (
     switches_on,
     workload_facts,
 )
+from gobrrr.remedies.compile_child import START_S, ChildCompile, compile_in_child
 from gobrrr.remedies.evaluate import Reference, evaluate, make_reference
 from gobrrr.remedies.plan import (
     MODE_FACTOR,
@@ -63,7 +64,8 @@ from gobrrr.state import (
 )
 from gobrrr.workload import Workload
 
-__all__ = ["search_workload", "search", "best_callable", "INTERRUPTED", "base_copy", "prime"]
+__all__ = ["search_workload", "search", "best_callable", "INTERRUPTED", "base_copy", "prime",
+           "context_of"]
 
 # The reason of every candidate a Ctrl-C left unmeasured (and the note that says it).
 INTERRUPTED = "interrupted (Ctrl-C)"
@@ -124,7 +126,7 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
     with preserved_state(w) as state:
         base, independent = base_copy(w, notes)
         zero_calls = prime(base, w)
-        ctx = _context(w, report, base, independent, zero_calls, compile_backend)
+        ctx = context_of(w, report, base, independent, zero_calls, compile_backend)
         if ctx.reference_precision:
             notes.append("eager already runs fp32 matmuls/convolutions in TF32 here "
                          "(torch.backends flags): outputs are compared at TF32 tolerance")
@@ -132,8 +134,9 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
         ref = make_reference(base, w.device)
         if ref.nonfinite:
             say(f"{WARNING}{NONFINITE_REFERENCE}: {ref.nonfinite}")
+        child = _child_probe(w)
         results, best_cand, best_res = _search(specs, base, ref, ctx, ab_budget_s,
-                                               deadline, say, notes)
+                                               deadline, say, notes, child)
         compiling = {s.name for s in specs if s.prep == PREP_COMPILE}
         if any(set(r.components) & compiling and r.compile_s is not None
                for r in results):
@@ -146,7 +149,7 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
                                 ref, notes, time.perf_counter() - t_start)
 
 
-def _context(w: Workload, report: Any, base: Copied, independent: bool,
+def context_of(w: Workload, report: Any, base: Copied, independent: bool,
              zero_calls: list[bool], compile_backend: str) -> Context:
     """What the remedies read. The counted ops are the diagnosis's (counted on the
     user's objects, so theirs are the parameters freezing would fold), else a count of
@@ -224,24 +227,40 @@ def _row(name: str, components: tuple[str, ...], by_name: dict[str, RemedySpec],
                         snippet="\n".join(s.snippet_in(ctx) for s in parts))
 
 
+ChildProbe = Callable[[list[RemedySpec], float], ChildCompile]
+
+
+def _child_probe(w: Workload) -> ChildProbe | None:
+    """A compile probe in a child process (compile_child.py), where the workload can be
+    built again there (a CLI target); None for a callable."""
+    reload = w.reload
+    if reload is None:
+        return None
+    return lambda combo, timeout_s: compile_in_child(reload, [s.name for s in combo],
+                                                     timeout_s)
+
+
 def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
             ab_budget_s: float, deadline: float, say: Progress,
-            notes: list[str]) -> tuple[list[RemedyResult], Candidate | None,
-                                       RemedyResult | None]:
+            notes: list[str], child: ChildProbe | None = None
+            ) -> tuple[list[RemedyResult], Candidate | None, RemedyResult | None]:
     """One process's search: each candidate through evaluate.py."""
     return search(specs, ctx, lambda combo: evaluate(combo, base, ref, ctx, ab_budget_s,
                                                      deadline),
                   call_s=ref.call_s, ab_budget_s=ab_budget_s, deadline=deadline, say=say,
-                  notes=notes)
+                  notes=notes, child=child)
 
 
 def search(specs: list[RemedySpec], ctx: Context,
            run_one: Callable[[list[RemedySpec]], tuple[RemedyResult, Candidate | None]], *,
            call_s: float, ab_budget_s: float, deadline: float, say: Progress,
-           notes: list[str], coordinator: Coordinator = SOLO
+           notes: list[str], coordinator: Coordinator = SOLO,
+           child: ChildProbe | None = None
            ) -> tuple[list[RemedyResult], Candidate | None, RemedyResult | None]:
     """Plan (plan.py), run the first option (`run_one`), plan again with what it
     measured, until nothing fits; what never ran is "skipped" with the plan's reason.
+    `child`: the compile probe in a child process (compile_child.py), for a compile the
+    plan runs as a probe (its time a prior guess that does not fit).
     Under torchrun (dist/optimize.py) every decision is rank 0's (`coordinator`): the
     remedies and their predictions (only rank 0 has the merged diagnosis), and each next
     candidate, so every rank runs the same candidate at the same time."""
@@ -265,7 +284,7 @@ def search(specs: list[RemedySpec], ctx: Context,
                 if opt is None:
                     break
                 got, cand = _run_option(opt, by_name, run_one, ctx, gains, state, results,
-                                        say)
+                                        say, child, deadline)
                 ran += 1
                 if ctrl_c:
                     # a Ctrl-C some library swallowed while this candidate ran (dynamo's
@@ -332,11 +351,13 @@ def _ctrl_c_recorded() -> Iterator[list[bool]]:
 def _run_option(opt: Option, by_name: dict[str, RemedySpec],
                 run_one: Callable[[list[RemedySpec]], tuple[RemedyResult, Candidate | None]],
                 ctx: Context, gains: dict[str, Gain], state: SearchState,
-                results: list[RemedyResult], say: Progress
+                results: list[RemedyResult], say: Progress,
+                child: ChildProbe | None = None, deadline: float = float("inf")
                 ) -> tuple[RemedyResult, Candidate | None]:
     """One candidate of the search: its row appended to `results` and its outcome to
     `state` as soon as it is measured (a Ctrl-C a moment later keeps it); (the row, the
-    live candidate when verified faster)."""
+    live candidate when verified faster). A compile probe first compiles in `child`
+    where there is one (compile_child.py)."""
     combo = [by_name[n] for n in opt.components]
     pred = f"predicted {opt.predicted:.2f}x, " if opt.predicted else ""
     probe = (" as a probe: the largest predicted gain, its estimate a guess before any "
@@ -345,7 +366,57 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
         f"({TIER_NAMES[opt.tier]}: {pred}~{opt.cost_s:.1f} s){probe}: apply to a copy, "
         "verify, time A/B")
     compiles = any(s.prep == PREP_COMPILE for s in combo)
+    cold_s: float | None = None
+    if opt.probe and compiles and child is not None:
+        pre = _compile_first_in_child(opt, combo, child, deadline, say)
+        if isinstance(pre, RemedyResult):
+            return _record(opt, pre, ctx, gains, state, results, by_name, say=say), None
+        cold_s = pre
     got, cand = run_one(combo)
+    if cold_s is not None:
+        got.checks["child_compile_s"] = cold_s
+    return _record(opt, got, ctx, gains, state, results, by_name, cold_s, say), cand
+
+
+def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildProbe,
+                            deadline: float, say: Progress) -> float | RemedyResult | None:
+    """The probe's compile in a child process, stopped at the deadline: its seconds
+    (the search then compiles from the caches it filled), None when the child failed
+    (the search compiles in process, as without a child), or the candidate's row when
+    it was stopped or too little time was left to start it."""
+    left_s = deadline - time.perf_counter()
+    regime = "+".join(dict.fromkeys(s.regime for s in combo))
+    if left_s < START_S:
+        return RemedyResult(opt.name, regime, "skipped", (
+            f"{left_s:.0f} s of --budget-s left: too little to start its compile in a "
+            "child process, and a compile in this one cannot be stopped"),
+            components=opt.components)
+    say(f"  compiling first in a child process (stopped at the deadline, "
+        f"{left_s:.0f} s from now)")
+    got = child(combo, left_s)
+    if got.timed_out:
+        row = RemedyResult(opt.name, regime, "skipped", (
+            f"abandoned: its compile in a child process had not finished after "
+            f"{got.waited_s:.0f} s, when the --budget-s deadline came (stopped there: a "
+            "compile in this process could not have been)"), components=opt.components)
+        row.checks["child_compile_s"] = None
+        return row
+    if got.compile_s is None:
+        say(f"  the child failed ({got.error}): compiling in this process")
+        return None
+    say(f"  compiled in {got.compile_s:.1f} s in a child process; again here, from "
+        "its caches")
+    return got.compile_s
+
+
+def _record(opt: Option, got: RemedyResult, ctx: Context,
+            gains: dict[str, Gain], state: SearchState, results: list[RemedyResult],
+            by_name: dict[str, RemedySpec], cold_s: float | None = None,
+            say: Progress | None = None) -> RemedyResult:
+    """The candidate's row, with the plan's figures, in `results`; its outcome in
+    `state`; the first compile measured (the child's cold one where there was one)
+    scales every later estimate."""
+    combo = [by_name[n] for n in opt.components]
     got.predicted_speedup = opt.predicted
     got.prediction_basis = _basis(ctx, opt.components, gains)
     got.snippet = _row(opt.name, opt.components, by_name, "", "", ctx).snippet
@@ -354,19 +425,22 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
                           "probe": opt.probe}
     results.append(got)
     state.done[opt.name] = Outcome(got.status, got.measured_speedup, got.compile_s)
-    if compiles and got.compile_s and state.measured_compile is None:
-        state.measured_compile = _measured_compile(combo, got.compile_s)
+    compile_s = cold_s or got.compile_s
+    compiles = any(s.prep == PREP_COMPILE for s in combo)
+    if compiles and compile_s and state.measured_compile is None:
+        state.measured_compile = _measured_compile(combo, compile_s)
         if got.status != "failed":  # the next search's first estimate starts from it
             compile_record.record(state.device, state.n_ops, state.measured_compile.factor,
-                                  got.compile_s, opt.name, opt.prep_s)
-        if opt.prep_prior and got.status != "failed":
+                                  compile_s, opt.name, opt.prep_s)
+        if opt.prep_prior and got.status != "failed" and say is not None:
             say(f"  compile: estimated ~{opt.prep_s:.1f} s ({opt.prep_basis}), measured "
-                f"{got.compile_s:.1f} s ({got.compile_s / max(opt.prep_s, 1e-9):.2f}x the "
+                f"{compile_s:.1f} s ({compile_s / max(opt.prep_s, 1e-9):.2f}x the "
                 "estimate); later estimates scale the measured one")
-    meas = f" {got.measured_speedup:.2f}x" if got.measured_speedup else ""
-    say(f"  -> {got.status}{meas}" + ("" if got.status == "verified"
-                                      else f": {got.reason[:120]}"))
-    return got, cand
+    if say is not None:
+        meas = f" {got.measured_speedup:.2f}x" if got.measured_speedup else ""
+        say(f"  -> {got.status}{meas}" + ("" if got.status == "verified"
+                                          else f": {got.reason[:120]}"))
+    return got
 
 
 def _measured_compile(combo: list[RemedySpec], compile_s: float) -> MeasuredCompile:

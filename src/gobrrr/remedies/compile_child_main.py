@@ -1,0 +1,54 @@
+"""The child of compile_child.py: build the workload from its target again, apply the
+candidate's remedies to a copy, prepare and make the warm calls that compile it, print
+the seconds as one JSON line. Its own module so that the search (runner.py), which
+starts it, is not imported by what it starts."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _child(spec: dict[str, Any]) -> float:
+    """In the child: build, copy, prime, apply, prepare and warm; the seconds of the
+    last three (what the search calls compile_s)."""
+    from gobrrr.models import ModelOptions
+    from gobrrr.remedies import catalog
+    from gobrrr.remedies.base import Candidate
+    from gobrrr.remedies.evaluate import warm_up
+    from gobrrr.remedies.runner import base_copy, context_of, prime
+    from gobrrr.state import copy_workload
+    from gobrrr.targets import load_target
+    from gobrrr.timing import device_sync
+
+    opts = ModelOptions(**spec["options"]) if spec.get("options") else None
+    w = load_target(spec["target"], spec["device"], spec["batch_size"], opts)
+    by_name = {s.name: s for s in catalog.select(None)}
+    specs = [by_name[n] for n in spec["remedies"]]
+    base, independent = base_copy(w, [])
+    zero_calls = prime(base, w)
+    ctx = context_of(w, None, base, independent, zero_calls, "inductor")
+    c = copy_workload(base.fn, base.args, base.kwargs)
+    cand = Candidate(c.fn, c.args, c.kwargs, c.modules, c.optimizers, c.tensors)
+    t0 = time.perf_counter()
+    for s in sorted(specs, key=lambda s: s.stage):
+        cand = s.apply(cand, ctx)
+    warm_up(cand, device_sync(ctx.device), float("inf"), t0)
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str]) -> int:
+    try:
+        print(json.dumps({"compile_s": _child(json.loads(argv[0]))}), flush=True)
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the parent reads the reason
+        print(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:240]}"}), flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
