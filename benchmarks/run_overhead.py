@@ -246,12 +246,15 @@ def bootstrap(ratios: list[float], n: int = 5000, seed: int = 0) -> tuple[float,
 
 
 def _children(pid: int) -> list[int]:
-    """The process's child processes (Linux /proc)."""
+    """The process's child processes still running (Linux /proc; one that ended and
+    that its parent has not waited for yet, a zombie, runs no more)."""
     kids: list[int] = []
     for tid in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(OSError):
-            kids += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text()
-                     .split()]
+            for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split():
+                stat = Path(f"/proc/{c}/stat").read_text()
+                if stat[stat.rindex(")") + 2] != "Z":
+                    kids.append(int(c))
     return kids
 
 
