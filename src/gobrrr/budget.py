@@ -343,6 +343,9 @@ class Budget:
     # (timing.host_issue): a floor under the time after a remedy that leaves the host's
     # work (gobrrr.gains); None where not measured (CPU, traces, a call that waits)
     host_issue_s: float | None = None
+    # CUDA: the workload's largest fp32 GEMM shapes timed in fp32, TF32 and bf16
+    # (gemm_probe.GemmTimes): the precision remedies read their ratios (precision.py)
+    gemm_times: list[Any] = field(default_factory=list)
 
     @property
     def regimes(self) -> tuple[str, ...]:
@@ -400,7 +403,9 @@ class Budget:
         } | ({} if self.communication_s is None else
              {"communication_s": self.communication_s}) | (
             {} if self.data_loading_s is None else {"data_loading_s": self.data_loading_s}) | (
-            {} if self.host_issue_s is None else {"host_issue_s": self.host_issue_s})
+            {} if self.host_issue_s is None else {"host_issue_s": self.host_issue_s}) | (
+            {"gemm_times": [g.to_dict() for g in self.gemm_times]} if self.gemm_times
+            else {})
 
 
 def peak_for(rec: OpRecord, ceil: Ceilings) -> float:

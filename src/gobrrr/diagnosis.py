@@ -50,6 +50,8 @@ def budget_for(run: MeasuredRun, ceilings: Ceilings) -> Budget:
         b = with_data_loading(b, run.data_loading.exposed_s)
     if run.host_issue_s is not None:  # a floor under remedies' predictions (gains.py)
         b = replace(b, host_issue_s=min(run.host_issue_s, b.total_s))
+    if run.gemm_times:  # the precision remedies' ratios at these shapes (precision.py)
+        b = replace(b, gemm_times=list(run.gemm_times))
     return b
 
 

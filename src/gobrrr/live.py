@@ -32,6 +32,7 @@ from gobrrr.contention import watch_cpu
 from gobrrr.counting import count
 from gobrrr.errors import WARNING, first_line
 from gobrrr.experiments import BatchTimes, GraphTiming, Measured
+from gobrrr.gemm_probe import GemmTimes, probe_gemms, shapes_by_flops
 from gobrrr.hardware import Ceilings
 from gobrrr.host_issue import HostIssue, cuda_hold, measure_host_issue
 from gobrrr.profile import profile_counted
@@ -144,6 +145,13 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
                 profiled = profile_counted(w, wall.median_s)
         if not is_compiled and not profiled.counts.records and profiled.unattributed_s > 0:
             notes.append(comp.graph_replay_note(profiled, w, count))
+        gemm_times: list[GemmTimes] = []
+        shapes = shapes_by_flops(profiled.counts.records) if w.device == "cuda" else []
+        if shapes:
+            say(f"timing the workload's {len(shapes)} largest fp32 GEMM shapes in fp32, "
+                "TF32 and bf16")
+            gemm_times = _attempt("the GEMM shape probe", warn,
+                                  lambda: probe_gemms(shapes)) or []
         if batch_t is not None:
             counts_by_factor = {1: (profiled.counts.total_flops,
                                     profiled.counts.total_bytes)}
@@ -173,7 +181,7 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
                       steps=[Step(w.name, wall.median_s)], notes=notes,
                       contention=cpu[0] if cpu else None,
                       contention_counted=cpu_counted[0] if cpu_counted else None,
-                      host_issue_s=host_issue_s)
+                      host_issue_s=host_issue_s, gemm_times=gemm_times)
     return LiveMeasurement(run, ceil, Measured(batch_t, counts_by_factor, graph_t), state,
                            compile_info, reached_facts(w), t0, memory)
 

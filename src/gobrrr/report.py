@@ -58,7 +58,8 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #       reads; on a CPU the verdict's share ranges cover the difference: verdict.
 #       wall_factor); verdict.contended (a contended CPU run is never confident)
 # 1.14: budget.host_issue_s (CUDA: the host's issue time of one call, the floor under
-#       the predicted time of remedies that leave the host's work); memory.
+#       the predicted time of remedies that leave the host's work); budget.gemm_times
+#       (CUDA: the largest fp32 GEMM shapes timed in fp32, TF32, bf16); memory.
 #       largest_allocation_bytes and largest_allocation (the step's largest tensor)
 SCHEMA_VERSION = "1.14"
 

@@ -147,6 +147,9 @@ class MeasuredRun:
     # CUDA: the host's issue time of one call, measured with the GPU held busy
     # (host_issue.py); None where not measured
     host_issue_s: float | None = None
+    # CUDA: the workload's largest fp32 GEMM shapes timed in fp32, TF32 and bf16
+    # (gemm_probe.py); empty where not measured
+    gemm_times: list[Any] = field(default_factory=list)
 
     @property
     def counts(self) -> CountResult:

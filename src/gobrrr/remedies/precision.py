@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gobrrr.gains import Gain, gain_from_saved
+from gobrrr.gemm_probe import GemmShape, shape_of
 from gobrrr.remedies.base import (
     STAGE_MUTATE,
     STAGE_PRECISION,
@@ -77,6 +78,47 @@ def _applies_bf16(ctx: Context) -> str | None:
     return _slow_bf16_cpu(ctx)
 
 
+def _probed_time(ctx: Context, fmt: str) -> tuple[float, float, int]:
+    """(fp32 compute time of the calls whose GEMM shape was probed, that time in `fmt`
+    at each shape's measured ratio, shapes used): gemm_probe.py."""
+    b = ctx.budget
+    assert b is not None
+    ratios = {g.shape: g.ratio(fmt) for g in b.gemm_times if g.fp32_s > 0}
+    if not ratios:
+        return 0.0, 0.0, 0
+    records = {r.index: r for r in ctx.records}
+    old_s = new_s = 0.0
+    used: set[GemmShape] = set()
+    for c in b.per_call:
+        r = records.get(c.index)
+        if c.regime != "compute" or r is None or r.dtype != "fp32":
+            continue
+        shape = shape_of(r.op, r.out_shape, r.flops)
+        if shape is not None and shape in ratios:
+            old_s += c.time_s
+            new_s += c.time_s * ratios[shape]
+            used.add(shape)
+    return old_s, new_s, len(used)
+
+
+def _matmul_saving(ctx: Context, slow_s: float, rate: float, fmt: str,
+                   what: str) -> tuple[float, str]:
+    """Seconds saved running `slow_s` of fp32 matmul time in `fmt`: the calls whose shape
+    was timed at its measured ratio, the rest at the peaks' ratio `rate`."""
+    probed_s, probed_new_s, n = _probed_time(ctx, fmt)
+    probed_s = min(probed_s, slow_s)
+    rest_s = slow_s - probed_s
+    saved = max(0.0, probed_s - probed_new_s) + rest_s * (1 - 1 / rate)
+    if n == 0:
+        return saved, f"{what} at {rate:.1f}x the rate"
+    speed = probed_s / probed_new_s if probed_new_s > 0 else float("inf")
+    basis = (f"{fmt_s(probed_s)} of it in {n} GEMM shape(s) timed here in {fmt}: "
+             f"{speed:.1f}x faster")
+    if rest_s > 0:
+        basis += f", the other {fmt_s(rest_s)} at the peaks' {rate:.1f}x"
+    return saved, f"{what}: {basis}"
+
+
 def _predict_tf32(ctx: Context) -> Gain:
     b, ceil = ctx.budget, ctx.ceilings
     if b is None or ceil is None:
@@ -86,9 +128,11 @@ def _predict_tf32(ctx: Context) -> Gain:
     if fp32_s <= 0 or "tf32" not in peaks:
         return Gain.none(_NO_TIME)
     rate = peaks["tf32"] / peaks["fp32"]
-    return gain_from_saved(b, {"compute": fp32_s * (1 - 1 / rate)},
-                           f"fp32 matmul time {fmt_s(fp32_s)} at {rate:.1f}x the rate "
-                           f"({ceil.roof_kind} tf32 / fp32 peaks)")
+    saved, basis = _matmul_saving(ctx, fp32_s, rate, "tf32",
+                                  f"fp32 matmul time {fmt_s(fp32_s)}")
+    if not b.gemm_times:
+        basis += f" ({ceil.roof_kind} tf32 / fp32 peaks)"
+    return gain_from_saved(b, {"compute": saved}, basis)
 
 
 def _bf16_compute(ctx: Context) -> tuple[float, str]:
@@ -104,6 +148,15 @@ def _bf16_compute(ctx: Context) -> tuple[float, str]:
     if peaks["bf16"] <= from_peak:
         return 0.0, "the measured bf16 peak is no faster than fp32 here"
     rate = peaks["bf16"] / from_peak
+    if b.gemm_times and fp32_s > 0:
+        # the shapes were timed from fp32 (TF32 off): the tf32 part keeps the peaks'
+        saved, basis = _matmul_saving(ctx, fp32_s, rate, "bf16",
+                                      f"fp32 matmul time {fmt_s(fp32_s)} in bf16")
+        tf32_s = slow_s - fp32_s
+        if tf32_s > 0 and "tf32" in peaks and peaks["bf16"] > peaks["tf32"]:
+            saved += tf32_s * (1 - peaks["tf32"] / peaks["bf16"])
+            basis += f"; tf32 matmul time {fmt_s(tf32_s)} at the peaks' ratio"
+        return saved, basis
     return slow_s * (1 - 1 / rate), (f"fp32/tf32 matmul time {fmt_s(slow_s)} at the "
                                      f"{ceil.roof_kind} bf16 rate ({rate:.1f}x)")
 

@@ -1,0 +1,125 @@
+"""The workload's own fp32 GEMM shapes timed in fp32, TF32 and bf16 (CUDA): what the
+precision remedies' predictions read instead of the ratio of peaks.
+
+The calibrated peaks come from large square GEMMs, where every format runs near its
+peak. A model's GEMMs are smaller and thinner: BERT-base at 32 x 128 tokens multiplies
+4096 x 768 by 768 x 768, a few hundred tiles on 132 SMs with a short K, where fp32's
+plain FMA units still run near their peak and bf16's tensor cores far from theirs. On the
+H200 (2026-12-02, budget-60 rows) the peak ratio (about 14x) predicted BERT-base's bf16
+cast at 11.7x with CUDA graphs beside it and 4.0x was measured; GPT-2 at 8 x 512 tokens
+8.3x and 4.2x. Timing each shape in each format takes milliseconds per shape and puts the
+shapes' own ratios into the prediction.
+
+A GEMM's shape is read back from its record: the output's (batch,) M x N and its FLOPs,
+2 x batch x M x N x K (mm, addmm, bmm, baddbmm; other matmul ops keep the peak ratio).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["GemmShape", "GemmTimes", "shape_of", "shapes_by_flops", "probe_gemms",
+           "MAX_SHAPES", "REPS", "GEMM_OPS"]
+
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+MAX_SHAPES = 16  # the shapes with the most FLOPs; the rest keep the peak ratio
+REPS = 20  # timed calls per shape and format, after WARM
+WARM = 3
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    batch: int
+    m: int
+    n: int
+    k: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class GemmTimes:
+    """One shape's median time per call in each format, in seconds."""
+
+    shape: GemmShape
+    fp32_s: float
+    tf32_s: float
+    bf16_s: float
+
+    def ratio(self, fmt: str) -> float:
+        """The format's time over fp32's at this shape (< 1: faster)."""
+        return (self.tf32_s if fmt == "tf32" else self.bf16_s) / self.fp32_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self.shape) | {"fp32_s": self.fp32_s, "tf32_s": self.tf32_s,
+                                     "bf16_s": self.bf16_s}
+
+
+def shape_of(op: str, out_shape: Sequence[int], flops: int) -> GemmShape | None:
+    """The GEMM shape of a recorded call (module docstring); None when it is not one of
+    GEMM_OPS or its FLOPs do not give a whole K."""
+    if op not in GEMM_OPS or flops <= 0:
+        return None
+    dims = tuple(out_shape)
+    if len(dims) == 2:
+        batch, (m, n) = 1, dims
+    elif len(dims) == 3:
+        batch, m, n = dims
+    else:
+        return None
+    per_k = 2 * batch * m * n
+    if per_k <= 0 or flops % per_k:
+        return None
+    return GemmShape(batch, m, n, flops // per_k)
+
+
+def shapes_by_flops(records: Iterable[Any], limit: int = MAX_SHAPES) -> list[GemmShape]:
+    """The fp32 GEMM shapes of the records, most total FLOPs first, at most `limit`."""
+    total: dict[GemmShape, int] = {}
+    for r in records:
+        if r.dtype != "fp32":
+            continue
+        s = shape_of(r.op, r.out_shape, r.flops)
+        if s is not None:
+            total[s] = total.get(s, 0) + r.flops
+    return sorted(total, key=lambda s: -total[s])[:limit]
+
+
+def probe_gemms(shapes: Sequence[GemmShape],
+                timer: Callable[[GemmShape, str], float] | None = None) -> list[GemmTimes]:
+    """Each shape timed in fp32 (TF32 off), TF32 and bf16; `timer(shape, fmt)` returns
+    seconds per call (default: CUDA events, `_cuda_time`)."""
+    time_it = timer or _cuda_time
+    return [GemmTimes(s, time_it(s, "fp32"), time_it(s, "tf32"), time_it(s, "bf16"))
+            for s in shapes]
+
+
+def _cuda_time(shape: GemmShape, fmt: str) -> float:
+    """Median seconds of one GEMM of `shape` in `fmt` on the current CUDA device, TF32
+    set only around it (gobrrr.settings restores the user's flag)."""
+    import torch
+
+    from gobrrr.settings import tf32
+
+    dtype = torch.bfloat16 if fmt == "bf16" else torch.float32
+    a = torch.randn(shape.batch, shape.m, shape.k, device="cuda", dtype=dtype)
+    b = torch.randn(shape.batch, shape.k, shape.n, device="cuda", dtype=dtype)
+    mult = torch.bmm if shape.batch > 1 else (lambda x, y: torch.mm(x[0], y[0]))
+    times = []
+    with tf32(fmt == "tf32"):
+        for _ in range(WARM):
+            mult(a, b)
+        for _ in range(REPS):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            mult(a, b)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
