@@ -2,6 +2,7 @@
 # The next GPU session's runs after session g, one part per device call (600 s at most;
 # carry .gpu_wheels), in priority order:
 #   OUT=$OUT bash benchmarks/session_h_gpu.sh pred     # issue 24: CUDA tests of the host
+#        issue time and the GEMM shape probe,
 #        issue time, then benchmarks/prediction_data_gpu.py (issue time and doctor report
 #        per budget-60 workload: $OUT/pred/host_issue.json, reports.tar.gz)
 #   OUT=$OUT bash benchmarks/session_h_gpu.sh opt60a   # issue 24: gobrrr at --budget-s 60, 4 rows
@@ -18,7 +19,8 @@ exec > >(tee "$OUT/session_h-$part.log") 2>&1
 python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/*.whl 2>&1 | tail -1
 export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 case "$part" in
-pred) timeout 100 python3 -m pytest -q -m cuda tests/test_host_issue.py -p no:cacheprovider
+pred) timeout 100 python3 -m pytest -q -m cuda tests/test_host_issue.py tests/test_gemm_probe.py \
+        -p no:cacheprovider
       timeout 480 python3 benchmarks/prediction_data_gpu.py --out "$OUT/pred" ;;
 opt60a) BUDGET=60 SIDES=gobrrr bash benchmarks/optimize_models.sh gpt2_1x1 gpt2_8x512 \
           resnet50_b1 bert_base_b32x128 ;;
