@@ -2,14 +2,15 @@
 # The next GPU session's runs after session g, one part per device call (600 s at most;
 # carry .gpu_wheels), in priority order:
 #   OUT=$OUT bash benchmarks/session_h_gpu.sh pred     # issue 24: CUDA tests of the host
-#        issue time and the GEMM shape probe,
-#        issue time, then benchmarks/prediction_data_gpu.py (issue time and doctor report
-#        per budget-60 workload: $OUT/pred/host_issue.json, reports.tar.gz)
+#        issue time and the GEMM shape probe, then benchmarks/prediction_data_gpu.py
+#        (issue time and doctor report per budget-60 workload: $OUT/pred/host_issue.json,
+#        reports.tar.gz; read with benchmarks/prediction_check.py)
 #   OUT=$OUT bash benchmarks/session_h_gpu.sh opt60a   # issue 24: gobrrr at --budget-s 60, 4 rows
 #   OUT=$OUT bash benchmarks/session_h_gpu.sh opt60b   #           the other 5 rows
 #   OUT=$OUT bash benchmarks/session_h_gpu.sh mem CASE # issue 26: memory_table.py case(s)
-# opt60a/b re-run gobrrr's side after session g's prediction changes (CUDA graphs from the
-# measured replay, the host's issue time as a floor); mem re-runs the table after the
+# opt60a/b re-run gobrrr's side after session g's changes (CUDA graphs from the measured
+# replay, the host's issue time as a floor, the GEMM shapes' own precision ratios, the
+# compile probe in a child process, the stack's tie rule); mem re-runs the table after the
 # snapshot moved to the host and the fit counts the largest tensor twice. hand: the
 # fixed hand search (all nine hand sides exist: only to re-measure).
 set -uo pipefail
