@@ -56,7 +56,7 @@ from gobrrr.workload import Workload, call_factory
 __all__ = ["MemoryFit", "fit_batch", "capacity_bytes", "child_probe", "HEADROOM",
            "HEADROOM_CUDA", "REUSE_NOTE",
            "check_sizes", "bisect_largest", "free_memory", "allocated_bytes", "is_oom",
-           "child_memory", "ChildFailed"]
+           "child_memory", "ChildFailed", "at_batch"]
 
 Probe = Callable[[int], int]  # batch -> its step's peak bytes (raises when it cannot run)
 
@@ -127,7 +127,9 @@ def capacity_bytes(device: str, base: MemoryProfile) -> tuple[int | None, str]:
                               f"resident state {resident / 2**30:.2f} GiB (approximate)")
 
 
-def _at_batch(w: Workload, batch: int) -> Workload:
+def at_batch(w: Workload, batch: int) -> Workload:
+    """`w` at `batch`: a factory's build at that batch, else its inputs repeated (a
+    whole number of times its batch, at least once)."""
     if w.factory is not None:
         return call_factory(w.name, w.factory, batch, w.device, w.description)
     assert w.batch_size
@@ -194,7 +196,7 @@ def fit_batch(w: Workload, *, measure: Callable[[Workload], MemoryProfile] = mea
         free_memory(w.device)
         held_here = allocated_bytes(w.device)  # the workload's own, kept in this process
         base = held_here if probe is None else None
-        run = probe or (lambda b: measure(_at_batch(w, b)).peak_bytes)
+        run = probe or (lambda b: measure(at_batch(w, b)).peak_bytes)
         fit.checked = check_sizes(run, w.device, predicted, say)
         if probe is not None and held_here:
             # a fresh process runs beside this one, which keeps its workload (and its

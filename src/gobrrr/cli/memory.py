@@ -14,7 +14,8 @@ _HELP = f"""What uses the memory of one step: its peak bytes of live tensors and
 peak, parameters, gradients, optimizer state, activations and temporaries, and each
 module's activations (torch's MemTracker over one call after a warm one; on CUDA beside
 the allocator's peak); with --fit, the batch that fits; with --fit-seq-len (an hf:
-sequence model), the longest sequence that fits; with --remedies, what the memory
+sequence model), the longest sequence that fits; with --fit --throughput, the step's
+samples/s at doubling batches up to the batch that fits; with --remedies, what the memory
 buys: activation checkpointing per block (full and selective), zero_grad(set_to_none),
 a fused optimizer, bf16, expandable segments, each on a copy, verified, its peak and
 step time against the plain step's.
@@ -33,6 +34,11 @@ step time against the plain step's.
               help="Also the batch that fits: the step at this batch and twice it, bytes "
                    "per sample, the largest batch predicted to fit the memory this "
                    "process can use (run to check it on CUDA).")
+@click.option("--throughput", is_flag=True,
+              help="With --fit: also the step's time and samples/s at this batch and at "
+                   "doubling batches up to the batch that fits (each in a fresh process on "
+                   "CUDA; a short ladder on CPU), the gain at the batch that fits and the "
+                   "batch from which a doubling buys under 10% more samples/s.")
 @click.option("--fit-seq-len", is_flag=True,
               help="Also the sequence length that fits (an hf: target): the step at "
                    "--seq-len, twice and four times it, a quadratic in the length, the "
@@ -49,8 +55,8 @@ step time against the plain step's.
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def memory(target: str | None, device: str, batch_size: int | None, seq_len: int | None,
            image_size: int | None, dtype: str | None, train: bool, fit: bool,
-           fit_seq_len: bool, remedies: bool, only: tuple[str, ...], as_json: bool,
-           quiet: bool) -> None:
+           throughput: bool, fit_seq_len: bool, remedies: bool, only: tuple[str, ...],
+           as_json: bool, quiet: bool) -> None:
     """What uses the memory of one step (help: _HELP)."""
     from gobrrr.cli.common import (
         deliver,
@@ -68,6 +74,11 @@ def memory(target: str | None, device: str, batch_size: int | None, seq_len: int
         from gobrrr.show.terminal import print_memory
 
         say = progress_printer(quiet)
+        if throughput and not fit:
+            from gobrrr.errors import UserError
+
+            raise UserError("--throughput climbs to the batch that fits: give it with --fit "
+                            "(gobrrr memory TARGET --fit --throughput)")
         if only:  # an unknown name fails before any measurement
             from gobrrr.memory_remedies import select
 
@@ -77,8 +88,13 @@ def memory(target: str | None, device: str, batch_size: int | None, seq_len: int
 
             raise UserError("--fit-seq-len takes an hf: sequence model (e.g. hf:gpt2), "
                             f"not {target or 'the built-in example'}")
-        w = load_announced(target, resolve_device(device), batch_size,
-                           ModelOptions(seq_len, image_size, dtype, train), say)
+        opts = ModelOptions(seq_len, image_size, dtype, train)
+        w = load_announced(target, resolve_device(device), batch_size, opts, say)
+        if throughput and target:
+            from gobrrr.remedies.compile_child import reload_spec
+
+            # how a fresh process builds this target again at each batch of the ladder
+            w.reload = reload_spec(target, w.device, batch_size, opts)
         say("one warm call, then one call with every tensor storage followed (MemTracker)")
         prof = measure_memory(w)
         d = {"schema": "gobrrr.memory", "workload": w.to_dict(), **prof.to_dict()}
@@ -91,7 +107,12 @@ def memory(target: str | None, device: str, batch_size: int | None, seq_len: int
                      *(["--image-size", str(image_size)] if image_size else []),
                      *(["--dtype", dtype] if dtype else []), *(["--train"] if train else [])]
             probe = child_probe(target, w.device, words) if target else None
-            d["fit"] = fit_batch(w, probe=probe, progress=say).to_dict()
+            fitted = fit_batch(w, probe=probe, progress=say)
+            d["fit"] = fitted.to_dict()
+            if throughput:
+                from gobrrr.memory_throughput import throughput_ladder
+
+                d["fit"]["throughput"] = throughput_ladder(w, fitted, progress=say).to_dict()
         if fit_seq_len:
             d["fit_seq_len"] = _fit_seq_len(target, w, batch_size, seq_len, image_size,
                                             dtype, train, say)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["printable", "console", "print_table", "print_ceilings", "print_report",
            "print_optimize", "print_comparison", "print_lab", "print_comm_ceilings",
            "print_projection", "print_distributed", "print_memory",
-           "print_memory_remedies"]
+           "print_memory_remedies", "print_throughput"]
 
 
 
@@ -705,6 +705,8 @@ def print_memory(d: dict[str, Any]) -> None:
             out.print(f"  checked batch {c['batch']} ({key.replace('_', ' ')}): {escape(what)}")
         for note in fit.get("notes", []):
             out.print(f"[dim]note: {escape(note)}[/dim]")
+        if fit.get("throughput"):
+            print_throughput(out, fit["throughput"])
     seq = d.get("fit_seq_len")  # memory --fit-seq-len (memory_seq.py)
     if seq:
         out.print("peak by sequence length: " + " · ".join(
@@ -728,6 +730,52 @@ def print_memory(d: dict[str, Any]) -> None:
     if d.get("remedies") is not None:  # memory --remedies (memory_remedies.py)
         print_memory_remedies(out, d["remedies"], d.get("remedies_notes", []))
     for note in d.get("notes", []):
+        out.print(f"[dim]note: {escape(note)}[/dim]")
+
+
+def print_throughput(out: Any, tp: dict[str, Any]) -> None:
+    """`gobrrr memory --fit --throughput`: the step's time and samples/s at each batch of
+    the ladder (memory_throughput.Throughput's dict), the gain at the batch that fits
+    and the knee, as measured."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    rungs = tp["rungs"]
+    base = rungs[0] if rungs and rungs[0].get("samples_per_s") else None
+    t = Table(title=f"what a larger batch buys (gobrrr's timer, {tp['where']})",
+              title_justify="left", show_edge=False)
+    for col in ("batch", "step", "samples/s", f"vs batch {rungs[0]['batch']}" if rungs
+                else "vs today", "spread"):
+        t.add_column(col, justify="right")
+    for r in rungs:
+        sps = r.get("samples_per_s")
+        if sps is None:
+            t.add_row(str(r["batch"]), "out of memory" if r.get("oom") else "failed",
+                      "-", "-", "-")
+            continue
+        t.add_row(str(r["batch"]), fmt_s(r["step_s"]), fmt_num(sps),
+                  f"{sps / base['samples_per_s']:.2f}x" if base else "-",
+                  "-" if r.get("rel_iqr") is None else
+                  f"{100 * r['rel_iqr']:.0f}%" + (" (noisy)" if r.get("noisy") else ""))
+    print_table(out, t)
+    top, today = tp.get("fit_batch"), rungs[0]["batch"] if rungs else None
+    if tp.get("gain_at_fit") is not None:
+        out.print(f"[bold]batch {top} (the batch that fits, {escape(tp['fit_source'])}) runs "
+                  f"{tp['gain_at_fit']:.2f}x the samples/s of batch {today}[/bold]")
+    elif tp.get("gain_at_largest_timed") is not None and tp["largest_timed_batch"] != today:
+        out.print(f"batch {tp['largest_timed_batch']} (the largest timed; the batch that "
+                  f"fits: {top or '-'}) runs {tp['gain_at_largest_timed']:.2f}x the "
+                  f"samples/s of batch {today}")
+    pct = round(100 * (tp["knee_gain"] - 1))
+    if tp.get("knee_batch") is not None:
+        out.print(f"[bold]from batch {tp['knee_batch']} a doubling buys under {pct}% more "
+                  "samples/s[/bold] (the step has turned compute- or bandwidth-bound there)")
+    elif tp.get("doublings_timed"):
+        out.print(f"each of the {tp['doublings_timed']} doublings timed, up to batch "
+                  f"{tp['largest_timed_batch']}, bought "
+                  f"{pct}% or more samples/s (no knee: still short of compute- or "
+                  "bandwidth-bound)")
+    for note in tp.get("notes", []):
         out.print(f"[dim]note: {escape(note)}[/dim]")
 
 
