@@ -159,3 +159,15 @@ def _sigint_handler_kept():
         signal.signal(signal.SIGINT, before)
         warnings.warn(f"gobrrr-test: this test left the SIGINT handler as {after!r} "
                       f"(was {before!r}): put back", stacklevel=1)
+
+
+@pytest.fixture
+def round_cuda_ceilings():
+    """A CUDA machine of round numbers, for exact arithmetic in prediction tests: fp32 50,
+    tf32 350, bf16 700 TFLOP/s; 1 TB/s; 5 us per tiny op."""
+    from gobrrr.hardware import Ceilings
+
+    return Ceilings(device="cuda", fingerprint={"name": "test"},
+                    peak_flops_per_s={"fp32": 50e12, "tf32": 350e12, "bf16": 700e12},
+                    bandwidth_bytes_per_s=1e12, op_overhead_s=5e-6, python_ops_per_s=1e7,
+                    measured_at="t", calibrate_s=0.0)

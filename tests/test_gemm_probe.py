@@ -7,7 +7,6 @@ import torch
 from gobrrr.budget import Budget, CallRow
 from gobrrr.counting import count
 from gobrrr.gemm_probe import GemmShape, GemmTimes, probe_gemms, shape_of, shapes_by_flops
-from gobrrr.hardware import Ceilings
 from gobrrr.verdict import remedies_for
 
 
@@ -36,14 +35,7 @@ def test_shapes_come_most_flops_first_and_only_fp32():
     assert got[0].ratio("tf32") == 0.5 and got[0].ratio("bf16") == 0.25
 
 
-def ceilings():
-    return Ceilings(device="cuda", fingerprint={"name": "test"},
-                    peak_flops_per_s={"fp32": 50e12, "tf32": 350e12, "bf16": 700e12},
-                    bandwidth_bytes_per_s=1e12, op_overhead_s=5e-6, python_ops_per_s=1e7,
-                    measured_at="t", calibrate_s=0.0)
-
-
-def test_precision_predictions_take_the_shapes_measured_ratio():
+def test_precision_predictions_take_the_shapes_measured_ratio(round_cuda_ceilings):
     # one fp32 mm of 90 us (10 us idle): at the peaks' ratios TF32 (7x) saves 77.1 us,
     # 100 / 22.9 = 4.38x; bf16 (14x) 100 / 16.4 = 6.09x. Timed at its shape TF32 ran 2x
     # and bf16 4x faster: 100 / (10 + 45) = 1.82x and 100 / (10 + 22.5) = 3.08x
@@ -55,11 +47,11 @@ def test_precision_predictions_take_the_shapes_measured_ratio():
                compute_s_by_unit={"fp32": 90e-6},
                per_call=[CallRow(rec.index, rec.op, rec.module, rec.phase, rec.op_class,
                                  "compute", 90e-6, rec.flops, rec.bytes, 0.0)])
-    r = {x.name: x for x in remedies_for(b, counts, ceilings(), "cuda", None, None)}
+    r = {x.name: x for x in remedies_for(b, counts, round_cuda_ceilings, "cuda", None, None)}
     assert r["TF32 matmuls"].predicted_speedup == pytest.approx(100 / (100 - 90 * 6 / 7))
     assert r["bf16 autocast"].predicted_speedup == pytest.approx(100 / (100 - 90 * 13 / 14))
     b.gemm_times = [GemmTimes(GemmShape(1, 64, 16, 32), 4e-6, 2e-6, 1e-6)]
-    r = {x.name: x for x in remedies_for(b, counts, ceilings(), "cuda", None, None)}
+    r = {x.name: x for x in remedies_for(b, counts, round_cuda_ceilings, "cuda", None, None)}
     assert r["TF32 matmuls"].predicted_speedup == pytest.approx(100 / 55)
     assert r["bf16 autocast"].predicted_speedup == pytest.approx(100 / 32.5)
     assert r["TF32 matmuls"].basis == ("fp32 matmul time 90 us: 90 us of it in 1 GEMM "

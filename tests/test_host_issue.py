@@ -10,7 +10,6 @@ from gobrrr.budget import Budget
 from gobrrr.counting import count
 from gobrrr.experiments import GraphReplay
 from gobrrr.gains import Gain, combine, gain_from_saved
-from gobrrr.hardware import Ceilings
 from gobrrr.host_issue import BLOCKED_SHARE, SAMPLES, measure_host_issue
 from gobrrr.verdict import remedies_for
 
@@ -114,14 +113,7 @@ def test_a_replay_leaves_what_it_says_and_combines():
     assert alone.speedup == pytest.approx(100 / 44)
 
 
-def ceilings():
-    return Ceilings(device="cuda", fingerprint={"name": "test"},
-                    peak_flops_per_s={"fp32": 50e12, "tf32": 350e12, "bf16": 700e12},
-                    bandwidth_bytes_per_s=1e12, op_overhead_s=5e-6, python_ops_per_s=1e7,
-                    measured_at="t", calibrate_s=0.0)
-
-
-def test_remedies_on_cuda_take_the_floor_and_graphs_lift_it():
+def test_remedies_on_cuda_take_the_floor_and_graphs_lift_it(round_cuda_ceilings):
     # one fp32 matmul of 90 us of compute, 10 us idle, issued in 50 us: TF32 (7x the fp32
     # peak) would leave 100 - 90 x 6/7 = 22.9 us, floored at 50 us: 2.00x; a measured
     # replay (100 -> 90 us) removes the issuing and the idle: 100 / 90
@@ -129,7 +121,7 @@ def test_remedies_on_cuda_take_the_floor_and_graphs_lift_it():
     counts = count(lambda: x @ w)
     b = budget(10e-6, 0.0, 90e-6, host_issue_s=50e-6, by_unit={"fp32": 90e-6})
     graph = GraphReplay(True, None, 100e-6, 90e-6, 100 / 90, 100 / 90, True)
-    r = {x.name: x for x in remedies_for(b, counts, ceilings(), "cuda", None, graph)}
+    r = {x.name: x for x in remedies_for(b, counts, round_cuda_ceilings, "cuda", None, graph)}
     assert r["TF32 matmuls"].predicted_speedup == pytest.approx(2.0)
     assert r["CUDA graphs"].predicted_speedup == pytest.approx(100 / 90)
 
