@@ -13,6 +13,13 @@ process (a process's exit frees what a step held):
 
     PYTHONPATH=src python3 benchmarks/memory_table.py --out DIR [--cases a,b]
     python3 benchmarks/memory_table.py --table DIR --json F --md F
+    PYTHONPATH=src python3 benchmarks/memory_table.py --out DIR --throughput [--cases a,b]
+
+--throughput (issue 26 item 3): at each case's first batch only, `gobrrr memory ... --fit
+--throughput`: the step's samples/s at doubling batches up to the batch that fits, each
+in a fresh process (DIR/CASE_throughput.json, and DIR/throughput.json: per case the
+rungs, the knee and the gain); gobrrr's progress lines (each rung's time as it is
+measured) pass through to stderr, so a run stopped at its timeout still shows them.
 
 BENCH_DEVICE=cpu runs the small smoke cases on CPU (the allocator figures and the fit
 check are CUDA's; the script's logic only).
@@ -63,6 +70,56 @@ def gobrrr_memory(case: Case, batch: int, fit: bool, timeout_s: float) -> dict[s
     d: dict[str, Any] = json.loads(p.stdout)
     d["seconds"] = time.perf_counter() - t0
     return d
+
+
+def gobrrr_throughput(case: Case, timeout_s: float) -> dict[str, Any]:
+    """`gobrrr memory --fit --throughput` at the case's first batch, stderr passed
+    through; stopped with its process group (the ladder's child too) at `timeout_s`."""
+    import signal
+
+    batch = case.batches[0]
+    cmd = [sys.executable, "-m", "gobrrr", "memory", case.target, "--batch-size", str(batch),
+           "--device", DEV, *case.options, "--json", "--fit", "--throughput"]
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return {"error": f"no result within {timeout_s:.0f} s (the rungs measured are in "
+                         "the log)", "seconds": time.perf_counter() - t0}
+    if p.returncode != 0:
+        return {"error": f"exit {p.returncode} (its reason is in the log)",
+                "seconds": time.perf_counter() - t0}
+    d: dict[str, Any] = json.loads(out)
+    d["seconds"] = time.perf_counter() - t0
+    return d
+
+
+def run_throughput(names: list[str], cases: dict[str, Case], out: Path,
+                   timeout_s: float) -> None:
+    path = out / "throughput.json"
+    rows = json.loads(path.read_text()) if path.exists() else []
+    for name in names:
+        case = cases[name]
+        print(f"[{time.strftime('%H:%M:%S')}] {name} batch {case.batches[0]} --fit "
+              "--throughput", file=sys.stderr, flush=True)
+        d = gobrrr_throughput(case, timeout_s)
+        (out / f"{name}_throughput.json").write_text(json.dumps(d, indent=1))
+        fit = d.get("fit") or {}
+        tp = fit.get("throughput") or {}
+        row = {"case": name, "workload": f"{case.target} {' '.join(case.options)}".strip(),
+               "batch": case.batches[0], "predicted_max_batch": fit.get("predicted_max_batch"),
+               "fit_batch": tp.get("fit_batch"), "fit_source": tp.get("fit_source"),
+               "rungs": [{k: r.get(k) for k in ("batch", "step_s", "samples_per_s", "error")}
+                         for r in tp.get("rungs", [])],
+               "knee_batch": tp.get("knee_batch"), "gain_at_fit": tp.get("gain_at_fit"),
+               "gain_at_largest_timed": tp.get("gain_at_largest_timed"),
+               "seconds": d.get("seconds"), "error": d.get("error")}
+        print(f"   {row}", file=sys.stderr, flush=True)
+        rows = [r for r in rows if r["case"] != name] + [row]
+        path.write_text(json.dumps(rows, indent=1))  # kept as each case ends
 
 
 def measured_max_batch(fit: dict[str, Any]) -> tuple[int | None, str]:
@@ -146,6 +203,8 @@ def main() -> int:
     ap.add_argument("--table", type=Path)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
+    ap.add_argument("--throughput", action="store_true",
+                    help="the first batch of each case with --fit --throughput only")
     a = ap.parse_args()
     if a.table:
         table(a.table, a.json, a.md)
@@ -153,6 +212,9 @@ def main() -> int:
     cases = SMOKE if DEV == "cpu" else CASES
     names = [c for c in a.cases.split(",") if c] or list(cases)
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.throughput:
+        run_throughput(names, cases, a.out, a.timeout_s)
+        return 0
     rows_path = a.out / "rows.json"
     rows = json.loads(rows_path.read_text()) if rows_path.exists() else []
     for n in names:

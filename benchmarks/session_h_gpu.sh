@@ -8,6 +8,11 @@
 #   OUT=$OUT bash benchmarks/session_h_gpu.sh opt60a   # issue 24: gobrrr at --budget-s 60, 4 rows
 #   OUT=$OUT bash benchmarks/session_h_gpu.sh opt60b   #           the other 5 rows
 #   OUT=$OUT bash benchmarks/session_h_gpu.sh mem CASE # issue 26: memory_table.py case(s)
+#   OUT=$OUT bash benchmarks/session_h_gpu.sh mem-throughput [CASES] # issue 26 item 3:
+#        memory --fit --throughput at the case's first batch (GPT-2 small training 4 x 512,
+#        ResNet-50 training 32; default both, 280 s each): samples/s at doubling batches
+#        up to the batch that fits, the knee, the gain ($OUT/memory/throughput.json,
+#        CASE_throughput.json; each rung's time in the log as it is measured)
 #   OUT=$OUT bash benchmarks/session_h_gpu.sh run      # issue 22: benchmarks/run_gpu.sh again
 #        after the report moved to a child process (the CUDA test, GPT-2 and ResNet-50
 #        scripts, the overhead after the window)
@@ -18,7 +23,7 @@
 # fixed hand search (all nine hand sides exist: only to re-measure).
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
-part=${1:?pred, opt60a, opt60b, hand, mem or run}
+part=${1:?pred, opt60a, opt60b, hand, mem, mem-throughput or run}
 exec > >(tee "$OUT/session_h-$part.log") 2>&1
 python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/*.whl 2>&1 | tail -1
 export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -34,6 +39,10 @@ hand) SIDES=hand timeout 580 bash benchmarks/optimize_models.sh vit_b16_b32 resn
         gpt2_train_8x256 ;;
 mem) timeout 580 python3 benchmarks/memory_table.py --out "$OUT/memory" --cases "${2:?case}" \
        --timeout-s 560 ;;
+mem-throughput) cases=${2:-gpt2_train_512,resnet50_train}
+    [[ $cases == *,* ]] && per=280 || per=560
+    timeout 580 python3 benchmarks/memory_table.py --out "$OUT/memory" --throughput \
+      --cases "$cases" --timeout-s "$per" ;;
 run) timeout 580 bash benchmarks/run_gpu.sh ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
