@@ -36,7 +36,12 @@ from gobrrr.remedies.base import (
     switches_on,
     workload_facts,
 )
-from gobrrr.remedies.compile_child import START_S, ChildCompile, compile_in_child
+from gobrrr.remedies.compile_child import (
+    RECOMPILE_FACTOR,
+    START_S,
+    ChildCompile,
+    compile_in_child,
+)
 from gobrrr.remedies.evaluate import Reference, evaluate, make_reference
 from gobrrr.remedies.plan import (
     MODE_FACTOR,
@@ -380,30 +385,50 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
 
 def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildProbe,
                             deadline: float, say: Progress) -> float | RemedyResult | None:
-    """The probe's compile in a child process, stopped at the deadline: its seconds
-    (the search then compiles from the caches it filled), None when the child failed
-    (the search compiles in process, as without a child), or the candidate's row when
-    it was stopped or too little time was left to start it."""
+    """The probe's compile in a child process, stopped when what is left after it could
+    no longer hold the compile again here (RECOMPILE_FACTOR of the child's time) and the
+    measuring: its seconds (the search then compiles from the caches it filled), None
+    when the child failed (the search compiles in process, as without a child), or the
+    candidate's row when it was stopped, or too little time was left to start it or to
+    compile it again here."""
     left_s = deadline - time.perf_counter()
     regime = "+".join(dict.fromkeys(s.regime for s in combo))
+
+    def skipped(reason: str) -> RemedyResult:
+        return RemedyResult(opt.name, regime, "skipped", reason, components=opt.components)
+
     if left_s < START_S:
-        return RemedyResult(opt.name, regime, "skipped", (
-            f"{left_s:.0f} s of --budget-s left: too little to start its compile in a "
-            "child process, and a compile in this one cannot be stopped"),
-            components=opt.components)
-    say(f"  compiling first in a child process (stopped at the deadline, "
-        f"{left_s:.0f} s from now)")
-    got = child(combo, left_s)
+        return skipped(f"{left_s:.0f} s of --budget-s left: too little to start its "
+                       "compile in a child process, and a compile in this one cannot be "
+                       "stopped")
+    # the child's wait t (its start included) and the compile again here (at most
+    # RECOMPILE_FACTOR x t) and the measuring must fit in what is left
+    child_limit_s = max(0.0, left_s - opt.measure_s) / (1.0 + RECOMPILE_FACTOR)
+    say(f"  compiling first in a child process (stopped {child_limit_s:.0f} s from now: "
+        f"the time to compile it again here from its caches must be left)")
+    got = child(combo, child_limit_s)
     if got.timed_out:
-        row = RemedyResult(opt.name, regime, "skipped", (
+        row = skipped(
             f"abandoned: its compile in a child process had not finished after "
-            f"{got.waited_s:.0f} s, when the --budget-s deadline came (stopped there: a "
-            "compile in this process could not have been)"), components=opt.components)
+            f"{got.waited_s:.0f} s, when too little of --budget-s was left to compile it "
+            f"again in this process (~{RECOMPILE_FACTOR:g}x the child's time) and measure "
+            "it (stopped there: a compile in this process could not have been)")
         row.checks["child_compile_s"] = None
         return row
     if got.compile_s is None:
         say(f"  the child failed ({got.error}): compiling in this process")
         return None
+    again_s = RECOMPILE_FACTOR * got.compile_s
+    left_s = deadline - time.perf_counter()
+    if again_s + opt.measure_s > left_s:
+        row = skipped(
+            f"compiled in {got.compile_s:.1f} s in a child process; compiling it again "
+            f"here from its caches (~{again_s:.0f} s, {RECOMPILE_FACTOR:g}x the child's) "
+            f"and measuring it (~{opt.measure_s:.0f} s) do not fit in the {left_s:.0f} s "
+            "of --budget-s left, and a compile in this process cannot be stopped")
+        row.checks["child_compile_s"] = got.compile_s
+        row.compile_s = got.compile_s  # later estimates scale it (_record)
+        return row
     say(f"  compiled in {got.compile_s:.1f} s in a child process; again here, from "
         "its caches")
     return got.compile_s
