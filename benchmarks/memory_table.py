@@ -12,7 +12,7 @@ process (a process's exit frees what a step held):
   the next size up also ran, the largest that ran is at least that size (`at_least`).
 
     PYTHONPATH=src python3 benchmarks/memory_table.py --out DIR [--cases a,b]
-    python3 benchmarks/memory_table.py --table DIR --json F --md F
+    python3 benchmarks/memory_table.py --table DIR [DIR|ROWS.json ...] --json F --md F
     PYTHONPATH=src python3 benchmarks/memory_table.py --out DIR --throughput [--cases a,b]
 
 --throughput (issue 26 item 3): at each case's first batch only, `gobrrr memory ... --fit
@@ -20,6 +20,13 @@ process (a process's exit frees what a step held):
 in a fresh process (DIR/CASE_throughput.json, and DIR/throughput.json: per case the
 rungs, the knee and the gain); gobrrr's progress lines (each rung's time as it is
 measured) pass through to stderr, so a run stopped at its timeout still shows them.
+
+--table reads each DIR's rows.json, or when it has none its rows_*.json (one per device
+call, when the cases ran in separate calls), or a rows file given itself; the rows are
+ordered by case (CASES' order) and batch. A DIR's throughput.json (and its
+CASE_throughput.json beside it, for each rung's spread) becomes a second table. Text
+below the line HAND_MARK in an existing --md file is kept: the explanation written by
+hand survives a rebuild.
 
 BENCH_DEVICE=cpu runs the small smoke cases on CPU (the allocator figures and the fit
 check are CUDA's; the script's logic only).
@@ -114,7 +121,8 @@ def run_throughput(names: list[str], cases: dict[str, Case], out: Path,
                "fit_batch": tp.get("fit_batch"), "fit_source": tp.get("fit_source"),
                "rungs": [{k: r.get(k) for k in ("batch", "step_s", "samples_per_s", "error")}
                          for r in tp.get("rungs", [])],
-               "knee_batch": tp.get("knee_batch"), "gain_at_fit": tp.get("gain_at_fit"),
+               "knee_batch": tp.get("knee_batch"), "knee_gain": tp.get("knee_gain"),
+               "gain_at_fit": tp.get("gain_at_fit"),
                "gain_at_largest_timed": tp.get("gain_at_largest_timed"),
                "seconds": d.get("seconds"), "error": d.get("error")}
         print(f"   {row}", file=sys.stderr, flush=True)
@@ -170,8 +178,84 @@ def _pct(pred: float | None, meas: float | None) -> str:
     return "-" if not pred or not meas else f"{(pred - meas) / meas:+.1%}"
 
 
-def table(d: Path, json_out: Path, md_out: Path) -> None:
-    rows = json.loads((d / "rows.json").read_text())
+HAND_MARK = "<!-- written by hand below: kept by memory_table.py --table -->"
+
+
+def read_rows(paths: list[Path]) -> tuple[list[dict[str, Any]], list[Path]]:
+    """The rows of every rows file named or found in the dirs, ordered by case and batch,
+    and the dirs (for their throughput.json)."""
+    files: list[Path] = []
+    dirs: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            dirs.append(p)
+            files += [p / "rows.json"] if (p / "rows.json").exists() else sorted(
+                p.glob("rows_*.json"))
+        else:
+            files.append(p)
+    if not files:
+        raise SystemExit(f"no rows.json or rows_*.json in {', '.join(map(str, paths))}")
+    rows = [r for f in files for r in json.loads(f.read_text())]
+    order = {n: i for i, n in enumerate([*CASES, *SMOKE])}
+    rows.sort(key=lambda r: (order.get(r.get("case", ""), len(order)), r.get("case", ""),
+                             r["batch"]))
+    return rows, dirs
+
+
+def throughput_lines(d: Path) -> list[str]:
+    """throughput.json of one dir as a table per case: each rung's step, samples/s, the gain
+    over the case's batch and over the rung before; the knee and the gain at the fit."""
+    path = d / "throughput.json"
+    if not path.exists():
+        return []
+    lines = ["", "## What a larger batch buys (`gobrrr memory --fit --throughput`)", "",
+             "The step timed at the case's batch and at doubling batches up to the batch "
+             "that fits (gobrrr's timer, no profiler).",
+             f"From `{path.as_posix()}`."]
+    for t in json.loads(path.read_text()):
+        full = d / f"{t['case']}_throughput.json"
+        tp = ((json.loads(full.read_text()).get("fit") or {}).get("throughput") or {}
+              if full.exists() else {})
+        spread = {r["batch"]: r for r in tp.get("rungs", [])}
+        knee_gain = t.get("knee_gain") or tp.get("knee_gain")
+        where = f" ({tp['where']})" if tp.get("where") else ""
+        lines += ["", f"### {t['workload']}, batch {t['batch']}{where}", "",
+                  "| batch | step ms | samples/s | x batch " + str(t["batch"]) +
+                  " | x the rung before | spread (IQR / median) |",
+                  "|---|---|---|---|---|---|"]
+        rungs = [r for r in t["rungs"] if r.get("samples_per_s")]
+        base = rungs[0]["samples_per_s"] if rungs else None
+        for i, r in enumerate(t["rungs"]):
+            if not r.get("samples_per_s"):
+                lines.append(f"| {r['batch']} | - | - | - | - | {r.get('error') or '-'} |")
+                continue
+            prev = t["rungs"][i - 1].get("samples_per_s") if i else None
+            step_up = f"{r['samples_per_s'] / prev:.2f}x" if prev else "-"
+            s = spread.get(r["batch"], {})
+            iqr = (f"{s['rel_iqr']:.2%}{' (noisy)' if s.get('noisy') else ''}"
+                   if s.get("rel_iqr") is not None else "-")
+            lines.append(f"| {r['batch']} | {r['step_s'] * 1e3:.1f} | "
+                         f"{r['samples_per_s']:.1f} | {r['samples_per_s'] / base:.2f}x | "
+                         f"{step_up} | {iqr} |")
+        knee = (f"from batch {t['knee_batch']} a doubling buys under "
+                f"{knee_gain - 1:.0%} more samples/s" if t.get("knee_batch") and knee_gain
+                else "no knee: every doubling timed bought "
+                     f"{f'{knee_gain - 1:.0%} or more' if knee_gain else 'more'}")
+        if t.get("gain_at_fit"):
+            gain = (f"batch {t['fit_batch']} (the batch that fits, {t['fit_source']}) runs "
+                    f"{t['gain_at_fit']:.2f}x the samples/s of batch {t['batch']}")
+        elif t.get("gain_at_largest_timed") and rungs:
+            gain = (f"the ladder stopped short of the batch that fits ({t.get('fit_batch')}); "
+                    f"batch {rungs[-1]['batch']} runs {t['gain_at_largest_timed']:.2f}x the "
+                    f"samples/s of batch {t['batch']}")
+        else:
+            gain = f"none measured ({t.get('error') or 'no rung ran'})"
+        lines += ["", f"Knee: {knee}. Gain: {gain}."]
+    return lines
+
+
+def table(paths: list[Path], json_out: Path, md_out: Path) -> None:
+    rows, dirs = read_rows(paths)
     keep = ("workload", "batch", "predicted_peak_bytes", "measured_peak_bytes",
             "predicted_max_batch", "measured_max_batch")
     json_out.write_text(json.dumps([{k: r.get(k) for k in keep} | {
@@ -191,7 +275,12 @@ def table(d: Path, json_out: Path, md_out: Path) -> None:
             f"{_pct(r.get('predicted_peak_bytes'), r.get('measured_peak_bytes'))} | "
             f"{r.get('predicted_max_batch') or '-'} | {r.get('measured_max_batch') or '-'} | "
             f"{_pct(r.get('predicted_max_batch'), r.get('measured_max_batch'))} |")
-    md_out.write_text("\n".join(lines) + "\n")
+    for d in dirs:
+        lines += throughput_lines(d)
+    hand = ""
+    if md_out.exists() and HAND_MARK in (old := md_out.read_text()):
+        hand = "\n" + old[old.index(HAND_MARK):]
+    md_out.write_text("\n".join(lines) + "\n" + hand)
     print("\n".join(lines))
 
 
@@ -200,7 +289,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--cases", default="")
     ap.add_argument("--timeout-s", type=float, default=900.0)
-    ap.add_argument("--table", type=Path)
+    ap.add_argument("--table", type=Path, nargs="+",
+                    help="dirs (their rows.json, else rows_*.json) or rows files")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
     ap.add_argument("--throughput", action="store_true",
