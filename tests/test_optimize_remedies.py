@@ -220,8 +220,11 @@ def test_doctor_and_optimize_predict_the_same_numbers_from_one_budget():
     res = optimize_workload(w, report=report, budget_s=1.0)
     optimize = {r.name: r.predicted_speedup for r in res.remedies}
     assert {n: optimize[n] for n in doctor} == doctor
+    # the batch advice is there only when the batch experiment found 2x the batch worth
+    # it, which on a loaded machine it may not (a measurement, not this test's point)
+    advice = {"batch_size": "advice"} if "batch_size" in doctor else {}
     assert {r.name: r.status for r in res.remedies if r.name in doctor} == dict.fromkeys(
-        doctor, "skipped") | {"batch_size": "advice"}
+        doctor, "skipped") | advice
 
 
 # ---------------------------------------------------------------- the whole run
