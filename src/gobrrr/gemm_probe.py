@@ -28,6 +28,9 @@ GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 MAX_SHAPES = 16  # the shapes with the most FLOPs; the rest keep the peak ratio
 REPS = 20  # timed calls per shape and format, after WARM
 WARM = 3
+# The GPU kept busy before each timed GEMM: enough for the host to record the start
+# event and launch the GEMM behind it (tens of microseconds), short against the probe.
+HOLD_S = 5e-4
 
 
 @dataclass(frozen=True)
@@ -101,15 +104,22 @@ def probe_gemms(shapes: Sequence[GemmShape],
 
 def _cuda_time(shape: GemmShape, fmt: str) -> float:
     """Median seconds of one GEMM of `shape` in `fmt` on the current CUDA device, TF32
-    set only around it (gobrrr.settings restores the user's flag)."""
+    set only around it (gobrrr.settings restores the user's flag). Each timed GEMM is
+    queued behind a sleep kernel (HOLD_S), so that its start event fires when the GPU
+    reaches it, not when the host records it on an idle GPU: timed that way, ViT-B/16's
+    32x1000x768 GEMM (12.4 us in the workload) read 40-65 us on the H200, the host's
+    launch included, and every format's ratio went towards 1 (MLP 16k: TF32 2.97x where
+    the workload measured 3.85x)."""
     import torch
 
+    from gobrrr.host_issue import cuda_hold
     from gobrrr.settings import tf32
 
     dtype = torch.bfloat16 if fmt == "bf16" else torch.float32
     a = torch.randn(shape.batch, shape.m, shape.k, device="cuda", dtype=dtype)
     b = torch.randn(shape.batch, shape.k, shape.n, device="cuda", dtype=dtype)
     mult = torch.bmm if shape.batch > 1 else (lambda x, y: torch.mm(x[0], y[0]))
+    hold = cuda_hold()
     times = []
     with tf32(fmt == "tf32"):
         for _ in range(WARM):
@@ -117,6 +127,8 @@ def _cuda_time(shape: GemmShape, fmt: str) -> float:
         for _ in range(REPS):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            if hold is not None:
+                hold(HOLD_S)
             start.record()
             mult(a, b)
             end.record()
