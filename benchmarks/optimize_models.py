@@ -307,7 +307,11 @@ def run_gobrrr(case_name: str, out: Path, budget_s: float) -> dict[str, Any]:
                 "diagnose_s": d["diagnose_s"], "optimize_s": d["optimize_s"],
                 "remedies": [{k: r.get(k) for k in ("name", "status", "predicted_speedup",
                                                     "measured_speedup", "compile_s",
-                                                    "reason")} for r in d["remedies"]]}
+                                                    "reason")}
+                             # the plan's tier and estimate, and a child's compile time
+                             | {k: (r.get("checks") or {}).get(k)
+                                for k in ("plan", "child_compile_s")}
+                             for r in d["remedies"]]}
     else:
         res |= {"best": "error", "speedup": None, "error": proc.stderr[-2000:]}
     print(f"{case_name}: GOBRRR BEST {res['best']} {res['speedup']} in {seconds:.0f} s "
