@@ -15,13 +15,17 @@ from gobrrr.verdict import remedies_for
 
 
 class FakeGPU:
-    """A host clock and a GPU held busy by `hold`: a call issues in `issue_s` of host
-    time, or, when it waits for the GPU, until the hold has run out."""
+    """A host clock and a GPU held busy by `hold`: a call queues `device_s` of kernels
+    behind what the GPU has (as if issued at once) and takes `issue_s` of host time;
+    `waits`: it waits for the GPU at its end (a .item() of its result), `waits_first`:
+    at its start (a check of an input on the host)."""
 
-    def __init__(self, issue_s: float, waits: bool = False) -> None:
+    def __init__(self, issue_s: float, waits: bool = False, device_s: float = 0.0,
+                 waits_first: bool = False) -> None:
         self.now = 0.0
         self.busy_until = 0.0
-        self.issue_s, self.waits = issue_s, waits
+        self.issue_s, self.waits, self.device_s = issue_s, waits, device_s
+        self.waits_first = waits_first
         self.calls = 0
 
     def clock(self) -> float:
@@ -35,6 +39,9 @@ class FakeGPU:
 
     def call(self) -> None:
         self.calls += 1
+        if self.waits_first:
+            self.sync()
+        self.busy_until = max(self.busy_until, self.now) + self.device_s
         self.now += self.issue_s
         if self.waits:
             self.sync()
@@ -50,14 +57,32 @@ def test_issue_time_is_the_host_time_with_the_gpu_held():
 
 
 def test_a_call_that_waits_for_the_gpu_gets_no_issue_time():
-    gpu = FakeGPU(issue_s=3e-3, waits=True)  # a .item() at its end: waits out the hold
+    # a .item() at its end: waits out the hold, and with the GPU running returns only
+    # with its 10 ms of kernels done
+    gpu = FakeGPU(issue_s=3e-3, waits=True, device_s=10e-3)
     got = measure_host_issue(gpu.call, wall_s=10e-3, time_budget_s=1.0, hold=gpu.hold,
                              sync=gpu.sync, clock=gpu.clock)
     assert got.issue_s is None
-    assert got.samples_s[0] == pytest.approx(20e-3)
+    assert got.samples_s[0] == pytest.approx(30e-3)  # the 20 ms hold, then its kernels
     assert got.samples_s[0] > BLOCKED_SHARE * got.hold_s
-    assert got.note.startswith("the call waited for the GPU while it was held busy (20 ms "
+    assert got.note.startswith("the call waited for the GPU while it was held busy (30 ms "
                                "of a 20 ms hold)")
+    assert "returned only with its kernels done (10 ms of its 10 ms)" in got.note
+
+
+def test_a_call_that_waits_at_its_start_is_timed_with_the_gpu_running():
+    # GPT-2 on the H200: transformers checks the attention mask on the host first, so
+    # under the hold the call waits it out; with the GPU running it returns in 3 ms of
+    # its 10 ms, before its kernels are done: 3 ms is its issue time
+    gpu = FakeGPU(issue_s=3e-3, device_s=10e-3, waits_first=True)
+    got = measure_host_issue(gpu.call, wall_s=10e-3, time_budget_s=1.0, hold=gpu.hold,
+                             sync=gpu.sync, clock=gpu.clock)
+    assert got.issue_s == pytest.approx(3e-3)
+    assert got.samples_s == pytest.approx((3e-3,) * SAMPLES)
+    assert got.note.startswith("the call waited for the GPU while it was held busy (23 ms "
+                               "of a 20 ms hold)")
+    assert "it returned in 3 ms of its 10 ms, before its kernels were done" in got.note
+    assert gpu.calls == 2 * SAMPLES
 
 
 def test_a_long_call_is_issued_once():
@@ -156,3 +181,11 @@ def test_on_cuda_a_gpu_bound_call_issues_fast_and_a_sync_gets_none():
     assert got.issue_s is not None and got.issue_s < 0.2 * wall_s, got
     waits = measure_host_issue(lambda: chain().sum().item(), wall_s, 1.0, hold, sync)
     assert waits.issue_s is None and "waited for the GPU" in waits.note
+
+    def checks_first():  # a host check of an input first, as transformers' mask check
+        a[0, 0].item()
+        return chain()
+
+    first = measure_host_issue(checks_first, wall_s, 1.0, hold, sync)
+    assert first.issue_s is not None and first.issue_s < 0.2 * wall_s, first
+    assert "timed with the GPU running" in first.note
