@@ -1,6 +1,7 @@
 """The host's issue time (host_issue.py) and the floor it puts under predictions
 (gains.py): exact arithmetic with a fake clock and hand-made budgets."""
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 from gobrrr.budget import Budget
 from gobrrr.counting import count
 from gobrrr.experiments import GraphReplay
-from gobrrr.gains import Gain, combine, gain_from_saved
+from gobrrr.gains import OVERLAP_P, Gain, combine, gain_from_saved
 from gobrrr.host_issue import BLOCKED_SHARE, SAMPLES, measure_host_issue
 from gobrrr.verdict import remedies_for
 
@@ -100,33 +101,54 @@ def budget(overhead_s, memory_s, compute_s, host_issue_s=None, by_unit=None):
                   compute_s_by_unit=by_unit or {}, host_issue_s=host_issue_s)
 
 
+def floor_ms(device_ms, host_ms, t_ms=100.0, d_ms=90.0, h_ms=44.0):
+    """gains.time_floor_s by hand (p = 2): the GPU's and the host's time left overlapped
+    as the root of their squares, scaled so that the call as measured (T, its D and H)
+    is not predicted slower than it ran."""
+    scale = min(1.0, t_ms / math.hypot(d_ms, h_ms))
+    return max(host_ms, scale * math.hypot(device_ms, host_ms))
+
+
 def test_kernel_savings_stop_at_the_issue_time():
     # T 100 ms: 10 idle, 90 of kernels; the host issues a call in 44 ms. Removing 80 ms of
-    # compute: T - saved = 20 ms, but the call cannot end before it is issued: 100 / 44
+    # compute: T - saved = 20 ms, but the call cannot end before it is issued, and the
+    # 10 ms of kernels left overlap the 44 ms of issuing only in part: hypot(10, 44) x
+    # 100 / hypot(90, 44) = 45.04 ms
+    assert OVERLAP_P == 2.0
     b = budget(10e-3, 0.0, 90e-3, host_issue_s=44e-3)
     g = gain_from_saved(b, {"compute": 80e-3}, "compute at the bf16 peak")
-    assert g.speedup == pytest.approx(100 / 44)
+    after = floor_ms(10, 44)
+    assert after == pytest.approx(45.04, abs=0.01)
+    assert g.speedup == pytest.approx(100 / after)
     assert g.basis == ("compute at the bf16 peak; the host issues a call in 44 ms "
-                       "(measured): 44 ms of it stays, so a call takes at least that "
-                       "(2.27x)")
+                       "(measured): 44 ms of it stays, and with the GPU's time left it "
+                       "overlaps only in part (fit on H200 rows), so a call takes at least "
+                       "45 ms (2.22x)")
     # without a measured issue time: T - saved, as before
     g = gain_from_saved(replace(b, host_issue_s=None), {"compute": 80e-3}, "x")
     assert g.speedup == pytest.approx(100 / 20) and g.basis == "x"
-    # under the floor nothing changes: 30 ms saved leaves 70 ms > 44 ms
-    assert gain_from_saved(b, {"compute": 30e-3}, "x").speedup == pytest.approx(100 / 70)
+    # 30 ms saved leaves 70 ms, and 60 ms of kernels beside 44 ms of issuing: 74.27 ms
+    assert floor_ms(60, 44) == pytest.approx(74.27, abs=0.01)
+    assert gain_from_saved(b, {"compute": 30e-3}, "x").speedup == pytest.approx(
+        100 / floor_ms(60, 44))
+    # 10 ms saved: 80 ms of kernels beside 44 ms of issuing overlap into 91.1 ms, more
+    # than T - saved (90 ms): the floor holds even this close to the call as it ran
+    assert gain_from_saved(b, {"compute": 10e-3}, "x").speedup == pytest.approx(
+        100 / max(90.0, floor_ms(80, 44)))
 
 
 def test_host_work_removed_lowers_the_floor():
     # an overhead saving is host work removed (dispatch, autograd): 10 ms off the 44 ms
-    # issue time; with 80 ms of compute: max(100 - 90, 44 - 10) = 34 ms
+    # issue time; with 80 ms of compute: 10 ms of kernels beside 34 ms of issuing
     b = budget(10e-3, 0.0, 90e-3, host_issue_s=44e-3)
     g = gain_from_saved(b, {"compute": 80e-3, "overhead": 10e-3}, "x")
-    assert g.speedup == pytest.approx(100 / 34)
+    assert g.speedup == pytest.approx(100 / floor_ms(10, 34))
 
 
 def test_a_replay_leaves_what_it_says_and_combines():
     # a replay removes the 10 ms idle and all the issuing (host_left 0): with bf16's 80 ms
-    # of compute the kernels are all that is left: 100 / 10 = 10x; bf16 alone 100 / 44
+    # of compute the kernels are all that is left: 100 / 10 = 10x; bf16 alone keeps the
+    # issuing beside its 10 ms of kernels
     b = budget(10e-3, 0.0, 90e-3, host_issue_s=44e-3)
     bf16 = gain_from_saved(b, {"compute": 80e-3}, "bf16")
     graphs = gain_from_saved(b, {"overhead": 10e-3}, "graphs", host_left_s=0.0)
@@ -135,19 +157,29 @@ def test_a_replay_leaves_what_it_says_and_combines():
     assert both.speedup == pytest.approx(10.0) and both.host_left_s == 0.0
     # without the replay the combination keeps the floor (less the overhead saved: none)
     alone = combine(b, [bf16, Gain(None, "none")], ["bf16", "none"])
-    assert alone.speedup == pytest.approx(100 / 44)
+    assert alone.speedup == pytest.approx(100 / floor_ms(10, 44))
+
+
+def test_a_host_bound_call_keeps_maxs_answer():
+    # GPT-2 at batch 1 on the H200: issued in 8.17 of 8.23 ms, 1 ms of kernels; halving
+    # them changes nothing (hypot(1, 8.17) = 8.23 as it ran; hypot(0.5, 8.17) = 8.19)
+    b = budget(7.23e-3, 0.0, 1e-3, host_issue_s=8.17e-3)
+    g = gain_from_saved(b, {"compute": 0.5e-3}, "x")
+    assert g.speedup == pytest.approx(8.23 / floor_ms(0.5, 8.17, 8.23, 1.0, 8.17))
+    assert 0.99 < g.speedup < 1.01
 
 
 def test_remedies_on_cuda_take_the_floor_and_graphs_lift_it(round_cuda_ceilings):
     # one fp32 matmul of 90 us of compute, 10 us idle, issued in 50 us: TF32 (7x the fp32
-    # peak) would leave 100 - 90 x 6/7 = 22.9 us, floored at 50 us: 2.00x; a measured
-    # replay (100 -> 90 us) removes the issuing and the idle: 100 / 90
+    # peak) would leave 100 - 90 x 6/7 = 22.9 us, floored by 12.9 us of kernels beside
+    # 50 us of issuing; a measured replay (100 -> 90 us) removes the issuing and the idle
     x, w = torch.randn(64, 32), torch.randn(32, 16)
     counts = count(lambda: x @ w)
     b = budget(10e-6, 0.0, 90e-6, host_issue_s=50e-6, by_unit={"fp32": 90e-6})
     graph = GraphReplay(True, None, 100e-6, 90e-6, 100 / 90, 100 / 90, True)
     r = {x.name: x for x in remedies_for(b, counts, round_cuda_ceilings, "cuda", None, graph)}
-    assert r["TF32 matmuls"].predicted_speedup == pytest.approx(2.0)
+    assert r["TF32 matmuls"].predicted_speedup == pytest.approx(
+        100 / floor_ms(90 / 7, 50, 100, 90, 50))
     assert r["CUDA graphs"].predicted_speedup == pytest.approx(100 / 90)
 
 
