@@ -169,8 +169,9 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     flop_s = b.compute_s - instr_s - unlinked_s  # compute time the FLOP roof explains
     if regime == "compute" and unlinked_s > 0:
         ev.append(f"{fmt_s(unlinked_s)} of compute is GEMM, convolution or attention "
-                  "kernels linked to no op (a CUDA graph's replay): by their names, with "
-                  "no FLOP count and no roofline")
+                  "kernels linked to no op (a CUDA graph's replay, or launches the "
+                  "trace ties to no counted op): by their names, with no FLOP count and "
+                  "no roofline")
     units = {k: v for k, v in b.compute_s_by_unit.items()
              if k not in ("instruction", UNLINKED_UNIT)}
     if regime == "compute" and flop_s > 0 and units:
