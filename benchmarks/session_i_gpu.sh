@@ -10,8 +10,9 @@
 #        rows that missed 20 s or 2 MB (TinyLlama b1 and b8, Qwen2.5-0.5B b1 and b8):
 #        diagnose_s and the report's size after session e's changes (~4 min)
 #   OUT=$OUT bash benchmarks/session_i_gpu.sh run      # issue 22: the ResNet-50 script with a
-#        slow DataLoader under gobrrr run again, the report child under SCHED_IDLE: the
-#        script's own wait for its batches after the window against a plain run's
+#        slow DataLoader under gobrrr run again, the report child under SCHED_IDLE and its
+#        session's autogroup at nice 19 (a27838f): the script's own wait for its batches
+#        after the window against a plain run's, and whether the kernel groups by session
 # opt60a/b re-run gobrrr's side after session h's changes (several precision winners
 # measured under the CUDA-graph capture before the stack forms; the compile probe's child
 # stopped where the compile again in process would not fit; the GEMM probe's timing;
@@ -45,7 +46,9 @@ import json, os; d = json.load(open('$f'))
 print('$m b$b: diagnose_s', d.get('diagnose_s'), 'report', os.path.getsize('$f'), 'bytes')"
   done
   tar czf "$OUT/gendoc.tgz" -C "$OUT" gendoc && rm -rf "$OUT/gendoc" ;;
-run) timeout 580 bash benchmarks/run_gpu.sh resnet ;;
+run) echo "sched_autogroup_enabled $(cat /proc/sys/kernel/sched_autogroup_enabled 2>&1);" \
+       "cgroup $(cat /proc/self/cgroup 2>&1 | tr '\n' ' ')"
+     timeout 560 bash benchmarks/run_gpu.sh resnet ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 # the per-row progress logs (the plan's decisions) in one file: a call brings back 8
