@@ -19,3 +19,31 @@ def test_the_child_compiles_the_candidate_and_is_stopped_at_its_timeout():
     # a child that fails says why in one line
     got = compile_in_child(dict(spec, target="examples:nope"), ["compile"], 300.0)
     assert not got.timed_out and got.error.startswith("UserError: unknown example 'nope'")
+
+
+def test_a_background_child_is_confined_to_its_cores_at_a_lower_priority(monkeypatch):
+    import os
+
+    from gobrrr.remedies import compile_child
+    from gobrrr.remedies.compile_child import BACKGROUND_NICE, background_cores, start_child
+
+    spec = reload_spec("examples:mlp", "cpu", 8, ModelOptions())
+    core = min(os.sched_getaffinity(0))
+    run = start_child(spec, ["compile"], cores=[core])
+    try:
+        # read at once: the child is still importing torch, its compile workers to come
+        # inherit both
+        assert os.sched_getaffinity(run.proc.pid) == {core}
+        # (a suite already niced above it stays there: lowering a nice needs privilege)
+        assert os.getpriority(os.PRIO_PROCESS, run.proc.pid) == max(
+            BACKGROUND_NICE, os.getpriority(os.PRIO_PROCESS, 0))
+    finally:
+        run.stop()
+    assert run.proc.returncode is not None
+    # the search keeps a quarter of the cores (at least 2); fewer than 4: no background
+    monkeypatch.setattr(compile_child.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert background_cores() == list(range(4, 16))
+    monkeypatch.setattr(compile_child.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert background_cores() == [2, 3]
+    monkeypatch.setattr(compile_child.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    assert background_cores() is None

@@ -37,10 +37,13 @@ from gobrrr.remedies.base import (
     workload_facts,
 )
 from gobrrr.remedies.compile_child import (
+    BACKGROUND_NICE,
     RECOMPILE_FACTOR,
     START_S,
     ChildCompile,
-    compile_in_child,
+    ChildRun,
+    background_cores,
+    start_child,
 )
 from gobrrr.remedies.evaluate import Reference, evaluate, make_reference
 from gobrrr.remedies.plan import (
@@ -140,8 +143,12 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
         if ref.nonfinite:
             say(f"{WARNING}{NONFINITE_REFERENCE}: {ref.nonfinite}")
         child = _child_probe(w)
-        results, best_cand, best_res = _search(specs, base, ref, ctx, ab_budget_s,
-                                               deadline, say, notes, child)
+        try:
+            results, best_cand, best_res = _search(specs, base, ref, ctx, ab_budget_s,
+                                                   deadline, say, notes, child)
+        finally:
+            if child is not None:
+                child.close()
         compiling = {s.name for s in specs if s.prep == PREP_COMPILE}
         if any(set(r.components) & compiling and r.compile_s is not None
                for r in results):
@@ -235,14 +242,55 @@ def _row(name: str, components: tuple[str, ...], by_name: dict[str, RemedySpec],
 ChildProbe = Callable[[list[RemedySpec], float], ChildCompile]
 
 
-def _child_probe(w: Workload) -> ChildProbe | None:
-    """A compile probe in a child process (compile_child.py), where the workload can be
-    built again there (a CLI target); None for a callable."""
+class ChildProber:
+    """The compile probes' children (compile_child.py) of one search: `start` begins the
+    first probe's compile in the background where the machine has cores to spare (a
+    CUDA workload: a CPU one's timed calls need every core), and the probe's turn
+    (`__call__`) then waits on it; any other probe starts its own child and waits.
+    `stopped_after_s`: the longest a child ran unfinished before it was stopped (a cold
+    compile of this workload takes longer: a later child given less is not started)."""
+
+    def __init__(self, reload: dict[str, Any], cores: list[int] | None) -> None:
+        self.reload = reload
+        self.cores = cores
+        self.background: ChildRun | None = None
+        self.waited_on = False
+        self.stopped_after_s: float | None = None
+
+    def start(self, combo: list[RemedySpec]) -> str | None:
+        """Start `combo`'s compile in the background; what to say, or None (not
+        started: no cores to spare, or one already was)."""
+        if self.cores is None or self.background is not None:
+            return None
+        self.background = start_child(self.reload, [s.name for s in combo], self.cores)
+        span = f"{self.cores[0]}-{self.cores[-1]}" if len(self.cores) > 1 else self.cores[0]
+        return (f"{'+'.join(s.name for s in combo)} compiled in a child process in the "
+                f"background (cores {span}, nice {BACKGROUND_NICE}) while the other "
+                "candidates were measured: their timings shared the machine with it")
+
+    def __call__(self, combo: list[RemedySpec], timeout_s: float) -> ChildCompile:
+        if self.background is not None and not self.waited_on:
+            self.waited_on = True
+            run = self.background
+        else:
+            run = start_child(self.reload, [s.name for s in combo])
+        got = run.wait(timeout_s)
+        if got.timed_out:
+            self.stopped_after_s = max(self.stopped_after_s or 0.0, got.waited_s)
+        return got
+
+    def close(self) -> None:
+        if self.background is not None:
+            self.background.stop()
+
+
+def _child_probe(w: Workload) -> ChildProber | None:
+    """The compile probes' children (ChildProber), where the workload can be built again
+    in a child (a CLI target); None for a callable."""
     reload = w.reload
     if reload is None:
         return None
-    return lambda combo, timeout_s: compile_in_child(reload, [s.name for s in combo],
-                                                     timeout_s)
+    return ChildProber(reload, background_cores() if w.device == "cuda" else None)
 
 
 def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
@@ -285,6 +333,8 @@ def search(specs: list[RemedySpec], ctx: Context,
         while True:
             try:
                 now = plan(options(state), deadline - time.perf_counter())
+                if ran == 0 and isinstance(child, ChildProber) and coord is SOLO:
+                    _start_background(now, child, by_name, say, notes)
                 opt = coord.decide(now.order[0] if now.order else None, "the next candidate")
                 if opt is None:
                     break
@@ -325,6 +375,21 @@ def search(specs: list[RemedySpec], ctx: Context,
         notes.append(f"search: {ran} candidate(s) run, {len(now.skipped)} skipped for "
                      "time or worth (docs/optimize.md: the search)")
     return results, best_cand, best_res
+
+
+def _start_background(now: Plan, child: ChildProber, by_name: dict[str, RemedySpec],
+                      say: Progress, notes: list[str]) -> None:
+    """The first plan's compile probe, compiled in the background (ChildProber) while
+    the candidates before it are measured."""
+    first = next((o for o in now.order if o.probe and any(
+        by_name[n].prep == PREP_COMPILE for n in o.components)), None)
+    if first is None:
+        return
+    note = child.start([by_name[n] for n in first.components])
+    if note is not None:
+        say(f"compiling {first.name} in a child process in the background, while the "
+            "candidates before it are measured")
+        notes.append(note)
 
 
 @contextlib.contextmanager
@@ -373,7 +438,7 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
     compiles = any(s.prep == PREP_COMPILE for s in combo)
     cold_s: float | None = None
     if opt.probe and compiles and child is not None:
-        pre = _compile_first_in_child(opt, combo, child, deadline, say)
+        pre = _compile_first_in_child(opt, combo, child, deadline, say, by_name)
         if isinstance(pre, RemedyResult):
             return _record(opt, pre, ctx, gains, state, results, by_name, say=say), None
         cold_s = pre
@@ -384,28 +449,46 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
 
 
 def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildProbe,
-                            deadline: float, say: Progress) -> float | RemedyResult | None:
+                            deadline: float, say: Progress,
+                            by_name: dict[str, RemedySpec] | None = None
+                            ) -> float | RemedyResult | None:
     """The probe's compile in a child process, stopped when what is left after it could
     no longer hold the compile again here (RECOMPILE_FACTOR of the child's time) and the
     measuring: its seconds (the search then compiles from the caches it filled), None
     when the child failed (the search compiles in process, as without a child), or the
     candidate's row when it was stopped, or too little time was left to start it or to
-    compile it again here."""
+    compile it again here. A child that compiled another combination (the background
+    one: ChildProber) stands for this one scaled by their compile modes' factors: the
+    same workload's kernels, in Triton's cache."""
     left_s = deadline - time.perf_counter()
     regime = "+".join(dict.fromkeys(s.regime for s in combo))
 
     def skipped(reason: str) -> RemedyResult:
         return RemedyResult(opt.name, regime, "skipped", reason, components=opt.components)
 
-    if left_s < START_S:
-        return skipped(f"{left_s:.0f} s of --budget-s left: too little to start its "
-                       "compile in a child process, and a compile in this one cannot be "
-                       "stopped")
     # the child's wait t (its start included) and the compile again here (at most
     # RECOMPILE_FACTOR x t) and the measuring must fit in what is left
     child_limit_s = max(0.0, left_s - opt.measure_s) / (1.0 + RECOMPILE_FACTOR)
-    say(f"  compiling first in a child process (stopped {child_limit_s:.0f} s from now: "
-        f"the time to compile it again here from its caches must be left)")
+    waiting = isinstance(child, ChildProber) and child.background is not None and (
+        not child.waited_on)
+    floor_s = getattr(child, "stopped_after_s", None)
+    if not waiting:
+        if left_s < START_S:
+            return skipped(f"{left_s:.0f} s of --budget-s left: too little to start its "
+                           "compile in a child process, and a compile in this one cannot "
+                           "be stopped")
+        if floor_s is not None and child_limit_s < floor_s:
+            return skipped(
+                f"a compile of this workload in a child process was stopped unfinished "
+                f"after {floor_s:.0f} s; a child here could run {child_limit_s:.0f} s "
+                "before the compile again in this process and its measuring no longer "
+                "fit in --budget-s")
+        say(f"  compiling first in a child process (stopped {child_limit_s:.0f} s from "
+            "now: the time to compile it again here from its caches must be left)")
+    else:
+        say(f"  waiting for its compile in the background child (stopped "
+            f"{child_limit_s:.0f} s from now: the time to compile it again here from its "
+            "caches must be left)")
     got = child(combo, child_limit_s)
     if got.timed_out:
         row = skipped(
@@ -418,20 +501,27 @@ def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildPr
     if got.compile_s is None:
         say(f"  the child failed ({got.error}): compiling in this process")
         return None
-    again_s = RECOMPILE_FACTOR * got.compile_s
+    cold_s, of = got.compile_s, ""
+    if by_name is not None and got.remedies and set(got.remedies) != set(opt.components):
+        # the background child's combination: its cold compile, scaled to this one's mode
+        theirs = _measured_compile([by_name[n] for n in got.remedies], got.compile_s)
+        cold_s = got.compile_s * _measured_compile(combo, 1.0).factor / theirs.factor
+        of = f" (of {'+'.join(got.remedies)}; ~{cold_s:.1f} s for this one)"
+    again_s = RECOMPILE_FACTOR * cold_s
     left_s = deadline - time.perf_counter()
     if again_s + opt.measure_s > left_s:
         row = skipped(
-            f"compiled in {got.compile_s:.1f} s in a child process; compiling it again "
-            f"here from its caches (~{again_s:.0f} s, {RECOMPILE_FACTOR:g}x the child's) "
-            f"and measuring it (~{opt.measure_s:.0f} s) do not fit in the {left_s:.0f} s "
-            "of --budget-s left, and a compile in this process cannot be stopped")
-        row.checks["child_compile_s"] = got.compile_s
-        row.compile_s = got.compile_s  # later estimates scale it (_record)
+            f"compiled in {got.compile_s:.1f} s in a child process{of}; compiling it "
+            f"again here from its caches (~{again_s:.0f} s, {RECOMPILE_FACTOR:g}x the "
+            f"child's) and measuring it (~{opt.measure_s:.0f} s) do not fit in the "
+            f"{left_s:.0f} s of --budget-s left, and a compile in this process cannot be "
+            "stopped")
+        row.checks["child_compile_s"] = cold_s
+        row.compile_s = cold_s  # later estimates scale it (_record)
         return row
-    say(f"  compiled in {got.compile_s:.1f} s in a child process; again here, from "
+    say(f"  compiled in {got.compile_s:.1f} s in a child process{of}; again here, from "
         "its caches")
-    return got.compile_s
+    return cold_s
 
 
 def _record(opt: Option, got: RemedyResult, ctx: Context,
