@@ -9,9 +9,13 @@
 #        the five rows session i did not reach (background compile child, 17aa9a3)
 #   OUT=$OUT bash benchmarks/session_j_gpu.sh opt60a   # the other four rows, then issue 21's
 #        doctor --generate 64 rows (TinyLlama and Qwen2.5-0.5B, batch 1 and 8)
+#   OUT=$OUT bash benchmarks/session_j_gpu.sh after    # after the change the first three
+#        showed (the background child compiles the predicted stack; its combination runs
+#        instead of a probe that no longer fits): opt60b's five rows, then ResNet-50 b1
+#        and GPT-2 1x1
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
-part=${1:?run, opt60a or opt60b}
+part=${1:?run, opt60a, opt60b or after}
 exec > >(tee "$OUT/session_j-$part.log") 2>&1
 python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
 export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -40,6 +44,8 @@ opt60a) BUDGET=60 SIDES=gobrrr timeout 360 bash benchmarks/optimize_models.sh gp
         gendoc ;;
 opt60b) BUDGET=60 SIDES=gobrrr bash benchmarks/optimize_models.sh resnet50_b256 \
           gpt2_train_8x256 vit_b16_b32 convnext_tiny_b64 mlp_16k ;;
+after) BUDGET=60 SIDES=gobrrr bash benchmarks/optimize_models.sh resnet50_b256 \
+         gpt2_train_8x256 vit_b16_b32 convnext_tiny_b64 mlp_16k resnet50_b1 gpt2_1x1 ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 # the per-row progress logs (the plan's decisions) in one file: a call brings back 8

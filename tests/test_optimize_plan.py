@@ -21,11 +21,14 @@ from gobrrr.remedies.plan import (
     Option,
     Outcome,
     SearchState,
+    background_compile,
     compile_prep_s,
     diagnose_budget,
     measure_s,
+    option_for,
     options,
     plan,
+    predicted_stack,
     stack,
 )
 
@@ -250,6 +253,35 @@ def entries():
 
 def state():
     return SearchState(entries(), "cuda", 370, 0.01, 1.5, budget())
+
+
+def test_the_background_compile_is_the_predicted_stacks_best_compile():
+    # issue 24, the H200 at --budget-s 60 (session j): ResNet-50 b256's first plan had no
+    # compile probe (a cheap remedy predicted the largest gain), so no background child
+    # started, and the stack's compile, probed 35 s in, was stopped unfinished
+    s = state()
+    # predicted: bf16_cast 1.33x beats tf32 1.11x in the precision group; inference mode
+    # 1.11x; the capture is an execution remedy, not a member
+    assert [e.name for e in predicted_stack(s.entries)] == ["bf16_cast", "inference_mode"]
+    got = background_compile(s)
+    members = ("bf16_cast", "inference_mode")
+    every = {n: option_for(s, [*members, *rest]).predicted for n, rest in {
+        "default": ["compile"], "ro": ["compile_reduce_overhead"],
+        "ro+freezing": ["compile_reduce_overhead", "freezing"],
+        "freezing": ["freezing"]}.items()}
+    assert got is not None and got.name == (
+        "bf16_cast+inference_mode+compile_reduce_overhead+freezing")
+    assert got.predicted == pytest.approx(max(every.values()))
+    assert got.predicted > every["ro"] > every["default"]  # max-autotune never guessed
+    # a prediction under PROBE_MIN_SPEEDUP (1.05x) is not a member; inference mode, kept
+    # when neutral, stays without one
+    weak = [replace(e, gain=gain(compute=0.3)) if e.group == "precision" else e
+            for e in entries()]
+    weak = [replace(e, gain=Gain.none("none")) if e.name == "inference_mode" else e
+            for e in weak]
+    assert [e.name for e in predicted_stack(weak)] == ["inference_mode"]
+    # no budget to combine the predictions with: no guess (the first plan's probe then)
+    assert background_compile(SearchState(entries(), "cuda", 370, 0.01, 1.5)) is None
 
 
 def test_gains_combine_part_by_part():
@@ -657,3 +689,56 @@ def test_a_background_child_of_another_combination_stands_for_it_scaled_by_mode(
         time.perf_counter() + 15.0, said.append, by_name)
     assert row.status == "skipped" and "(~18 s, 0.75x the child's)" in row.reason
     assert row.compile_s == pytest.approx(24.0)
+    # comp compiled in 12 s: comp2 (~10.8 s again here + 1 s) no longer fits in 11 s,
+    # comp itself (~9 s from its caches + 1 s) does: the search runs comp instead (on
+    # the H200 the stack measured without channels_last, which the background's guess
+    # had, and its own compile did not fit)
+    got = runner._compile_first_in_child(
+        opt, [by_name["comp2"]], lambda c, t: ChildCompile(12.0, remedies=("comp",)),
+        time.perf_counter() + 11.0, said.append, by_name)
+    assert got == runner.Instead(("comp",), 12.0)
+    # the probe's own combination (12 s, ~9 s again here + 1 s): compiled here
+    got = runner._compile_first_in_child(
+        opt, [by_name["comp2"]], lambda c, t: ChildCompile(12.0, remedies=("comp2",)),
+        time.perf_counter() + 11.0, said.append, by_name)
+    assert got == 12.0
+
+
+def test_the_background_combination_runs_instead_of_a_probe_that_no_longer_fits(
+        monkeypatch):
+    # _run_option: the child answered Instead: the background's combination is measured
+    # and recorded under its own name; the probe stays an option, estimated from then on
+    # from the child's cold compile
+    from gobrrr.remedies import compile_record, runner
+    from gobrrr.remedies.base import STAGE_EXECUTION, Context, RemedyResult, RemedySpec
+
+    def spec(name, mode):
+        return RemedySpec(name, "compile", "memory", STAGE_EXECUTION, "execution",
+                          lambda ctx: None, lambda ctx: Gain(2.0, "p"), lambda c, ctx: c,
+                          "", prep=PREP_COMPILE, compile_mode=mode)
+
+    specs = [spec("comp", "default"), spec("comp2", "reduce-overhead")]
+    by_name = {s.name: s for s in specs}
+    ctx = Context("cpu")
+    found, gains, _ = runner._entries(specs, ctx)
+    st = SearchState(found, "cpu", 100, 1e-3, 0.2)
+    monkeypatch.setattr(compile_record, "record", lambda *a, **k: None)
+    monkeypatch.setattr(runner, "_compile_first_in_child",
+                        lambda *a, **k: runner.Instead(("comp",), 12.0))
+    ran, said, results = [], [], []
+
+    def run_one(combo):
+        ran.append([s.name for s in combo])
+        row = RemedyResult("comp", "memory", "verified", "2.00x")
+        row.measured_speedup, row.compile_s = 2.0, 8.0
+        return row, None
+
+    probe = replace(option_for(st, ["comp2"]), probe=True)
+    got, _ = runner._run_option(probe, by_name, run_one, ctx, gains, st, results,
+                                said.append, child=lambda c, t: None)
+    assert ran == [["comp"]] and got.name == "comp" and got.checks[
+        "child_compile_s"] == 12.0
+    assert set(st.done) == {"comp"} and st.measured_compile.prep_s == 12.0
+    assert any(line.startswith("combination comp (predicted 2.00x) instead")
+               for line in said)
+    assert "comp2" in {o.name for o in options(st)}

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from gobrrr.budget import Budget
 
 __all__ = ["Option", "Skip", "Plan", "plan", "Entry", "Outcome", "stack", "options",
+           "predicted_stack", "background_compile", "option_for",
            "compile_prep_s", "measure_s", "TIER_PROBE", "TIER_STACK", "TIER_COMPILE",
            "TIER_COSTLY", "TIER_AUTOTUNE", "TIER_REST", "TIER_NAMES", "SearchState",
            "MeasuredCompile", "compile_factor", "MODE_FACTOR", "FREEZING_FACTOR",
@@ -386,6 +387,55 @@ def stack(entries: Sequence[Entry], done: dict[str, Outcome]) -> list[Entry]:
     names = {e.name for e in members}
     members = [e for e in members if not set(e.excludes) & names]
     return sorted(members, key=lambda e: (e.stage, e.rank))
+
+
+def predicted_stack(entries: Sequence[Entry]) -> list[Entry]:
+    """The stack (`stack`) the predictions alone would form, before any probe ran: each
+    cheap remedy predicted at least PROBE_MIN_SPEEDUP faster counts as verified at its
+    prediction, a `keep_when_neutral` one (inference mode) as neutral unless predicted
+    slower. What the background compile guesses the search will compile."""
+    done: dict[str, Outcome] = {}
+    for e in entries:
+        if not _cheap(e) or _is_exec(e):
+            continue
+        speedup = e.gain.speedup
+        if speedup is not None and speedup >= PROBE_MIN_SPEEDUP:
+            done[e.name] = Outcome("verified", speedup)
+        elif e.keep_when_neutral and (speedup is None or speedup >= 1.0):
+            done[e.name] = Outcome("no significant change", 1.0)
+    return stack(entries, done)
+
+
+def background_compile(state: SearchState) -> Option | None:
+    """The compile to start in the background before any candidate ran (runner.py,
+    ChildProber): the predicted stack (`predicted_stack`) under each compile mode but
+    max-autotune, with freezing where options() adds it, the one predicting the largest
+    gain; None without predictions. The first plan's own compile probe is often not it:
+    on the H200 (session j) ResNet-50 b256's first plan ran no compile (a cheap remedy
+    predicted the largest gain and the compiles' guessed 35-132 s did not fit), and the
+    stack's compile, probed 35 s in, had too little time left to finish in a child."""
+    entries = state.entries
+    members = predicted_stack(entries)
+    names = {m.name for m in members}
+    execs = [e for e in entries if e.prep == PREP_COMPILE and e.group == "execution"
+             and e.compile_mode != "max-autotune" and not set(e.excludes) & names]
+    freezing = [f for f in entries if f.group == "freezing"
+                and not set(f.excludes) & names]
+    combos: list[list[Entry]] = [[*members, e] for e in execs]
+    combos += [[*members, e, f] for e in execs for f in freezing
+               if e.compile_mode == "reduce-overhead" and e.name not in f.excludes]
+    if members:
+        combos += [[*members, f] for f in freezing]
+    found = [o for o in (_option(state, parts, TIER_COMPILE) for parts in combos)
+             if o.predicted]
+    return max(found, key=lambda o: o.predicted or 0.0, default=None)
+
+
+def option_for(state: SearchState, names: Sequence[str]) -> Option:
+    """The option of exactly these remedies (a combination options() may not list: the
+    background compile's, run instead of a probe that no longer fits)."""
+    by_name = {e.name: e for e in state.entries}
+    return _option(state, [by_name[n] for n in names], TIER_COMPILE)
 
 
 def _combined(state: SearchState, parts: Sequence[Entry]) -> float | None:

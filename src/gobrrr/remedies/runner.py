@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from gobrrr.coordinator import SOLO, Coordinator
@@ -56,7 +57,9 @@ from gobrrr.remedies.plan import (
     Plan,
     SearchState,
     Skip,
+    background_compile,
     compile_factor,
+    option_for,
     options,
     plan,
 )
@@ -334,7 +337,7 @@ def search(specs: list[RemedySpec], ctx: Context,
             try:
                 now = plan(options(state), deadline - time.perf_counter())
                 if ran == 0 and isinstance(child, ChildProber) and coord is SOLO:
-                    _start_background(now, child, by_name, say, notes)
+                    _start_background(now, state, child, by_name, say, notes)
                 opt = coord.decide(now.order[0] if now.order else None, "the next candidate")
                 if opt is None:
                     break
@@ -377,11 +380,14 @@ def search(specs: list[RemedySpec], ctx: Context,
     return results, best_cand, best_res
 
 
-def _start_background(now: Plan, child: ChildProber, by_name: dict[str, RemedySpec],
-                      say: Progress, notes: list[str]) -> None:
-    """The first plan's compile probe, compiled in the background (ChildProber) while
-    the candidates before it are measured."""
-    first = next((o for o in now.order if o.probe and any(
+def _start_background(now: Plan, state: SearchState, child: ChildProber,
+                      by_name: dict[str, RemedySpec], say: Progress,
+                      notes: list[str]) -> None:
+    """The compile the search will most likely probe first (plan.background_compile: the
+    predicted stack's; else the first plan's compile probe), compiled in the background
+    (ChildProber) while the candidates before it are measured."""
+    guess = background_compile(state)
+    first = guess if guess is not None else next((o for o in now.order if o.probe and any(
         by_name[n].prep == PREP_COMPILE for n in o.components)), None)
     if first is None:
         return
@@ -441,17 +447,34 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
         pre = _compile_first_in_child(opt, combo, child, deadline, say, by_name)
         if isinstance(pre, RemedyResult):
             return _record(opt, pre, ctx, gains, state, results, by_name, say=say), None
-        cold_s = pre
+        if isinstance(pre, Instead):
+            # the probe stays an option: the next plan estimates it from this compile
+            opt = option_for(state, pre.remedies)
+            combo = [by_name[n] for n in opt.components]
+            say(f"combination {opt.name} (predicted {opt.predicted or 0:.2f}x) instead: "
+                "compiled in the background child, again here from its caches")
+            cold_s = pre.compile_s
+        else:
+            cold_s = pre
     got, cand = run_one(combo)
     if cold_s is not None:
         got.checks["child_compile_s"] = cold_s
     return _record(opt, got, ctx, gains, state, results, by_name, cold_s, say), cand
 
 
+@dataclass(frozen=True)
+class Instead:
+    """Run the background child's own combination instead of the probe (its compile here
+    from the child's caches fits; the probe's, a different graph, does not)."""
+
+    remedies: tuple[str, ...]
+    compile_s: float  # the child's cold compile
+
+
 def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildProbe,
                             deadline: float, say: Progress,
                             by_name: dict[str, RemedySpec] | None = None
-                            ) -> float | RemedyResult | None:
+                            ) -> float | RemedyResult | Instead | None:
     """The probe's compile in a child process, stopped when what is left after it could
     no longer hold the compile again here (RECOMPILE_FACTOR of the child's time) and the
     measuring: its seconds (the search then compiles from the caches it filled), None
@@ -509,6 +532,11 @@ def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildPr
         of = f" (of {'+'.join(got.remedies)}; ~{cold_s:.1f} s for this one)"
     again_s = RECOMPILE_FACTOR * cold_s
     left_s = deadline - time.perf_counter()
+    if of and again_s + opt.measure_s > left_s and (
+            RECOMPILE_FACTOR * got.compile_s + opt.measure_s <= left_s):
+        say(f"  compiled {'+'.join(got.remedies)} in {got.compile_s:.1f} s in the "
+            f"background; {opt.name} (~{again_s:.0f} s to compile here) no longer fits")
+        return Instead(got.remedies, got.compile_s)
     if again_s + opt.measure_s > left_s:
         row = skipped(
             f"compiled in {got.compile_s:.1f} s in a child process{of}; compiling it "
