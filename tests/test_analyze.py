@@ -212,6 +212,7 @@ def record(path, fn, args, *, steps=4, shapes=True, with_schedule=True):
     return path
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("name", ["mlp", "matmul"])
 def test_cpu_trace_gives_the_regime_doctor_gives(name, tmp_path, cpu_ceilings):
     ex = examples.get(name)

@@ -70,6 +70,7 @@ def test_detection():
     assert is_compiled(from_callable(lambda t: inner(t) + 1, (x,)))  # reached, not called
 
 
+@pytest.mark.serial
 def test_fresh_compiled_model_agrees_with_its_eager_twin():
     m, x = big_linear()
     with torch.no_grad():

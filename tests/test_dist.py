@@ -200,6 +200,7 @@ def _report(p):
     return d
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_ddp_comm_is_communication_bound_via_the_shortcut(dist_env, tmp_path):
     # The shortcut: gobrrr starts torchrun itself. ddp_comm all-reduces 8.4 MB per step
@@ -243,6 +244,7 @@ def test_ddp_comm_is_communication_bound_via_the_shortcut(dist_env, tmp_path):
     assert all(r["fractions"]["communication"] > 0 for r in ad["ranks"])
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_ddp_compute_is_compute_bound(dist_env):
     # ~6 GFLOP per step against 0.5 MB of gradients: the all-reduce hides behind math.

@@ -263,6 +263,7 @@ def _torchrun(args, tmp_path, timeout_s=120):
                           capture_output=True, text=True, timeout=timeout_s, env=env)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_two_gloo_ranks_under_torchrun(tmp_path):
     args = ["calibrate", "--distributed", "--json", "-q", "--max-size", "64KiB"]

@@ -34,6 +34,7 @@ def _doctor(env, *args, timeout=180):
     return d
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_fsdp_comm_is_communication_bound_with_the_unsharded_bound(dist_env):
     # fsdp_comm: 8 units of 512^2 + 512 fp32 (1 MB each), batch 4: per step each unit is
@@ -64,6 +65,7 @@ def test_fsdp_comm_is_communication_bound_with_the_unsharded_bound(dist_env):
     assert all(c["busbw_gbps"] > 0 for c in dd["collectives"])
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_fsdp_compute_is_compute_bound(dist_env):
     # ~6 GFLOP per step against 2 x 256^2 parameters: the collectives hide behind math.

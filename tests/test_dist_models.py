@@ -144,6 +144,7 @@ def test_trainer_state_is_the_same_after_the_diagnosis_on_every_rank(dist_env, t
         assert got["diff"] == {}, (rank, got["diff"])
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_optimize_rewraps_the_ddp_inside_the_trainer(dist_env):
     t0 = time.perf_counter()

@@ -154,6 +154,7 @@ def test_remedy_gain_measured_by_graph_replay(doctor_run):
     assert "eager 3 ms, graph replay 1.5 ms" in page
 
 
+@pytest.mark.serial
 def test_jupyter_repr_is_the_same_report_as_a_fragment(doctor_run):
     d, page = doctor_run
     frag = render_report(d, standalone=False)

@@ -335,6 +335,7 @@ def test_a_child_process_checks_each_batch_and_gives_its_peak():
         child_probe("examples:no_such", "cpu", [])(4)
 
 
+@pytest.mark.serial
 def test_the_doctor_report_carries_the_steps_memory():
     # the live diagnosis measures what `gobrrr memory` does (report 1.10's `memory`),
     # the same figures; and the user's optimizer comes back without state

@@ -210,6 +210,7 @@ def test_a_candidate_past_the_deadline_is_abandoned_with_a_reason():
 # ---------------------------------------------------------------- one prediction
 
 
+@pytest.mark.serial
 def test_doctor_and_optimize_predict_the_same_numbers_from_one_budget():
     w = load_target("examples:mlp", "cpu")
     report = diagnose_workload(w, time_budget_s=0.1)
@@ -230,6 +231,7 @@ def test_doctor_and_optimize_predict_the_same_numbers_from_one_budget():
 # ---------------------------------------------------------------- the whole run
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_the_whole_command_ends_within_its_budget(tmp_path):
     # 20 s: a first calibration of this CPU (13-15 s with the element-wise math probes,

@@ -47,6 +47,7 @@ def cpu_trace(tmp_path_factory, calibrated_cache):
     return json.loads((tmp / "t.json").read_text()), json.loads(r.stdout)
 
 
+@pytest.mark.serial
 def test_cpu_trace_is_valid_and_annotated(cpu_trace):
     trace, report = cpu_trace
     check_format(trace)
