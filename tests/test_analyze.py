@@ -212,6 +212,26 @@ def record(path, fn, args, *, steps=4, shapes=True, with_schedule=True):
     return path
 
 
+def test_a_chain_of_tiny_ops_reads_overhead_bound_as_doctor_does(tmp_path):
+    # 64 adds on 16 elements: each op's work takes nanoseconds, its dispatch microseconds.
+    # Before analyze took an empty op's recorded duration off each op (cpu_dispatch.py)
+    # it read this trace memory 0.67 where doctor said overhead 0.84 (this 2-core CPU).
+    import gobrrr
+
+    def chain(x):
+        for _ in range(64):
+            x = x + 1.0
+        return x
+
+    args = (torch.ones(16),)
+    r = analyze([record(tmp_path / "chain.json", chain, args)])
+    assert r.regime == "overhead", r.fractions
+    assert r.notes[0].startswith("the trace has no device activity") and " less " in (
+        r.notes[0])
+    assert gobrrr.diagnose(chain, *args, time_budget_s=0.2,
+                           experiments=False).regime == "overhead"
+
+
 @pytest.mark.serial
 @pytest.mark.parametrize("name", ["mlp", "matmul"])
 def test_cpu_trace_gives_the_regime_doctor_gives(name, tmp_path, cpu_ceilings):

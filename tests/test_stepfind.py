@@ -11,6 +11,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from gobrrr import examples
 from gobrrr.analyze import analyze
+from gobrrr.tracefile import analysis
 from gobrrr.tracefile.columns import stream_trace
 from gobrrr.tracefile.stepfind import WARMUP_RATIO, find_steps, repeated_run
 
@@ -120,9 +121,12 @@ def test_profiler_step_ranges_win_over_everything(tmp_path):
     assert cols.step_rule.name(5, 1) == "ProfilerStep#5"
 
 
-def test_found_steps_time_the_calls_not_the_gaps_around_them(tmp_path):
+def test_found_steps_time_the_calls_not_the_gaps_around_them(tmp_path, monkeypatch):
     # Three calls of 95 us (ops busy 90 us) 100 us apart, after 5 ms of profiler start-up
     # and before something 4 ms later: read whole, one step of 9 ms, 97% of it idle.
+    # (No empty-op correction here: the steps' numbers alone; that correction is
+    # tested below.)
+    monkeypatch.setattr(analysis, "empty_op_us", lambda: 0.0)
     calls = [e for t0 in (5000, 5100, 5200)
              for e in (x("aten::mul", t0, 45), x("aten::add", t0 + 50, 45))]
     p = tmp_path / "t.json"
@@ -144,6 +148,14 @@ def test_found_steps_time_the_calls_not_the_gaps_around_them(tmp_path):
         # the loop's 5 us when nothing follows it, else 95 us to its last event's end)
         assert r.budget.wall_s == pytest.approx(100 * US)
         assert r.budget.busy_s == pytest.approx(90 * US)
+    # with an empty op recorded at 5 us on this CPU: each of the 6 op events holds 5 us
+    # of dispatch, overhead rather than work: busy 2 x 40 us per call
+    monkeypatch.setattr(analysis, "empty_op_us", lambda: 5.0)
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": calls}))
+    r = analyze([p])
+    assert r.budget.busy_s == pytest.approx(80 * US)
+    assert r.budget.overhead_s == pytest.approx(20 * US)
+    assert "less 5.00 us, an empty op's recorded duration on this CPU" in r.notes[0]
 
 
 def _plain_trace(path, fn, args, calls):
@@ -304,7 +316,8 @@ def test_the_last_call_ends_with_its_own_events_not_the_code_after_the_loop(tmp_
     assert cols.steps == [(0, 1000.0, 100.0), (1, 1100.0, 100.0), (2, 1200.0, 100.0)]
 
 
-def test_found_steps_take_the_median_call_as_t_wall(tmp_path):
+def test_found_steps_take_the_median_call_as_t_wall(tmp_path, monkeypatch):
+    monkeypatch.setattr(analysis, "empty_op_us", lambda: 0.0)  # the steps alone
     # Four calls of two 45 us ops; the third spends 105 us between its ops (a slow
     # Python stretch, a descheduled thread): the calls take 100, 100, 200 and 95 us
     # (the last: to its last event's end). T_wall is the median, 100 us (the mean would

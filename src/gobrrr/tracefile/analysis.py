@@ -26,6 +26,7 @@ from gobrrr.run import MeasuredRun, Step
 from gobrrr.timing import from_samples
 from gobrrr.tracefile.ceilings import ceilings_for_trace
 from gobrrr.tracefile.columns import TraceColumns, stream_trace
+from gobrrr.tracefile.cpu_dispatch import empty_op_us
 from gobrrr.tracefile.health import trace_check
 from gobrrr.tracefile.loading import data_loading_in
 from gobrrr.tracefile.read import TraceHeader
@@ -78,7 +79,8 @@ def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
         cols = prepare(cols)
     say(f"counting {len(cols.cpu['ts_us'])} CPU events and {len(cols.device['ts_us'])} "
         "device events, ops from their recorded shapes")
-    tr = analyse_steps(cols)
+    empty_us = 0.0 if cols.has_device_activity else empty_op_us()
+    tr = analyse_steps(cols, empty_op_us=empty_us)
     if not tr.run.counts.records:
         if device == "cpu" and any(n.startswith(COMPILED_GRAPH_RANGES) for n in cols.names):
             raise UserError(f"{header.path}: its work is torch.compile graphs, whose "
@@ -96,7 +98,10 @@ def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
     if device == "cpu":
         notes.insert(0, "the trace has no device activity: analysed on its CPU side; each "
                         "op's busy time is its recorded duration (with what it calls "
-                        "inside), the rest of each step is overhead")
+                        f"inside) less {empty_us:.2f} us, an empty op's recorded duration "
+                        "on this CPU (dispatch, as doctor subtracts it; approximate for a "
+                        "trace recorded on another machine); the rest of each step is "
+                        "overhead")
     notes.append(PROFILED_WALL_NOTE)
     notes += _flow_notes(tr.run.counts.records)
     loading = data_loading_in(cols)

@@ -295,10 +295,12 @@ def _median_step_us(times_us: np.ndarray, busy_us_per_step: float, notes: list[s
 
 
 def analyse_steps(cols: TraceColumns,
-                  count: Callable[[str, RecordedArgs | None], OpCount] = count_recorded
-                  ) -> TraceRun:
+                  count: Callable[[str, RecordedArgs | None], OpCount] = count_recorded,
+                  empty_op_us: float = 0.0) -> TraceRun:
     """The averaged profiled step of a streamed trace (module docstring); `count` gives
-    an op's FLOPs and bytes from its recorded arguments."""
+    an op's FLOPs and bytes from its recorded arguments; `empty_op_us`: on a trace with
+    no device activity, what each op event holds besides its work (cpu_dispatch.py),
+    taken off its busy time."""
     cpu, dev, launch = cols.cpu, cols.device, cols.launch
     names = cols.names
     notes: list[str] = []
@@ -428,6 +430,8 @@ def analyse_steps(cols: TraceColumns,
         evs = np.array(list(key_of_event), dtype=np.int64)
         o_start = cpu["ts_us"][evs] if len(evs) else np.zeros(0)
         o_dur = cpu["dur_us"][evs] if len(evs) else np.zeros(0)
+        if empty_op_us > 0:
+            o_dur = np.maximum(o_dur - empty_op_us, 0.0)  # dispatch: overhead, not work
         busy_time_us, inside = busy_us(o_start, o_dur, ws, we)
         for ev, us in zip(evs.tolist(), inside.tolist(), strict=True):
             keys[key_of_event[ev]].time_us += us
