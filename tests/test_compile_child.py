@@ -47,3 +47,35 @@ def test_a_background_child_is_confined_to_its_cores_at_a_lower_priority(monkeyp
     assert background_cores() == [2, 3]
     monkeypatch.setattr(compile_child.os, "sched_getaffinity", lambda pid: {0, 1, 2})
     assert background_cores() is None
+
+
+def test_a_measuring_child_verifies_and_times_its_candidate_when_told():
+    # issue 24: on the H200 at --budget-s 60 the compile paid twice (in the child, then
+    # again here) did not fit for ResNet-50 b256 and the GPT-2 training step; a measuring
+    # child waits after its compile for the search's turn and measures it there
+    from gobrrr.remedies.compile_child import start_child
+
+    spec = reload_spec("examples:mlp", "cpu", 8, ModelOptions())
+    run = start_child(spec, ["inference_mode"], measure_ab_s=0.2)
+    try:
+        got = run.wait(300.0)  # generous: a loaded CI machine starts Python slowly
+        assert got.error is None and got.compile_s is not None and got.run is run
+        assert run.proc.poll() is None  # waiting for its turn
+        row = run.measure(120.0)
+    finally:
+        run.stop()
+    assert row is not None and row["name"] == "inference_mode"
+    assert row["status"] in ("verified", "no significant change", "slower"), row
+    assert row["verified"] and row["measured_speedup"] > 0 and row["checks"]["ab_rounds"] >= 8
+    assert run.proc.returncode is not None
+    # told nothing (its input closed): it ends without measuring
+    run = start_child(spec, ["inference_mode"], measure_ab_s=0.2)
+    got = run.wait(300.0)
+    assert got.run is run
+    run.stop()
+    assert run.proc.returncode is not None
+    # a plain child (not measuring) ends after its compile: nothing to answer
+    run = start_child(spec, ["inference_mode"])
+    got = run.wait(300.0)
+    assert got.compile_s is not None and got.run is None
+    assert run.proc.returncode is not None

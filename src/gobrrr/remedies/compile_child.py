@@ -23,8 +23,14 @@ ResNet-50 b1 and BERT, and every compile was abandoned (their cold compiles take
 search leaves (`background_cores`) at a lower priority, so the host-bound candidates
 timed meanwhile keep cores of their own; the notes say it ran.
 
+A measuring child (`start_child(measure_ab_s=...)`, what the search starts) also holds
+the eager reference and, compiled, waits for the search's turn: where the compile again
+in the search's process no longer fits, `ChildRun.measure` has it verify and A/B-time
+the candidate there and send the row back, so the compile is paid once (runner.py).
+
 The child is `python -m gobrrr.remedies.compile_child_main SPEC_JSON` (SPEC: reload +
-remedies); it prints one JSON line: {"compile_s": ...} or {"error": "..."}.
+remedies [+ measure, ab_budget_s]); it prints JSON lines: {"compile_s": ...} or
+{"error": "..."}, then for a measuring child told to measure {"result": row}.
 """
 
 from __future__ import annotations
@@ -32,15 +38,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ChildCompile", "ChildRun", "compile_in_child", "start_child", "background_cores",
-           "reload_spec", "START_S", "RECOMPILE_FACTOR", "BACKGROUND_NICE"]
+           "reload_spec", "START_S", "RECOMPILE_FACTOR", "BACKGROUND_NICE",
+           "CHILD_ANSWER_S"]
 
 # What the child needs before its compile starts (Python, torch, the model built, one
 # priming call): the child is not started when less than this is left.
@@ -52,6 +61,9 @@ START_S = 10.0
 # and the search's first warm call alone then took 11.5 s (0.58x), past the deadline:
 # the rest of the warm calls (CUDA-graph recording) is what the margin above it is for.
 RECOMPILE_FACTOR = 0.75
+# What a measuring child's answer needs beyond the measuring itself (the order written,
+# its row read back): left after its compile.
+CHILD_ANSWER_S = 1.0
 # The background child's priority (nice): below the search, whose timed calls it shares
 # the machine with.
 BACKGROUND_NICE = 10
@@ -67,12 +79,18 @@ class ChildCompile:
     waited_s: float = 0.0  # since the child started
     error: str | None = None  # the child failed: its last line
     remedies: tuple[str, ...] = ()  # what it compiled
+    # a measuring child (start_child(measure_ab_s=...)), compiled and waiting for its
+    # turn: ChildRun.measure verifies and times it there
+    run: ChildRun | None = field(default=None, compare=False, repr=False)
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
+    with contextlib.suppress(OSError, ValueError):
+        if proc.stdin is not None:
+            proc.stdin.close()
+    proc.wait()  # its output is read by ChildRun's threads
 
 
 def reload_spec(target: str | None, device: str, batch_size: int | None,
@@ -98,67 +116,122 @@ def background_cores() -> list[int] | None:
 
 
 class ChildRun:
-    """One child (module docstring), started; `wait` reads its answer."""
+    """One child (module docstring), started; `wait` reads its compile, `measure` (a
+    measuring child) has it verify and time the candidate, `stop` ends it. Its output is
+    read by threads as it comes, so that a child waiting on its input can be answered."""
 
     def __init__(self, reload: dict[str, Any], remedies: list[str],
-                 cores: list[int] | None = None) -> None:
-        spec = json.dumps(dict(reload, remedies=remedies))
+                 cores: list[int] | None = None, measure_ab_s: float | None = None) -> None:
+        spec = dict(reload, remedies=remedies)
+        if measure_ab_s is not None:
+            spec.update(measure=True, ab_budget_s=measure_ab_s)
         self.remedies = tuple(remedies)
         self.cores = cores
+        self.measuring = measure_ab_s is not None
         env = dict(os.environ)  # its caches are this process's
         if cores:
             env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(cores))
         self.t0 = time.perf_counter()
         # its own process group: stopping it stops Inductor's compile workers with it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gobrrr.remedies.compile_child_main", spec],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-            start_new_session=True)
+            [sys.executable, "-m", "gobrrr.remedies.compile_child_main", json.dumps(spec)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env, start_new_session=True)
         if cores:
             # set before its compile workers start (Python and torch take seconds to
             # import): they inherit both
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(self.proc.pid, cores)
                 os.setpriority(os.PRIO_PROCESS, self.proc.pid, BACKGROUND_NICE)
+        self._lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._err: list[str] = []
+        threading.Thread(target=self._read_out, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read_out(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    self._lines.put(json.loads(line))
+        self._lines.put(None)  # end of its output
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if line.strip():
+                self._err = [*self._err[-20:], line.rstrip()]
+
+    def _next(self, timeout_s: float) -> dict[str, Any] | None:
+        """Its next JSON line; None at the end of its output; TimeoutError."""
+        try:
+            return self._lines.get(timeout=max(0.0, timeout_s))
+        except queue.Empty:
+            raise TimeoutError from None
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.t0
 
+    def _failed(self, got: dict[str, Any] | None) -> ChildCompile:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5.0)
+        reason = None
+        if got is not None:
+            reason = got.get("error") or (got.get("result") or {}).get("reason")
+        last = reason or (self._err[-1] if self._err else
+                          f"exit status {self.proc.returncode}")
+        self.stop()
+        return ChildCompile(None, waited_s=self.elapsed_s(), error=str(last)[:300],
+                            remedies=self.remedies)
+
     def wait(self, timeout_s: float) -> ChildCompile:
-        """Its answer within `timeout_s` from now, else stopped (timed_out)."""
+        """Its compile within `timeout_s` from now, else stopped (timed_out). A measuring
+        child is left waiting for `measure` (ChildCompile.run); any other has ended."""
         try:
-            out, err = self.proc.communicate(timeout=max(0.0, timeout_s))
-        except subprocess.TimeoutExpired:
+            got = self._next(timeout_s)
+        except TimeoutError:
             self.stop()
             return ChildCompile(None, timed_out=True, waited_s=self.elapsed_s(),
                                 remedies=self.remedies)
         except BaseException:  # a Ctrl-C in the search: the child goes with it
             self.stop()
             raise
-        waited = self.elapsed_s()
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        if got is None or not isinstance(got.get("compile_s"), (int, float)):
+            return self._failed(got)
+        waiting = self.measuring and self.proc.poll() is None
+        if not waiting:
+            self.stop()
+        return ChildCompile(float(got["compile_s"]), waited_s=self.elapsed_s(),
+                            remedies=self.remedies, run=self if waiting else None)
+
+    def measure(self, time_left_s: float) -> dict[str, Any] | None:
+        """Have the waiting child verify and time its candidate within `time_left_s`:
+        its row (RemedyResult.to_dict()), or None when it failed or ran out of time
+        (stopped)."""
+        assert self.proc.stdin is not None
         try:
-            got = json.loads(lines[-1]) if lines else {}
-        except json.JSONDecodeError:
-            got = {}
-        if self.proc.returncode == 0 and isinstance(got.get("compile_s"), (int, float)):
-            return ChildCompile(float(got["compile_s"]), waited_s=waited,
-                                remedies=self.remedies)
-        last = got.get("error") or next(
-            (ln for ln in reversed(err.splitlines()) if ln.strip()),
-            f"exit status {self.proc.returncode}")
-        return ChildCompile(None, waited_s=waited, error=str(last)[:300],
-                            remedies=self.remedies)
+            self.proc.stdin.write(json.dumps({"time_left_s": time_left_s}) + "\n")
+            self.proc.stdin.flush()
+            got = self._next(time_left_s + 5.0)  # its own deadline ends it before
+        except (TimeoutError, OSError):
+            self.stop()
+            return None
+        except BaseException:
+            self.stop()
+            raise
+        self.stop()
+        return (got or {}).get("result")
 
     def stop(self) -> None:
-        if self.proc.returncode is None:
-            _stop(self.proc)
+        _stop(self.proc)
 
 
 def start_child(reload: dict[str, Any], remedies: list[str],
-                cores: list[int] | None = None) -> ChildRun:
-    """Start the child (module docstring); `cores`: confine it there, at BACKGROUND_NICE."""
-    return ChildRun(reload, remedies, cores)
+                cores: list[int] | None = None,
+                measure_ab_s: float | None = None) -> ChildRun:
+    """Start the child (module docstring); `cores`: confine it there, at BACKGROUND_NICE;
+    `measure_ab_s`: a measuring child (compile_child_main.py) with that A/B budget."""
+    return ChildRun(reload, remedies, cores, measure_ab_s)
 
 
 def compile_in_child(reload: dict[str, Any], remedies: list[str],

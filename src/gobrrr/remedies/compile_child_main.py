@@ -1,7 +1,13 @@
 """The child of compile_child.py: build the workload from its target again, apply the
 candidate's remedies to a copy, prepare and make the warm calls that compile it, print
 the seconds as one JSON line. Its own module so that the search (runner.py), which
-starts it, is not imported by what it starts."""
+starts it, is not imported by what it starts.
+
+With "measure" in its spec it also holds the eager reference (two calls before the
+compile) and, after printing the seconds, waits on its standard input for the search's
+turn: a line {"time_left_s": T} has it verify and A/B-time the candidate as the search
+would (evaluate.py) and print {"result": the row}; end of input stops it there.
+"""
 
 from __future__ import annotations
 
@@ -41,9 +47,50 @@ def _child(spec: dict[str, Any]) -> float:
     return time.perf_counter() - t0
 
 
+def _measure(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """In the child: the candidate through evaluate(), held after its compile (module
+    docstring); the row, or None when the search stopped it there."""
+    from gobrrr.models import ModelOptions
+    from gobrrr.remedies import catalog
+    from gobrrr.remedies.evaluate import evaluate, make_reference
+    from gobrrr.remedies.runner import base_copy, context_of, prime
+    from gobrrr.targets import load_target
+
+    opts = ModelOptions(**spec["options"]) if spec.get("options") else None
+    w = load_target(spec["target"], spec["device"], spec["batch_size"], opts)
+    by_name = {s.name: s for s in catalog.select(None)}
+    specs = [by_name[n] for n in spec["remedies"]]
+    base, independent = base_copy(w, [])
+    zero_calls = prime(base, w)
+    ctx = context_of(w, None, base, independent, zero_calls, "inductor")
+    ref = make_reference(base, w.device)
+
+    class Stopped(Exception):
+        pass
+
+    def hold(compile_s: float) -> float:
+        print(json.dumps({"compile_s": compile_s}), flush=True)
+        order = sys.stdin.readline()
+        if not order.strip():
+            raise Stopped
+        return time.perf_counter() + float(json.loads(order)["time_left_s"])
+
+    try:
+        got, _ = evaluate(specs, base, ref, ctx, float(spec["ab_budget_s"]), hold=hold)
+    except Stopped:
+        return None
+    return got.to_dict()
+
+
 def main(argv: list[str]) -> int:
     try:
-        print(json.dumps({"compile_s": _child(json.loads(argv[0]))}), flush=True)
+        spec = json.loads(argv[0])
+        if spec.get("measure"):
+            row = _measure(spec)
+            if row is not None:
+                print(json.dumps({"result": row}), flush=True)
+            return 0
+        print(json.dumps({"compile_s": _child(spec)}), flush=True)
         return 0
     except Exception as exc:  # noqa: BLE001 - the parent reads the reason
         print(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:240]}"}), flush=True)

@@ -164,11 +164,15 @@ def _abandoned(res: RemedyResult, exc: OutOfTime) -> tuple[RemedyResult, None]:
 
 
 def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
-             ab_budget_s: float, deadline: float = math.inf
+             ab_budget_s: float, deadline: float = math.inf,
+             hold: Callable[[float], float] | None = None
              ) -> tuple[RemedyResult, Candidate | None]:
     """Run the candidate made of `specs`; returns its result and, when it is verified
     faster, the live candidate (the caller keeps the best one). Past `deadline` (a
-    time.perf_counter() value, checked between calls) it is abandoned: "skipped"."""
+    time.perf_counter() value, checked between calls) it is abandoned: "skipped".
+    `hold`: called with the compile's seconds once the candidate is warm, before it is
+    verified and timed; returns the deadline to measure by (a compile child waits there
+    for the search's turn: compile_child_main.py)."""
     name = "+".join(s.name for s in specs)
     res = RemedyResult(name, "+".join(dict.fromkeys(s.regime for s in specs)), "failed", "",
                        components=tuple(s.name for s in specs))
@@ -195,6 +199,8 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
         _free(ctx.device)
         return res, None
     res.checks["notes"] = list(cand.notes)
+    if hold is not None:
+        deadline = hold(res.compile_s)
     if compiling is not None:
         compiled_now = dynamo_counts()
         res.checks["graphs"] = compiled_now.graphs - compiling.graphs

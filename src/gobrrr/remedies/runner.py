@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gobrrr.coordinator import SOLO, Coordinator
@@ -39,6 +39,7 @@ from gobrrr.remedies.base import (
 )
 from gobrrr.remedies.compile_child import (
     BACKGROUND_NICE,
+    CHILD_ANSWER_S,
     RECOMPILE_FACTOR,
     START_S,
     ChildCompile,
@@ -145,7 +146,7 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
         ref = make_reference(base, w.device)
         if ref.nonfinite:
             say(f"{WARNING}{NONFINITE_REFERENCE}: {ref.nonfinite}")
-        child = _child_probe(w)
+        child = _child_probe(w, ab_budget_s)
         try:
             results, best_cand, best_res = _search(specs, base, ref, ctx, ab_budget_s,
                                                    deadline, say, notes, child)
@@ -159,6 +160,14 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
             notes.append("torch.compile's caches were reset (torch._dynamo.reset()) to "
                          "compile each variant from a clean state: functions you had "
                          "compiled before compile again on their next call")
+    if best_res is not None and best_res.checks.get("measured_in_child"):
+        here = [r for r in results if r.status == "verified" and r.measured_speedup
+                and not r.checks.get("measured_in_child")]
+        live = max(here, key=lambda r: r.measured_speedup or 0.0).name if here else None
+        notes.append(f"{best_res.name} was verified and timed in the child process that "
+                     "compiled it (its compile not paid twice): the optimized callable "
+                     "this result holds runs " + (f"the best measured here ({live})"
+                                                  if live else "the eager workload"))
     notes = [f"{WARNING}{line}" for line in state.warnings] + notes
     return OptimizeResult.build(w, report, results, best_res, best_callable(best_cand, ref),
                                 ref, notes, time.perf_counter() - t_start)
@@ -253,9 +262,12 @@ class ChildProber:
     `stopped_after_s`: the longest a child ran unfinished before it was stopped (a cold
     compile of this workload takes longer: a later child given less is not started)."""
 
-    def __init__(self, reload: dict[str, Any], cores: list[int] | None) -> None:
+    def __init__(self, reload: dict[str, Any], cores: list[int] | None,
+                 measure_ab_s: float | None = None) -> None:
         self.reload = reload
         self.cores = cores
+        # its children can verify and time their candidate themselves (ChildRun.measure)
+        self.measure_ab_s = measure_ab_s
         self.background: ChildRun | None = None
         self.waited_on = False
         self.stopped_after_s: float | None = None
@@ -265,7 +277,8 @@ class ChildProber:
         started: no cores to spare, or one already was)."""
         if self.cores is None or self.background is not None:
             return None
-        self.background = start_child(self.reload, [s.name for s in combo], self.cores)
+        self.background = start_child(self.reload, [s.name for s in combo], self.cores,
+                                      self.measure_ab_s)
         span = f"{self.cores[0]}-{self.cores[-1]}" if len(self.cores) > 1 else self.cores[0]
         return (f"{'+'.join(s.name for s in combo)} compiled in a child process in the "
                 f"background (cores {span}, nice {BACKGROUND_NICE}) while the other "
@@ -276,7 +289,8 @@ class ChildProber:
             self.waited_on = True
             run = self.background
         else:
-            run = start_child(self.reload, [s.name for s in combo])
+            run = start_child(self.reload, [s.name for s in combo],
+                              measure_ab_s=self.measure_ab_s)
         got = run.wait(timeout_s)
         if got.timed_out:
             self.stopped_after_s = max(self.stopped_after_s or 0.0, got.waited_s)
@@ -287,13 +301,14 @@ class ChildProber:
             self.background.stop()
 
 
-def _child_probe(w: Workload) -> ChildProber | None:
+def _child_probe(w: Workload, ab_budget_s: float) -> ChildProber | None:
     """The compile probes' children (ChildProber), where the workload can be built again
     in a child (a CLI target); None for a callable."""
     reload = w.reload
     if reload is None:
         return None
-    return ChildProber(reload, background_cores() if w.device == "cuda" else None)
+    return ChildProber(reload, background_cores() if w.device == "cuda" else None,
+                       ab_budget_s)
 
 
 def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
@@ -324,6 +339,7 @@ def search(specs: list[RemedySpec], ctx: Context,
     results: list[RemedyResult] = []
     best_cand: Candidate | None = None
     best_res: RemedyResult | None = None
+    live_s = 0.0  # best_cand's speedup
     by_name = {s.name: s for s in specs}
     entries, gains, rows = coord.decide(_entries(specs, ctx) if coord.rank == 0 else None,
                                         "agreeing on the remedies and their predictions")
@@ -350,10 +366,15 @@ def search(specs: list[RemedySpec], ctx: Context,
                     if got.status == "failed":
                         got.status, got.reason, ran = "skipped", INTERRUPTED, ran - 1
                     raise KeyboardInterrupt
-                if cand is not None and got.status == "verified" and (
-                        best_res is None or (got.measured_speedup or 0) > (
-                            best_res.measured_speedup or 0)):
-                    best_cand, best_res = cand, got
+                # a row measured in its compile child has no live candidate here: it
+                # can be the best row; the callable is the best live one
+                speed = got.measured_speedup or 0.0
+                if got.status == "verified" and (
+                        cand is not None or got.checks.get("measured_in_child")) and (
+                        best_res is None or speed > (best_res.measured_speedup or 0)):
+                    best_res = got
+                if cand is not None and got.status == "verified" and speed > live_s:
+                    best_cand, live_s = cand, speed
             except KeyboardInterrupt:
                 # Ctrl-C, wherever it lands: what was measured is kept and shown; the
                 # candidate it stopped and what never ran are skipped
@@ -448,12 +469,20 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
         if isinstance(pre, RemedyResult):
             return _record(opt, pre, ctx, gains, state, results, by_name, say=say), None
         if isinstance(pre, Instead):
-            # the probe stays an option: the next plan estimates it from this compile
-            opt = option_for(state, pre.remedies)
-            combo = [by_name[n] for n in opt.components]
-            say(f"combination {opt.name} (predicted {opt.predicted or 0:.2f}x) instead: "
-                "compiled in the background child, again here from its caches")
+            if set(pre.remedies) != set(opt.components):
+                # the probe stays an option: the next plan estimates it from this compile
+                opt = option_for(state, pre.remedies)
+                combo = [by_name[n] for n in opt.components]
+                where = ("measured there" if pre.run is not None
+                         else "again here from its caches")
+                say(f"combination {opt.name} (predicted {opt.predicted or 0:.2f}x) "
+                    f"instead: compiled in the background child, {where}")
             cold_s = pre.compile_s
+            if pre.run is not None:
+                regime = "+".join(dict.fromkeys(s.regime for s in combo))
+                row = _measured_in_child(opt, pre, deadline, regime)
+                return _record(opt, row, ctx, gains, state, results, by_name, cold_s,
+                               say), None
         else:
             cold_s = pre
     got, cand = run_one(combo)
@@ -464,11 +493,36 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
 
 @dataclass(frozen=True)
 class Instead:
-    """Run the background child's own combination instead of the probe (its compile here
-    from the child's caches fits; the probe's, a different graph, does not)."""
+    """Run the child's combination (the probe's own, or the background's) without the
+    probe's compile here: measured in the child where it waits for that (`run`, the
+    compile not paid twice), else compiled here again from its caches (the probe's own
+    compile here, a different graph, does not fit)."""
 
     remedies: tuple[str, ...]
     compile_s: float  # the child's cold compile
+    run: ChildRun | None = field(default=None, compare=False)
+
+
+def _measured_in_child(opt: Option, pre: Instead, deadline: float,
+                       regime: str) -> RemedyResult:
+    """The candidate verified and A/B-timed in its compile child (ChildRun.measure):
+    its row, with no live candidate here; skipped when the child did not answer in
+    the time left."""
+    assert pre.run is not None
+    got = pre.run.measure(max(0.0, deadline - time.perf_counter()))
+    if got is None:
+        row = RemedyResult(opt.name, regime, "skipped", (
+            "abandoned: compiled in a child process, which did not verify and time it "
+            "within the --budget-s left"), components=opt.components)
+    else:
+        row = RemedyResult(**{k: v for k, v in got.items()
+                              if k in RemedyResult.__dataclass_fields__})
+        row.interval = tuple(got["interval"]) if got.get("interval") else None
+        row.components = opt.components
+    row.compile_s = pre.compile_s
+    row.checks["child_compile_s"] = pre.compile_s
+    row.checks["measured_in_child"] = True
+    return row
 
 
 def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildProbe,
@@ -490,8 +544,16 @@ def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildPr
         return RemedyResult(opt.name, regime, "skipped", reason, components=opt.components)
 
     # the child's wait t (its start included) and the compile again here (at most
-    # RECOMPILE_FACTOR x t) and the measuring must fit in what is left
-    child_limit_s = max(0.0, left_s - opt.measure_s) / (1.0 + RECOMPILE_FACTOR)
+    # RECOMPILE_FACTOR x t) and the measuring must fit in what is left; a measuring
+    # child (ChildProber.measure_ab_s) needs only the measuring left after it: where the
+    # compile again here would not fit, the candidate is measured in the child
+    measuring = getattr(child, "measure_ab_s", None) is not None
+    if measuring:
+        child_limit_s = max(0.0, left_s - opt.measure_s - CHILD_ANSWER_S)
+        after = "the time to measure it must be left"
+    else:
+        child_limit_s = max(0.0, left_s - opt.measure_s) / (1.0 + RECOMPILE_FACTOR)
+        after = "the time to compile it again here from its caches must be left"
     waiting = isinstance(child, ChildProber) and child.background is not None and (
         not child.waited_on)
     floor_s = getattr(child, "stopped_after_s", None)
@@ -504,14 +566,13 @@ def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildPr
             return skipped(
                 f"a compile of this workload in a child process was stopped unfinished "
                 f"after {floor_s:.0f} s; a child here could run {child_limit_s:.0f} s "
-                "before the compile again in this process and its measuring no longer "
-                "fit in --budget-s")
+                "before its measuring (and any compile again in this process) no "
+                "longer fit in --budget-s")
         say(f"  compiling first in a child process (stopped {child_limit_s:.0f} s from "
-            "now: the time to compile it again here from its caches must be left)")
+            f"now: {after})")
     else:
         say(f"  waiting for its compile in the background child (stopped "
-            f"{child_limit_s:.0f} s from now: the time to compile it again here from its "
-            "caches must be left)")
+            f"{child_limit_s:.0f} s from now: {after})")
     got = child(combo, child_limit_s)
     if got.timed_out:
         row = skipped(
@@ -532,11 +593,19 @@ def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildPr
         of = f" (of {'+'.join(got.remedies)}; ~{cold_s:.1f} s for this one)"
     again_s = RECOMPILE_FACTOR * cold_s
     left_s = deadline - time.perf_counter()
-    if of and again_s + opt.measure_s > left_s and (
-            RECOMPILE_FACTOR * got.compile_s + opt.measure_s <= left_s):
-        say(f"  compiled {'+'.join(got.remedies)} in {got.compile_s:.1f} s in the "
-            f"background; {opt.name} (~{again_s:.0f} s to compile here) no longer fits")
-        return Instead(got.remedies, got.compile_s)
+    if again_s + opt.measure_s > left_s:
+        done = "+".join(got.remedies) or opt.name
+        if got.run is not None and opt.measure_s <= left_s:
+            say(f"  compiled {done} in {got.compile_s:.1f} s in a child process; "
+                f"compiling {opt.name} again here (~{again_s:.0f} s) does not fit: "
+                f"{done} is measured in the child")
+            return Instead(got.remedies or opt.components, got.compile_s, got.run)
+        if of and RECOMPILE_FACTOR * got.compile_s + opt.measure_s <= left_s:
+            say(f"  compiled {done} in {got.compile_s:.1f} s in the background; "
+                f"{opt.name} (~{again_s:.0f} s to compile here) no longer fits")
+            return Instead(got.remedies, got.compile_s)
+    if got.run is not None:
+        got.run.stop()  # compiled again here, or skipped
     if again_s + opt.measure_s > left_s:
         row = skipped(
             f"compiled in {got.compile_s:.1f} s in a child process{of}; compiling it "

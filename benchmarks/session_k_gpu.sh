@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The next GPU session's runs after session j, one part per device call (600 s at most;
+# carry .gpu_wheels), in priority order:
+#   OUT=$OUT bash benchmarks/session_k_gpu.sh tests   # the CUDA tests of the optimize
+#        search and the compile child (test_optimize*.py, test_compile_child.py) (~2 min)
+#   OUT=$OUT bash benchmarks/session_k_gpu.sh opt60a  # issue 24: gobrrr at --budget-s 60
+#        after the measuring child: the two misses first (ResNet-50 b256, the GPT-2
+#        training step), then ConvNeXt-T and ViT
+#   OUT=$OUT bash benchmarks/session_k_gpu.sh opt60b  # the other five rows
+# Each row from a cold Inductor cache; the per-row logs come back in one tgz (a call
+# returns 8 files at most).
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+part=${1:?tests, opt60a or opt60b}
+exec > >(tee "$OUT/session_k-$part.log") 2>&1
+python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
+export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+case "$part" in
+tests) timeout 300 python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_optimize.py \
+         tests/test_optimize_remedies.py tests/test_optimize_plan.py \
+         tests/test_compile_child.py 2>&1 | grep -v USDT | tail -8 ;;
+opt60a) BUDGET=60 SIDES=gobrrr timeout 580 bash benchmarks/optimize_models.sh resnet50_b256 \
+          gpt2_train_8x256 convnext_tiny_b64 vit_b16_b32 ;;
+opt60b) BUDGET=60 SIDES=gobrrr timeout 580 bash benchmarks/optimize_models.sh gpt2_1x1 \
+          gpt2_8x512 resnet50_b1 bert_base_b32x128 mlp_16k ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+if ls "$OUT"/models/*.log > /dev/null 2>&1; then
+  tar czf "$OUT/models/logs.tgz" -C "$OUT/models" $(cd "$OUT/models" && ls *.log)
+  rm -f "$OUT"/models/*.log
+fi
+# summary.txt and the JSONs: at most 5 rows + logs.tgz + summary.txt + this log = 8 files
