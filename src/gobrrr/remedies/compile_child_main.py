@@ -19,17 +19,13 @@ from typing import Any
 __all__ = ["main"]
 
 
-def _child(spec: dict[str, Any]) -> float:
-    """In the child: build, copy, prime, apply, prepare and warm; the seconds of the
-    last three (what the search calls compile_s)."""
+def _built(spec: dict[str, Any]) -> tuple[Any, list[Any], Any, Any]:
+    """In the child: the workload built from its target, the candidate's remedies, the
+    primed base copy and the remedies' context, as the search has them."""
     from gobrrr.models import ModelOptions
     from gobrrr.remedies import catalog
-    from gobrrr.remedies.base import Candidate
-    from gobrrr.remedies.evaluate import warm_up
     from gobrrr.remedies.runner import base_copy, context_of, prime
-    from gobrrr.state import copy_workload
     from gobrrr.targets import load_target
-    from gobrrr.timing import device_sync
 
     opts = ModelOptions(**spec["options"]) if spec.get("options") else None
     w = load_target(spec["target"], spec["device"], spec["batch_size"], opts)
@@ -37,7 +33,18 @@ def _child(spec: dict[str, Any]) -> float:
     specs = [by_name[n] for n in spec["remedies"]]
     base, independent = base_copy(w, [])
     zero_calls = prime(base, w)
-    ctx = context_of(w, None, base, independent, zero_calls, "inductor")
+    return w, specs, base, context_of(w, None, base, independent, zero_calls, "inductor")
+
+
+def _child(spec: dict[str, Any]) -> float:
+    """In the child: build, copy, prime, apply, prepare and warm; the seconds of the
+    last three (what the search calls compile_s)."""
+    from gobrrr.remedies.base import Candidate
+    from gobrrr.remedies.evaluate import warm_up
+    from gobrrr.state import copy_workload
+    from gobrrr.timing import device_sync
+
+    _, specs, base, ctx = _built(spec)
     c = copy_workload(base.fn, base.args, base.kwargs)
     cand = Candidate(c.fn, c.args, c.kwargs, c.modules, c.optimizers, c.tensors)
     t0 = time.perf_counter()
@@ -50,19 +57,9 @@ def _child(spec: dict[str, Any]) -> float:
 def _measure(spec: dict[str, Any]) -> dict[str, Any] | None:
     """In the child: the candidate through evaluate(), held after its compile (module
     docstring); the row, or None when the search stopped it there."""
-    from gobrrr.models import ModelOptions
-    from gobrrr.remedies import catalog
     from gobrrr.remedies.evaluate import evaluate, make_reference
-    from gobrrr.remedies.runner import base_copy, context_of, prime
-    from gobrrr.targets import load_target
 
-    opts = ModelOptions(**spec["options"]) if spec.get("options") else None
-    w = load_target(spec["target"], spec["device"], spec["batch_size"], opts)
-    by_name = {s.name: s for s in catalog.select(None)}
-    specs = [by_name[n] for n in spec["remedies"]]
-    base, independent = base_copy(w, [])
-    zero_calls = prime(base, w)
-    ctx = context_of(w, None, base, independent, zero_calls, "inductor")
+    w, specs, base, ctx = _built(spec)
     ref = make_reference(base, w.device)
 
     class Stopped(Exception):
