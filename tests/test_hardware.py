@@ -272,6 +272,7 @@ def test_math_probes_run_small():
         assert all(1e6 < r < 1e13 for r in rates.values()), rates
 
 
+@pytest.mark.serial
 def test_cpu_bandwidth_probes_run_small():
     # Real kernels on a small (cache-resident) tensor: each probe gives a sane rate.
     bw = hardware._cpu_bandwidths(8 * 2**20, budget_s=0.1)
