@@ -31,6 +31,9 @@ SETTINGS = {
     "alldir": {"coordinate_descent_tuning": True,
                "coordinate_descent_check_all_directions": True},
     "combo": {"coordinate_descent_tuning": True, "combo_kernels": True},
+    # looped reductions that coordinate descent may size (a 2048-wide GEMV row is one
+    # persistent block by default)
+    "nopersist": {"coordinate_descent_tuning": True, "triton.persistent_reductions": False},
 }
 
 sys.path.insert(0, "benchmarks")

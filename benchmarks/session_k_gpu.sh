@@ -2,7 +2,8 @@
 # The next GPU session's runs after session j, one part per device call (600 s at most;
 # carry .gpu_wheels), in priority order:
 #   OUT=$OUT bash benchmarks/session_k_gpu.sh tests   # the CUDA tests of the optimize
-#        search and the compile child (test_optimize*.py, test_compile_child.py) (~2 min)
+#        search and the compile child (test_optimize*.py, test_compile_child.py) (~2 min),
+#        then issue 21's decode step under two Inductor settings not yet tried (~4 min)
 #   OUT=$OUT bash benchmarks/session_k_gpu.sh opt60a  # issue 24: gobrrr at --budget-s 60
 #        after the measuring child: the two misses first (ResNet-50 b256, the GPT-2
 #        training step), then ConvNeXt-T and ViT
@@ -18,7 +19,9 @@ export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFE
 case "$part" in
 tests) timeout 300 python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_optimize.py \
          tests/test_optimize_remedies.py tests/test_optimize_plan.py \
-         tests/test_compile_child.py 2>&1 | grep -v USDT | tail -8 ;;
+         tests/test_compile_child.py 2>&1 | grep -v USDT | tail -8
+       timeout 330 python3 benchmarks/lean_variants_gpu.py --out "$OUT/lean_settings.json" \
+         --variants compile+math@alldir,compile+math@nopersist 2>&1 | grep -v USDT | tail -30 ;;
 opt60a) BUDGET=60 SIDES=gobrrr timeout 580 bash benchmarks/optimize_models.sh resnet50_b256 \
           gpt2_train_8x256 convnext_tiny_b64 vit_b16_b32 ;;
 opt60b) BUDGET=60 SIDES=gobrrr timeout 580 bash benchmarks/optimize_models.sh gpt2_1x1 \
