@@ -10,6 +10,7 @@ from gobrrr.budget import Budget
 from gobrrr.gains import Gain, combine, gain_from_saved, speedup_from_saved
 from gobrrr.remedies.base import PREP_CAPTURE, PREP_COMPILE, PREP_FLAG
 from gobrrr.remedies.plan import (
+    PROBE_MIN_SPEEDUP,
     TIER_AUTOTUNE,
     TIER_COMPILE,
     TIER_COSTLY,
@@ -282,6 +283,29 @@ def test_the_background_compile_is_the_predicted_stacks_best_compile():
     assert [e.name for e in predicted_stack(weak)] == ["inference_mode"]
     # no budget to combine the predictions with: no guess (the first plan's probe then)
     assert background_compile(SearchState(entries(), "cuda", 370, 0.01, 1.5)) is None
+
+
+def test_a_fused_optimizer_predicted_neutral_joins_the_background_compile():
+    # the H200 at --budget-s 60 (session k): the GPT-2 training step's background child
+    # compiled bf16 autocast + reduce-overhead with the foreach AdamW (fused predicted
+    # 1.05x, under PROBE_MIN_SPEEDUP), tracing and compiling the optimizer loop too, and
+    # had not finished after 45 s; fused, the optimizer is one kernel in the graph
+    from gobrrr.remedies.optim import SPECS as OPTIM
+
+    fused = next(s for s in OPTIM if s.name == "fused_optimizer")
+    assert fused.keep_when_neutral
+    train = [e for e in entries() if e.name not in ("inference_mode", "freezing")]
+    train.append(Entry("fused_optimizer", "optim", PREP_FLAG, 1, gain(overhead=0.2), 4,
+                       keep_when_neutral=fused.keep_when_neutral))
+    assert train[-1].gain.speedup < PROBE_MIN_SPEEDUP
+    assert [e.name for e in predicted_stack(train)] == ["bf16_cast", "fused_optimizer"]
+    got = background_compile(SearchState(train, "cuda", 370, 0.01, 1.5, budget()))
+    assert got is not None
+    assert got.name == "bf16_cast+fused_optimizer+compile_reduce_overhead"
+    # measured correct but neutral, it stays in the stack under the compiles
+    done = {"bf16_cast": Outcome("verified", 1.3),
+            "fused_optimizer": Outcome("no significant change", 1.0)}
+    assert [e.name for e in stack(train, done)] == ["bf16_cast", "fused_optimizer"]
 
 
 def test_gains_combine_part_by_part():

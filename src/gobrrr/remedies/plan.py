@@ -362,7 +362,8 @@ def stack(entries: Sequence[Entry], done: dict[str, Outcome]) -> list[Entry]:
     fastest among those verified faster (`_wins`: a tie goes to the larger predicted
     kernel saving); where every verified member of the group was also measured under the
     CUDA-graph capture (`replay_probes`), the fastest there; a `keep_when_neutral` one
-    (inference mode) also when it was correct without a significant change alone.
+    (inference mode, a fused optimizer) also when it was correct without a significant
+    change alone.
     Execution remedies are not in it: they are what the stack is run under."""
     best: dict[str, tuple[float, Entry]] = {}
     replayed: dict[str, dict[str, float | None]] = {}
@@ -392,8 +393,8 @@ def stack(entries: Sequence[Entry], done: dict[str, Outcome]) -> list[Entry]:
 def predicted_stack(entries: Sequence[Entry]) -> list[Entry]:
     """The stack (`stack`) the predictions alone would form, before any probe ran: each
     cheap remedy predicted at least PROBE_MIN_SPEEDUP faster counts as verified at its
-    prediction, a `keep_when_neutral` one (inference mode) as neutral unless predicted
-    slower. What the background compile guesses the search will compile."""
+    prediction, a `keep_when_neutral` one (inference mode, a fused optimizer) as
+    neutral unless predicted slower. What the background compile guesses the search will compile."""
     done: dict[str, Outcome] = {}
     for e in entries:
         if not _cheap(e) or _is_exec(e):
