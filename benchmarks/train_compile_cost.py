@@ -1,0 +1,78 @@
+"""Where the seconds of a training step's compile go (issue 24, GPU machine): one variant
+per process, from a cold Inductor cache (the caller sets TORCHINDUCTOR_CACHE_DIR).
+
+    python benchmarks/train_compile_cost.py {step|model} [--mode reduce-overhead]
+
+The GPT-2 training step of the optimize table (hf:gpt2, batch 8, seq 256, AdamW) with
+the optimizer fused and bf16 autocast, compiled as gobrrr's compile remedy does (`step`:
+torch.compile of the whole step function: forward, backward and optimizer step) or as
+the hand search does (`model`: torch.compile of the model, the step eager). Prints one
+JSON line: the seconds to import, to build, of the first call and of three more (CUDA
+graph recording), and the graphs dynamo compiled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+
+T0 = time.perf_counter()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("what", choices=("step", "model"))
+    p.add_argument("--mode", default="reduce-overhead")
+    a = p.parse_args()
+    import torch
+    import transformers  # noqa: F401 - its import time is part of a child's start
+
+    from gobrrr.models import ModelOptions
+    from gobrrr.targets import load_target
+    t_import = time.perf_counter() - T0
+    w = load_target("hf:gpt2", "cuda", 8, ModelOptions(seq_len=256, train=True))
+    torch.cuda.synchronize()
+    t_build = time.perf_counter() - T0 - t_import
+    fn = w.fn
+    cells = {type(c.cell_contents).__name__: c for c in fn.__closure__ or ()}
+    for c in fn.__closure__ or ():
+        obj = c.cell_contents
+        if isinstance(obj, torch.optim.Optimizer):
+            for g in obj.param_groups:
+                g["fused"], g["foreach"] = True, False
+    if a.what == "model":
+        for c in fn.__closure__ or ():
+            if isinstance(c.cell_contents, torch.nn.Module):
+                c.cell_contents = torch.compile(c.cell_contents, mode=a.mode)
+    else:
+        fn = torch.compile(fn, mode=a.mode)
+    t1 = time.perf_counter()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        fn(*w.args, **w.kwargs)
+        torch.cuda.synchronize()
+        t_first = time.perf_counter() - t1
+        for _ in range(3):
+            fn(*w.args, **w.kwargs)
+        torch.cuda.synchronize()
+    t_more = time.perf_counter() - t1 - t_first
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        for _ in range(10):
+            fn(*w.args, **w.kwargs)
+        torch.cuda.synchronize()
+    step_ms = (time.perf_counter() - t2) / 10 * 1e3
+    graphs = None
+    with contextlib.suppress(Exception):
+        from torch._dynamo.utils import counters
+        graphs = int(counters["stats"]["unique_graphs"])
+    print(json.dumps({"what": a.what, "mode": a.mode, "import_s": round(t_import, 2),
+                      "build_s": round(t_build, 2), "first_call_s": round(t_first, 2),
+                      "three_more_s": round(t_more, 2), "step_ms": round(step_ms, 3),
+                      "graphs": graphs, "cells": sorted(cells)}))
+
+
+if __name__ == "__main__":
+    main()
