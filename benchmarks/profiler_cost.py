@@ -3,6 +3,8 @@ trace reads more GPU idle than unprofiled `gobrrr doctor`? (issue 23; the write-
 benchmarks/results/h200/plain-traces-profiler-cost.md)
 
     python benchmarks/profiler_cost.py cpu                    # per-event cost, this CPU
+    python benchmarks/profiler_cost.py cuda                   # the same with CUDA activity,
+                                     # and GPT-2 8x512's host issue time bare and profiled
     python benchmarks/profiler_cost.py replay TRACE.json.gz…  # what a per-op cost would cut
     python benchmarks/profiler_cost.py ops TRACE.json.gz…     # median host time per op name
 
@@ -74,6 +76,86 @@ def cpu(n: int = 5000, reps: int = 7) -> None:
               f"+profile {m['cpu'] - m['plain']:.2f}  +record_shapes "
               f"{m['shapes'] - m['plain']:.2f} us/call  = "
               f"{(m['shapes'] - m['plain']) / events:.2f} us per recorded event")
+
+
+def cuda(n: int = 2000, reps: int = 7) -> None:
+    """`cpu`'s per-event cost with CUDA tensors and CUDA activity recorded (CUPTI's
+    callbacks on every runtime call), then GPT-2 8x512's (eager, no_grad) host issue
+    time per call bare and under `profile(activities=[CPU, CUDA], record_shapes=True)`,
+    twice each in one process: the GPU is held busy before each call (gobrrr's
+    cuda_hold) so the host never waits for it, and the call's return is its issue time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from gobrrr.host_issue import cuda_hold
+
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    x, w, v = (torch.ones(4, device="cuda"), torch.ones(8, 8, device="cuda"),
+               torch.ones(2, 8, device="cuda"))
+    ops: dict[str, Callable[[], Any]] = {
+        "add(x, 1.0)": lambda: torch.add(x, 1.0),
+        "view": lambda: x.view(2, 2),
+        "linear 2x8x8": lambda: torch.nn.functional.linear(v, w),
+    }
+
+    def run(fn: Callable[[], Any]) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = (time.perf_counter() - t0) / n
+        torch.cuda.synchronize()
+        return dt
+
+    for name, fn in ops.items():
+        run(fn)
+        times: dict[str, list[float]] = {"plain": [], "cuda": [], "shapes": []}
+        events = 0.0
+        for _ in range(reps):
+            times["plain"].append(run(fn))
+            with profile(activities=acts):
+                times["cuda"].append(run(fn))
+            with profile(activities=acts, record_shapes=True) as prof:
+                times["shapes"].append(run(fn))
+            events = len([e for e in prof.events() if e.device_type.name == "CPU"]) / n
+        m = {k: statistics.median(t) * 1e6 for k, t in times.items()}
+        print(f"cuda {name:13s} {events:.0f} host event(s)/call  plain {m['plain']:.2f} us"
+              f"  +profile {m['cuda'] - m['plain']:.2f}  +record_shapes "
+              f"{m['shapes'] - m['plain']:.2f} us/call  = "
+              f"{(m['shapes'] - m['plain']) / max(events, 1):.2f} us per host event",
+              flush=True)
+
+    from gobrrr.models import ModelOptions
+    from gobrrr.targets import load_target
+
+    wl = load_target("hf:gpt2", "cuda", 8, ModelOptions(seq_len=512))
+    hold = cuda_hold()
+    assert hold is not None
+
+    def issue(calls: int = 8) -> list[float]:
+        out = []
+        with torch.no_grad():
+            for _ in range(calls):
+                torch.cuda.synchronize()
+                hold(0.2)  # 200 ms of GPU work queued first: the host never waits
+                t0 = time.perf_counter()
+                wl.fn(*wl.args, **wl.kwargs)
+                out.append(time.perf_counter() - t0)
+                torch.cuda.synchronize()
+        return out
+
+    issue(3)
+    for label in ("bare", "profiled", "bare", "profiled"):
+        if label == "bare":
+            got = issue()
+        else:
+            with profile(activities=acts, record_shapes=True) as prof:
+                got = issue()
+            n_ops = sum(1 for e in prof.events() if e.device_type.name == "CPU")
+        ms = sorted(g * 1e3 for g in got)
+        extra = f", {n_ops / len(got):.0f} host events/call" if label == "profiled" else ""
+        print(f"gpt2 8x512 {label}: host issue median {statistics.median(ms):.2f} ms "
+              f"(min {ms[0]:.2f}, max {ms[-1]:.2f}){extra}", flush=True)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -149,10 +231,10 @@ def ops(path: Path) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if not argv or argv[0] not in ("cpu", "replay", "ops"):
+    if not argv or argv[0] not in ("cpu", "cuda", "replay", "ops"):
         raise SystemExit(__doc__)
-    if argv[0] == "cpu":
-        cpu()
+    if argv[0] in ("cpu", "cuda"):
+        cpu() if argv[0] == "cpu" else cuda()
         return
     for p in map(Path, argv[1:]):
         if argv[0] == "ops":

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Session m's GPU runs, one part per device call (600 s at most; carry .gpu_wheels):
+#   OUT=$OUT bash benchmarks/session_m_gpu.sh probe     # issue 24: GPT-2's LM head GEMM
+#        padded and compiled (pad_probe.py); issue 23: the profiler's cost per host event
+#        with CUDA activity and GPT-2 8x512's host issue bare and profiled
+#        (profiler_cost.py cuda); issue 24: the ResNet-50 b256 bf16 channels_last
+#        inference call eager and compiled with freezing, doctored (prediction_targets.py)
+#   OUT=$OUT bash benchmarks/session_m_gpu.sh rows      # issue 24's two prediction rows
+#        (GPT-2 8x512, ResNet-50 b256) at --budget-s 60 on this code
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+part=${1:?probe or rows}
+exec > >(tee "$OUT/session_m-$part.log") 2>&1
+python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
+export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"
+case "$part" in
+probe)
+  echo "== pad_probe"; timeout 150 python3 benchmarks/pad_probe.py 2>&1 | grep -v USDT | tail -20
+  echo "== profiler_cost cuda"; timeout 200 python3 benchmarks/profiler_cost.py cuda 2>&1 \
+    | grep -v USDT | tail -12
+  timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
+  for t in resnet50_b256_eager resnet50_b256_compiled gpt2_8x512_compiled; do
+    echo "== doctor $t"
+    timeout 150 python3 -m gobrrr doctor benchmarks/prediction_targets.py:$t --json \
+      > "$OUT/doctor-$t.json" 2> >(grep -v USDT | tail -4 >&2)
+  done
+  gzip -9 "$OUT"/doctor-*.json; ls -la "$OUT" ;;
+rows)
+  timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
+  BUDGET=60 SIDES=gobrrr timeout 480 bash benchmarks/optimize_models.sh gpt2_8x512 resnet50_b256 ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+if ls "$OUT"/models/*.log > /dev/null 2>&1; then
+  tar czf "$OUT/models/logs.tgz" -C "$OUT/models" $(cd "$OUT/models" && ls *.log)
+  rm -f "$OUT"/models/*.log
+fi
