@@ -64,3 +64,62 @@ def test_on_cuda_a_large_gemm_runs_faster_in_bf16_than_fp32():
     # core GPU (the H200: ~14x by the peaks); the margin 2x is far below that
     got = probe_gemms([GemmShape(1, 4096, 4096, 4096)])[0]
     assert got.ratio("bf16") < 0.5 and got.ratio("tf32") < 1.0
+
+
+def test_an_unaligned_shape_is_also_timed_padded_as_inductor_pads_it():
+    asked = []
+
+    def timer(s: GemmShape, fmt: str) -> float:
+        asked.append((s, fmt))
+        return {"fp32": 8e-6, "tf32": 6e-6, "bf16": 4e-6}[fmt] / (2 if s.n % 8 == 0 else 1)
+
+    got = probe_gemms([GemmShape(1, 64, 50257, 30), GemmShape(1, 64, 16, 32)], timer)
+    # bf16 pads to 8 elements, TF32 to 4 (16 bytes); the aligned shape is timed once
+    assert (GemmShape(1, 64, 50264, 32), "bf16") in asked
+    assert (GemmShape(1, 64, 50260, 32), "tf32") in asked
+    assert len(asked) == 5 + 3
+    assert got[0].bf16_padded_s == 2e-6 and got[0].tf32_padded_s == 6e-6
+    assert got[1].bf16_padded_s is None and got[1].tf32_padded_s is None
+    # eager runs the shape as it is; compiled, the faster of the two
+    assert got[0].ratio("bf16") == 0.5 and got[0].ratio("bf16", compiled=True) == 0.25
+    assert got[1].ratio("bf16", compiled=True) == got[1].ratio("bf16")
+
+
+def test_a_stack_that_compiles_credits_the_padded_gemm(round_cuda_ceilings):
+    # one fp32 mm of 90 us (10 us idle) of an unaligned shape: bf16 in eager 4x faster
+    # (100 / (10 + 22.5) = 3.08x); padded, as torch.compile runs it, 8x (100 / 21.25)
+    from gobrrr.gains import combine
+    from gobrrr.remedies.base import Context
+    from gobrrr.remedies.catalog import predictions
+
+    x, w = torch.randn(64, 30), torch.randn(30, 17)
+    counts = count(lambda: x @ w)
+    rec = counts.records[0]
+    shape = shape_of(rec.op, rec.out_shape, rec.flops)
+    assert shape == GemmShape(1, 64, 17, 30)
+    b = Budget(wall_s=100e-6, busy_s=90e-6, overhead_s=10e-6, memory_s=0.0,
+               compute_s=90e-6, floor_s=0.0, below_roof_s=0.0,
+               compute_s_by_unit={"fp32": 90e-6},
+               per_call=[CallRow(rec.index, rec.op, rec.module, rec.phase, rec.op_class,
+                                 "compute", 90e-6, rec.flops, rec.bytes, 0.0)],
+               gemm_times=[GemmTimes(shape, 4e-6, 2e-6, 1e-6, 2e-6, 0.5e-6)])
+    ctx = Context("cuda", b, round_cuda_ceilings, counts.records, module_types={"Linear"})
+    gains = {spec.name: gain for spec, gain in predictions(ctx)}
+    auto = gains["bf16_autocast"]
+    assert auto.speedup == pytest.approx(100 / 32.5)
+    assert auto.under_compile is not None
+    assert auto.under_compile.speedup == pytest.approx(100 / 21.25)
+    assert "padded, as torch.compile pads them" in auto.under_compile.basis
+    assert gains["tf32"].under_compile is None  # padded TF32 was no faster here
+    # a stack that compiles takes the padded gain; one that does not, the eager one
+    assert combine(b, [auto], compiled=True).speedup == pytest.approx(100 / 21.25)
+    assert combine(b, [auto], compiled=False).speedup == pytest.approx(100 / 32.5)
+
+
+@pytest.mark.cuda
+def test_on_cuda_gpt2s_unaligned_lm_head_runs_faster_padded_in_bf16():
+    # N = 50257 (GPT-2's vocabulary): on the H200 2.49 ms as it is, 0.48 ms padded to
+    # 50264 (session-2026-12-04m/probe); the unaligned kernels' penalty on tensor cores,
+    # asserted only as padded < unaligned
+    got = probe_gemms([GemmShape(1, 4096, 50257, 768)])[0]
+    assert got.bf16_padded_s is not None and got.bf16_padded_s < got.bf16_s

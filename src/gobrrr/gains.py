@@ -73,6 +73,10 @@ class Gain:
     # the host's issue time per call left after the remedy, where the remedy sets it (a
     # replay: none of the issuing stays); None: the issue time less the overhead saved
     host_left_s: float | None = None
+    # the gain when the step is also compiled, where that differs: Inductor pads the
+    # unaligned GEMMs a precision remedy leaves slow in eager (gemm_probe.py); `combine`
+    # takes it for a stack that compiles
+    under_compile: Gain | None = None
 
     @classmethod
     def none(cls, basis: str) -> Gain:
@@ -146,9 +150,13 @@ def gain_from_saved(b: Budget, saved_by_part: dict[str, float], basis: str,
     return Gain(speedup, basis, saved, host_left_s)
 
 
-def combine(b: Budget, gains: Sequence[Gain], names: Iterable[str] = ()) -> Gain:
+def combine(b: Budget, gains: Sequence[Gain], names: Iterable[str] = (),
+            compiled: bool = False) -> Gain:
     """The gain of several remedies applied together (module docstring: part by part,
-    each removing its share of what the others leave)."""
+    each removing its share of what the others leave); `compiled`: one of them compiles
+    the step, so each part's `under_compile` gain stands for it where it has one."""
+    if compiled:
+        gains = [g.under_compile or g for g in gains]
     parts = part_seconds(b)
     remaining = dict.fromkeys(parts, 1.0)
     for g in gains:

@@ -444,7 +444,8 @@ def _combined(state: SearchState, parts: Sequence[Entry]) -> float | None:
         return parts[0].gain.speedup
     if state.budget is None:
         return None
-    return combine(state.budget, [e.gain for e in parts], [e.name for e in parts]).speedup
+    return combine(state.budget, [e.gain for e in parts], [e.name for e in parts],
+                   compiled=any(e.prep == PREP_COMPILE for e in parts)).speedup
 
 
 def _prep(state: SearchState, parts: Sequence[Entry]) -> tuple[float, str]:

@@ -14,6 +14,7 @@ block), through gobrrr.settings, which restores the user's settings by the API t
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gobrrr.gains import Gain, gain_from_saved
@@ -78,12 +79,13 @@ def _applies_bf16(ctx: Context) -> str | None:
     return _slow_bf16_cpu(ctx)
 
 
-def _probed_time(ctx: Context, fmt: str) -> tuple[float, float, int]:
+def _probed_time(ctx: Context, fmt: str, compiled: bool) -> tuple[float, float, int]:
     """(fp32 compute time of the calls whose GEMM shape was probed, that time in `fmt`
-    at each shape's measured ratio, shapes used): gemm_probe.py."""
+    at each shape's measured ratio, shapes used): gemm_probe.py; `compiled`: padded as
+    Inductor pads unaligned shapes."""
     b = ctx.budget
     assert b is not None
-    ratios = {g.shape: g.ratio(fmt) for g in b.gemm_times if g.fp32_s > 0}
+    ratios = {g.shape: g.ratio(fmt, compiled) for g in b.gemm_times if g.fp32_s > 0}
     if not ratios:
         return 0.0, 0.0, 0
     records = {r.index: r for r in ctx.records}
@@ -102,24 +104,34 @@ def _probed_time(ctx: Context, fmt: str) -> tuple[float, float, int]:
 
 
 def _matmul_saving(ctx: Context, slow_s: float, rate: float, fmt: str,
-                   what: str) -> tuple[float, str]:
+                   what: str, compiled: bool = False) -> tuple[float, str]:
     """Seconds saved running `slow_s` of fp32 matmul time in `fmt`: the calls whose shape
-    was timed at its measured ratio, the rest at the peaks' ratio `rate`."""
-    probed_s, probed_new_s, n = _probed_time(ctx, fmt)
+    was timed at its measured ratio, the rest at the peaks' ratio `rate`; `compiled`:
+    the shapes as Inductor pads them (gemm_probe.py)."""
+    probed_s, probed_new_s, n = _probed_time(ctx, fmt, compiled)
     probed_s = min(probed_s, slow_s)
     rest_s = slow_s - probed_s
     saved = max(0.0, probed_s - probed_new_s) + rest_s * (1 - 1 / rate)
     if n == 0:
         return saved, f"{what} at {rate:.1f}x the rate"
     speed = probed_s / probed_new_s if probed_new_s > 0 else float("inf")
-    basis = (f"{fmt_s(probed_s)} of it in {n} GEMM shape(s) timed here in {fmt}: "
-             f"{speed:.1f}x faster")
+    padded = " (unaligned ones padded, as torch.compile pads them)" if compiled else ""
+    basis = (f"{fmt_s(probed_s)} of it in {n} GEMM shape(s) timed here in {fmt}"
+             f"{padded}: {speed:.1f}x faster")
     if rest_s > 0:
         basis += f", the other {fmt_s(rest_s)} at the peaks' {rate:.1f}x"
     return saved, f"{what}: {basis}"
 
 
-def _predict_tf32(ctx: Context) -> Gain:
+def _with_compiled(eager: Gain, compiled: Gain) -> Gain:
+    """The eager gain, carrying the compiled one (Gain.under_compile) where padding the
+    unaligned GEMMs saves more."""
+    if (compiled.speedup or 0.0) > (eager.speedup or 0.0):
+        return replace(eager, under_compile=compiled)
+    return eager
+
+
+def _tf32_gain(ctx: Context, compiled: bool) -> Gain:
     b, ceil = ctx.budget, ctx.ceilings
     if b is None or ceil is None:
         return Gain.none("no diagnose budget")
@@ -129,14 +141,19 @@ def _predict_tf32(ctx: Context) -> Gain:
         return Gain.none(_NO_TIME)
     rate = peaks["tf32"] / peaks["fp32"]
     saved, basis = _matmul_saving(ctx, fp32_s, rate, "tf32",
-                                  f"fp32 matmul time {fmt_s(fp32_s)}")
+                                  f"fp32 matmul time {fmt_s(fp32_s)}", compiled)
     if not b.gemm_times:
         basis += f" ({ceil.roof_kind} tf32 / fp32 peaks)"
     return gain_from_saved(b, {"compute": saved}, basis)
 
 
-def _bf16_compute(ctx: Context) -> tuple[float, str]:
-    """(seconds saved, basis) running the fp32/tf32 matmul time at the bf16 peak."""
+def _predict_tf32(ctx: Context) -> Gain:
+    return _with_compiled(_tf32_gain(ctx, False), _tf32_gain(ctx, True))
+
+
+def _bf16_compute(ctx: Context, compiled: bool = False) -> tuple[float, str]:
+    """(seconds saved, basis) running the fp32/tf32 matmul time at the bf16 peak;
+    `compiled`: the probed shapes as Inductor pads them."""
     b, ceil = ctx.budget, ctx.ceilings
     assert b is not None and ceil is not None
     peaks = ceil.peak_flops_per_s
@@ -151,7 +168,7 @@ def _bf16_compute(ctx: Context) -> tuple[float, str]:
     if b.gemm_times and fp32_s > 0:
         # the shapes were timed from fp32 (TF32 off): the tf32 part keeps the peaks'
         saved, basis = _matmul_saving(ctx, fp32_s, rate, "bf16",
-                                      f"fp32 matmul time {fmt_s(fp32_s)} in bf16")
+                                      f"fp32 matmul time {fmt_s(fp32_s)} in bf16", compiled)
         tf32_s = slow_s - fp32_s
         if tf32_s > 0 and "tf32" in peaks and peaks["bf16"] > peaks["tf32"]:
             saved += tf32_s * (1 - peaks["tf32"] / peaks["bf16"])
@@ -161,15 +178,19 @@ def _bf16_compute(ctx: Context) -> tuple[float, str]:
                                      f"{ceil.roof_kind} bf16 rate ({rate:.1f}x)")
 
 
-def _predict_autocast(ctx: Context) -> Gain:
+def _autocast_gain(ctx: Context, compiled: bool) -> Gain:
     if not ctx.diagnosed:
         return Gain.none("no diagnose budget")
-    saved_s, basis = _bf16_compute(ctx)
+    saved_s, basis = _bf16_compute(ctx, compiled)
     if saved_s <= 0:
         return Gain.none(basis)
     assert ctx.budget is not None
     return gain_from_saved(ctx.budget, {"compute": saved_s},
                            basis + "; halves matmul bytes too")
+
+
+def _predict_autocast(ctx: Context) -> Gain:
+    return _with_compiled(_autocast_gain(ctx, False), _autocast_gain(ctx, True))
 
 
 def _fp32_memory_s(ctx: Context) -> float:
@@ -180,11 +201,11 @@ def _fp32_memory_s(ctx: Context) -> float:
                if c.regime == "memory" and c.index in fp32)
 
 
-def _predict_cast(ctx: Context) -> Gain:
+def _cast_gain(ctx: Context, compiled: bool) -> Gain:
     if not ctx.diagnosed:
         return Gain.none("no diagnose budget")
     assert ctx.budget is not None
-    compute_s, basis = _bf16_compute(ctx)
+    compute_s, basis = _bf16_compute(ctx, compiled)
     memory_s = _fp32_memory_s(ctx) / 2  # every fp32 tensor's bytes halve
     if compute_s <= 0 and memory_s <= 0:
         return Gain.none("no fp32 matmul or memory-bound fp32 time in the budget")
@@ -194,6 +215,10 @@ def _predict_cast(ctx: Context) -> Gain:
                      "tensors)")
     return gain_from_saved(ctx.budget, {"compute": compute_s, "memory": memory_s},
                            "; ".join(parts))
+
+
+def _predict_cast(ctx: Context) -> Gain:
+    return _with_compiled(_cast_gain(ctx, False), _cast_gain(ctx, True))
 
 
 def _apply_tf32(cand: Candidate, ctx: Context) -> Candidate:

@@ -234,13 +234,15 @@ def _entries(specs: list[RemedySpec], ctx: Context
     return entries, gains, results
 
 
-def _basis(ctx: Context, names: tuple[str, ...], gains: dict[str, Gain]) -> str:
+def _basis(ctx: Context, names: tuple[str, ...], gains: dict[str, Gain],
+           by_name: dict[str, RemedySpec]) -> str:
     """The basis of an option's prediction: the remedy's own, or the combination's."""
     if len(names) == 1:
         return gains[names[0]].basis
     if ctx.budget is None:
         return "no diagnose budget"
-    return combine(ctx.budget, [gains[n] for n in names], names).basis
+    return combine(ctx.budget, [gains[n] for n in names], names,
+                   compiled=any(by_name[n].prep == PREP_COMPILE for n in names)).basis
 
 
 def _row(name: str, components: tuple[str, ...], by_name: dict[str, RemedySpec],
@@ -392,7 +394,7 @@ def search(specs: list[RemedySpec], ctx: Context,
                               found.prep_s, "estimated_s": found.cost_s,
                               "prep_basis": found.prep_basis, "probe": False}
         row.predicted_speedup = found.predicted
-        row.prediction_basis = _basis(ctx, found.components, gains)
+        row.prediction_basis = _basis(ctx, found.components, gains, by_name)
         results.append(row)
     if now.skipped:
         say(f"{len(now.skipped)} candidate(s) skipped (the table says why)")
@@ -630,7 +632,7 @@ def _record(opt: Option, got: RemedyResult, ctx: Context,
     scales every later estimate."""
     combo = [by_name[n] for n in opt.components]
     got.predicted_speedup = opt.predicted
-    got.prediction_basis = _basis(ctx, opt.components, gains)
+    got.prediction_basis = _basis(ctx, opt.components, gains, by_name)
     got.snippet = _row(opt.name, opt.components, by_name, "", "", ctx).snippet
     got.checks["plan"] = {"tier": TIER_NAMES[opt.tier], "estimated_prep_s": opt.prep_s,
                           "estimated_s": opt.cost_s, "prep_basis": opt.prep_basis,
