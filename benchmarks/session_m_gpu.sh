@@ -6,10 +6,15 @@
 #        (profiler_cost.py cuda); issue 24: the ResNet-50 b256 bf16 channels_last
 #        inference call eager and compiled with freezing, doctored (prediction_targets.py)
 #   OUT=$OUT bash benchmarks/session_m_gpu.sh rows      # issue 24's two prediction rows
-#        (GPT-2 8x512, ResNet-50 b256) at --budget-s 60 on this code
+#        (GPT-2 8x512, ResNet-50 b256) at --budget-s 60 on this code, after the CUDA tests
+#        of the GEMM probe; ROWS="case ..." (optimize_models.py) picks other rows,
+#        SIDES=both runs the hand search of each row first, in the same sitting
+#   OUT=$OUT bash benchmarks/session_m_gpu.sh plain     # issue 23: GPT-2 8x512, its
+#        training step and the compiled pointwise chain recorded again the plain way,
+#        analyzed beside doctor (plain_traces_gpu.py): does the slow traced host recur?
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
-part=${1:?probe or rows}
+part=${1:?probe, rows or plain}
 exec > >(tee "$OUT/session_m-$part.log") 2>&1
 python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
 export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -28,8 +33,14 @@ probe)
   done
   gzip -9 "$OUT"/doctor-*.json; ls -la "$OUT" ;;
 rows)
+  timeout 120 python3 -m pytest -q -m cuda tests/test_gemm_probe.py tests/test_layout_predict.py \
+    -p no:cacheprovider 2>&1 | tail -3
   timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
-  BUDGET=60 SIDES=gobrrr timeout 480 bash benchmarks/optimize_models.sh gpt2_8x512 resnet50_b256 ;;
+  BUDGET=60 SIDES=${SIDES:-gobrrr} timeout 540 bash benchmarks/optimize_models.sh \
+    ${ROWS:-gpt2_8x512 resnet50_b256} ;;
+plain)
+  timeout ${PLAIN_S:-500} python3 benchmarks/plain_traces_gpu.py "$OUT/plain" gpt2_8x512 gpt2_train_4x256 pointwise@default \
+    2>&1 | grep -v USDT | tail -30 ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 if ls "$OUT"/models/*.log > /dev/null 2>&1; then
