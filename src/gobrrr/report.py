@@ -61,7 +61,9 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #       the predicted time of remedies that leave the host's work); budget.gemm_times
 #       (CUDA: the largest fp32 GEMM shapes timed in fp32, TF32, bf16); memory.
 #       largest_allocation_bytes and largest_allocation (the step's largest tensor)
-SCHEMA_VERSION = "1.14"
+# 1.15: budget.gemm_times[].bf16_padded_s, tf32_padded_s (an unaligned shape timed padded
+#       to 16 bytes, as Inductor pads it; null where aligned)
+SCHEMA_VERSION = "1.15"
 
 
 @dataclass
