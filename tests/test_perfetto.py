@@ -40,7 +40,11 @@ def cpu_trace(tmp_path_factory, calibrated_cache):
     tmp = tmp_path_factory.mktemp("trace")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(calibrated_cache))  # the session's calibration
+        # batch 4096: each Linear is 33 MFLOP, ~1 ms on this CPU, ~100x an empty op's
+        # cost; at batch 1 every op's time, less that cost, came out 0 once beside a CPU
+        # hog (no op to draw; 2026-12-04)
         r = CliRunner().invoke(cli, ["doctor", "examples:mlp", "--device", "cpu", "-q",
+                                     "--batch-size", "4096",
                                      "--json", "--no-experiments", "--time-budget", "0.2",
                                      "--trace", str(tmp / "t.json")])
     assert r.exit_code == 0, r.output
