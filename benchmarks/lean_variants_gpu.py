@@ -33,6 +33,11 @@ SETTINGS = {
     "combo": {"coordinate_descent_tuning": True, "combo_kernels": True},
     # looped reductions that coordinate descent may size (a 2048-wide GEMV row is one
     # persistent block by default)
+    # Inductor freezing: the weights become constants, and its freezing patterns
+    # concatenate the weights of matmuls that share an input (gate/up: one GEMV)
+    "freeze": {"coordinate_descent_tuning": True, "freezing": True},
+    # coordinate descent looks two steps away from each start (default one)
+    "radius2": {"coordinate_descent_tuning": True, "coordinate_descent_search_radius": 2},
     "nopersist": {"coordinate_descent_tuning": True, "triton.persistent_reductions": False},
 }
 

@@ -1,12 +1,16 @@
 """Where the seconds of a training step's compile go (issue 24, GPU machine): one variant
 per process, from a cold Inductor cache (the caller sets TORCHINDUCTOR_CACHE_DIR).
 
-    python benchmarks/train_compile_cost.py {step|model} [--mode reduce-overhead]
+    python benchmarks/train_compile_cost.py {step|model|regional} [--mode reduce-overhead]
 
 The GPT-2 training step of the optimize table (hf:gpt2, batch 8, seq 256, AdamW) with
 the optimizer fused and bf16 autocast, compiled as gobrrr's compile remedy does (`step`:
 torch.compile of the whole step function: forward, backward and optimizer step) or as
-the hand search does (`model`: torch.compile of the model, the step eager). Prints one
+the hand search does (`model`: torch.compile of the model, the step eager), or region by
+region (`regional`: each block of the model's repeated ModuleList compiled on its own,
+the rest eager: dynamo compiles one block's graph and reuses it for the other blocks, so
+the cold compile should not grow with depth; PyTorch's "regional compilation" recipe).
+`eager` times the same step uncompiled (fused AdamW, bf16 autocast). Prints one
 JSON line: the seconds to import, to build, of the first call and of three more (CUDA
 graph recording), and the graphs dynamo compiled.
 """
@@ -23,7 +27,7 @@ T0 = time.perf_counter()
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=("step", "model"))
+    p.add_argument("what", choices=("step", "model", "regional", "eager"))
     p.add_argument("--mode", default="reduce-overhead")
     a = p.parse_args()
     import torch
@@ -42,7 +46,16 @@ def main() -> None:
         if isinstance(obj, torch.optim.Optimizer):
             for g in obj.param_groups:
                 g["fused"], g["foreach"] = True, False
-    if a.what == "model":
+    if a.what == "regional":
+        for c in fn.__closure__ or ():
+            if isinstance(c.cell_contents, torch.nn.Module):
+                for mod in c.cell_contents.modules():
+                    if isinstance(mod, torch.nn.ModuleList) and len(mod) > 1:
+                        for block in mod:
+                            block.compile(mode=a.mode)
+    elif a.what == "eager":
+        pass
+    elif a.what == "model":
         for c in fn.__closure__ or ():
             if isinstance(c.cell_contents, torch.nn.Module):
                 c.cell_contents = torch.compile(c.cell_contents, mode=a.mode)
