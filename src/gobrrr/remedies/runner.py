@@ -148,14 +148,15 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
             say(f"{WARNING}{NONFINITE_REFERENCE}: {ref.nonfinite}")
         child = _child_probe(w, ab_budget_s)
         try:
-            results, best_cand, best_res = _search(specs, base, ref, ctx, ab_budget_s,
-                                                   deadline, say, notes, child)
+            results, best_cand, best_res, compiled_here = _search(
+                specs, base, ref, ctx, ab_budget_s, deadline, say, notes, child)
         finally:
             if child is not None:
                 child.close()
-        compiling = {s.name for s in specs if s.prep == PREP_COMPILE}
-        if any(set(r.components) & compiling and r.compile_s is not None
-               for r in results):
+        # only where this process compiled: a row measured in its compile child (or
+        # skipped after compiling there) left nothing here to drop, and the reset's cold
+        # import of dynamo and Inductor alone took 1-3 s past the deadline (issue 24)
+        if compiled_here:
             torch._dynamo.reset()  # drop gobrrr's variants (their memory, their guards)
             notes.append("torch.compile's caches were reset (torch._dynamo.reset()) to "
                          "compile each variant from a clean state: functions you had "
@@ -316,12 +317,19 @@ def _child_probe(w: Workload, ab_budget_s: float) -> ChildProber | None:
 def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
             ab_budget_s: float, deadline: float, say: Progress,
             notes: list[str], child: ChildProbe | None = None
-            ) -> tuple[list[RemedyResult], Candidate | None, RemedyResult | None]:
-    """One process's search: each candidate through evaluate.py."""
-    return search(specs, ctx, lambda combo: evaluate(combo, base, ref, ctx, ab_budget_s,
-                                                     deadline),
-                  call_s=ref.call_s, ab_budget_s=ab_budget_s, deadline=deadline, say=say,
-                  notes=notes, child=child)
+            ) -> tuple[list[RemedyResult], Candidate | None, RemedyResult | None, bool]:
+    """One process's search: each candidate through evaluate.py; and whether this
+    process evaluated a candidate that compiles (a compile child's are not)."""
+    compiled: list[bool] = []
+
+    def run_one(combo: list[RemedySpec]) -> tuple[RemedyResult, Candidate | None]:
+        compiled.append(any(s.prep == PREP_COMPILE for s in combo))
+        return evaluate(combo, base, ref, ctx, ab_budget_s, deadline)
+
+    results, best_cand, best_res = search(
+        specs, ctx, run_one, call_s=ref.call_s, ab_budget_s=ab_budget_s, deadline=deadline,
+        say=say, notes=notes, child=child)
+    return results, best_cand, best_res, any(compiled)
 
 
 def search(specs: list[RemedySpec], ctx: Context,
