@@ -365,6 +365,86 @@ def test_catalog_selection():
     assert len({s.name for s in catalog.ALL}) == len(catalog.ALL)
 
 
+# ---------------------------------------------------------------- the budget's start
+
+
+def _clocked_run(monkeypatch, now_s, **kw):
+    """optimize_workload with its clock stopped at `now_s` and the diagnosis and search
+    faked: (the result, what the search and the diagnosis were given, progress lines)."""
+    from types import SimpleNamespace
+
+    from gobrrr import api
+    from gobrrr.remedies.result import OptimizeResult
+
+    seen, said = {}, []
+    monkeypatch.setattr(api, "time", SimpleNamespace(perf_counter=lambda: now_s))
+
+    def diagnose(w, *, experiments, progress, time_budget_s):
+        seen["diagnosis"] = (time_budget_s, experiments)
+        return None
+
+    def search(w, *, deadline, **_k):
+        seen["deadline"] = deadline
+        return OptimizeResult({"name": "w"}, "cpu", [], None, "# keep", lambda: None,
+                              notes=["search note"])
+
+    monkeypatch.setattr(api, "diagnose_workload", diagnose)
+    monkeypatch.setattr(api, "search_workload", search)
+    res = optimize_workload(from_callable(torch.sin, (torch.ones(4),)), only=["tf32"],
+                            progress=said.append, **kw)
+    return res, seen, said
+
+
+def test_the_budget_counts_from_the_commands_start(monkeypatch):
+    # issue 24: BERT-base at --budget-s 60 on the H200 spent 18-21 s on imports and its
+    # build before optimize_workload, whose deadline counted from its own call: 83 s
+    # in all. Called at t = 100 s, the command started at 80 s:
+    res, seen, said = _clocked_run(monkeypatch, 100.0, budget_s=60.0, started_s=80.0)
+    assert seen["deadline"] == 140.0  # 80 + 60, not 100 + 60
+    # the diagnosis gets a quarter of the 40 s left: 10 s over 14 measurements
+    assert seen["diagnosis"] == (10.0 / 14, True)
+    assert res.setup_s == 20.0 and res.budget_s == 60.0 and res.optimize_s == 0.0
+    assert said[0] == ("importing and building the workload took 20.0 s of --budget-s 60: "
+                       "the diagnosis and the search share the 40.0 s left")
+    assert said[1].startswith("diagnosing first (~25% of the 40 s left of --budget-s 60)")
+    assert res.notes == ["search note"] and res.to_dict()["setup_s"] == 20.0
+    # from Python (no started_s): from the call, as before; 15 s / 14 over doctor's 1 s
+    res, seen, said = _clocked_run(monkeypatch, 100.0, budget_s=60.0)
+    assert seen["deadline"] == 160.0 and seen["diagnosis"] == (1.0, True)
+    assert res.setup_s == 0.0 and said[0].startswith(
+        "diagnosing first (~25% of --budget-s 60 s)")
+
+
+def test_a_budget_spent_before_the_run_diagnoses_minimally_and_says_so(monkeypatch):
+    # 75 s of setup for --budget-s 60: no negative budget; the least diagnosis
+    # (TIME_BUDGET_RANGE_S's 0.05 s per measurement, no experiments), a deadline already
+    # past (the search starts nothing), and a warning first in the notes
+    res, seen, said = _clocked_run(monkeypatch, 100.0, budget_s=60.0, started_s=25.0)
+    assert seen["deadline"] == 85.0 and seen["diagnosis"] == (0.05, False)
+    assert res.setup_s == 75.0
+    warning = ("warning: importing and building the workload took 75.0 s, all of "
+               "--budget-s 60: the budget was spent before the search began, with no "
+               "time left to measure a remedy")
+    assert res.notes == [warning, "search note"]
+    assert said[0] == warning.removeprefix("warning: ")
+    assert said[1].startswith("diagnosing first (~25% of the 0 s left of --budget-s 60)")
+
+
+def test_a_search_with_no_time_left_skips_everything_and_ends(monkeypatch):
+    # the real search, its deadline 10 s past when it begins: every candidate skipped
+    import time
+
+    res = optimize_workload(from_callable(torch.sin, (torch.randn(64),)), diagnose=False,
+                            budget_s=10, only=["compile", "tf32"], ab_budget_s=0.3,
+                            started_s=time.perf_counter() - 20.0)
+    rows = {r.name: r.status for r in res.remedies}
+    assert rows["compile"] == "skipped" and rows["tf32"] == "not applicable"
+    assert set(rows.values()) == {"skipped", "not applicable"}  # nothing ran
+    assert res.best is None and res.setup_s >= 20.0
+    assert res.notes[0].startswith("warning: importing and building the workload took")
+    assert res.conclusion.startswith("nothing could be measured within --budget-s 10")
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -379,6 +459,42 @@ def test_cli_json_and_errors(monkeypatch):
     bad = CliRunner().invoke(cli, ["optimize", "--device", "cpu", "--only", "warp"])
     assert bad.exit_code == 2
     assert len([x for x in bad.output.splitlines() if x.strip()]) == 1
+
+
+def test_cli_budget_counts_from_the_commands_start(monkeypatch):
+    # the CLI's own start, before torch's import and the target's build, is the start of
+    # --budget-s: the search's deadline is at most the build's start + the budget (a
+    # deadline from optimize_workload's call would be at least 0.2 s later)
+    import time
+
+    from gobrrr import api
+    from gobrrr.cli import optimize as cli_optimize
+
+    seen = {}
+    load, search = cli_optimize.load_announced, api.search_workload
+
+    def slow_load(*a, **k):
+        seen["load"] = time.perf_counter()
+        time.sleep(0.2)
+        return load(*a, **k)
+
+    def spy(w, *, deadline, **k):
+        seen["deadline"] = deadline
+        return search(w, deadline=deadline, **k)
+
+    monkeypatch.setattr(cli_optimize, "load_announced", slow_load)
+    monkeypatch.setattr(api, "search_workload", spy)
+    before = time.perf_counter()
+    r = CliRunner().invoke(cli, ["optimize", "examples:mlp", "--device", "cpu",
+                                 "--no-diagnose", "--only", "tf32", "--budget-s", "30",
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    assert before + 30 <= seen["deadline"] <= seen["load"] + 30
+    d = json.loads(r.stdout)
+    assert d["budget_s"] == 30 and d["setup_s"] >= 0.2
+    assert (f"importing and building the workload took {d['setup_s']:.1f} s of "
+            "--budget-s 30: the diagnosis and the search share the") in " ".join(
+        r.stderr.split())  # one line, however rich wraps it
 
 
 def test_table_fits_80_columns(monkeypatch):

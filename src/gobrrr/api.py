@@ -104,21 +104,40 @@ def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bo
                       ab_budget_s: float = 1.5, time_budget_s: float | None = None,
                       compile_backend: str = "inductor",
                       extra_specs: list[Any] | None = None,
+                      started_s: float | None = None,
                       progress: Progress | None = None) -> Any:
     """Diagnose `w` (unless `report` is given or diagnose=False), then search the
-    remedies until `budget_s` after this call began: the whole run, diagnosis included,
+    remedies until `budget_s` after the run began: the whole run, diagnosis included,
     ends near that deadline (no candidate starts that cannot finish before it, one still
     timing at it is abandoned). Returns a gobrrr.remedies.result.OptimizeResult.
+    started_s: when the run began (a time.perf_counter() value), for a caller that spent
+    part of the budget before this call (the CLI: its imports and the workload's build,
+    the result's `setup_s`); None: this call. The diagnosis's share is of what is left.
     time_budget_s: the diagnosis's sampling seconds per measurement (default: from
-    `budget_s`, diagnose_budget)."""
+    the budget left, diagnose_budget)."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
-    deadline = t0 + budget_s
+    setup_s = 0.0 if started_s is None else max(0.0, t0 - started_s)
+    deadline = t0 - setup_s + budget_s
+    left_s = max(0.0, budget_s - setup_s)
     catalog.select(only)  # an unknown name fails now, not after the diagnosis
+    notes: list[str] = []
+    if started_s is not None:  # said once: why the search gets less than --budget-s
+        if left_s > 0:
+            say(f"importing and building the workload took {setup_s:.1f} s of --budget-s "
+                f"{budget_s:g}: the diagnosis and the search share the {left_s:.1f} s left")
+        else:
+            notes.append(f"{WARNING}importing and building the workload took "
+                         f"{setup_s:.1f} s, all of --budget-s {budget_s:g}: the budget was "
+                         "spent before the search began, with no time left to measure a "
+                         "remedy")
+            say(notes[-1].removeprefix(WARNING))
     if report is None and diagnose:
-        per_measurement_s, experiments = diagnose_budget(budget_s)
-        say(f"diagnosing first (~{DIAGNOSE_SHARE:.0%} of --budget-s {budget_s:g} s): the "
-            "predictions come from its budget")
+        per_measurement_s, experiments = diagnose_budget(left_s)
+        of = (f"of --budget-s {budget_s:g} s" if started_s is None
+              else f"of the {left_s:.0f} s left of --budget-s {budget_s:g}")
+        say(f"diagnosing first (~{DIAGNOSE_SHARE:.0%} {of}): the predictions come from its "
+            "budget")
         report = diagnose_workload(
             w, experiments=experiments, progress=say,
             time_budget_s=per_measurement_s if time_budget_s is None else time_budget_s)
@@ -126,7 +145,8 @@ def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bo
     result = search_workload(w, deadline=deadline, report=report, only=only,
                              ab_budget_s=ab_budget_s, compile_backend=compile_backend,
                              extra_specs=extra_specs, progress=say)
-    result.diagnose_s, result.budget_s = diagnose_s, budget_s
+    result.notes[:0] = notes
+    result.diagnose_s, result.budget_s, result.setup_s = diagnose_s, budget_s, setup_s
     result.optimize_s = time.perf_counter() - t0
     return result
 

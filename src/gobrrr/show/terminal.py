@@ -868,8 +868,10 @@ def print_optimize(res: OptimizeResult) -> None:
     for note in res.notes:
         out.print(f"[dim]note: {escape(note)}[/dim]")
     if res.budget_s:
-        out.print(f"[dim]{res.optimize_s:.1f} s of --budget-s {res.budget_s:g} "
-                  f"(diagnosis {res.diagnose_s:.1f} s)[/dim]")
+        setup = (f"imports and the workload's build {res.setup_s:.1f} s, "
+                 if res.setup_s else "")
+        out.print(f"[dim]{res.setup_s + res.optimize_s:.1f} s of --budget-s "
+                  f"{res.budget_s:g} ({setup}diagnosis {res.diagnose_s:.1f} s)[/dim]")
 
 
 def print_comparison(c: Comparison) -> None:
