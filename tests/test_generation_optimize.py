@@ -138,6 +138,20 @@ def test_a_budget_too_small_runs_no_candidate_and_says_so():
     assert res.winner is None and "nothing could be measured" in res.conclusion
 
 
+def test_the_budget_counts_from_started_s():
+    """A build that took the whole budget (started_s 100 s ago, --budget-s 60) leaves
+    no time for any candidate, though this call itself has barely begun; the progress
+    says how long the build took."""
+    import time
+
+    said: list[str] = []
+    res = optimize_generation(_gpt2(), torch.randint(1, 100, (1, 4)), 3, name="t",
+                              budget_s=60, started_s=time.perf_counter() - 100,
+                              progress=said.append)
+    assert all(c.error and c.error.startswith("not run") for c in res.candidates)
+    assert any("building the model took" in m and "the 0 s left" in m for m in said)
+
+
 def test_bad_input_is_one_line():
     from gobrrr.errors import UserError
 

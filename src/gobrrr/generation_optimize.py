@@ -344,9 +344,11 @@ def _free(device: str) -> None:
 
 
 def optimize_generation(model: Any, input_ids: Any, new_tokens: int, *, name: str,
-                        budget_s: float = 120.0, progress: Progress | None = None
-                        ) -> GenerationOptimizeResult:
-    """The generation remedies, verified, timed and ranked (module docstring)."""
+                        budget_s: float = 120.0, progress: Progress | None = None,
+                        started_s: float | None = None) -> GenerationOptimizeResult:
+    """The generation remedies, verified, timed and ranked (module docstring).
+    started_s: when the budget began (a time.perf_counter() value: the CLI passes its
+    command's start, so the model's build counts); None: this call."""
     import torch
 
     say = progress or (lambda _m: None)
@@ -354,8 +356,12 @@ def optimize_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
         raise UserError(f"{name}: the model has no generate(): not a causal LM")
     if not isinstance(new_tokens, int) or new_tokens < 2:
         raise UserError(f"generate at least 2 new tokens, not {new_tokens!r}")
-    t_start = time.perf_counter()
+    t_start = time.perf_counter() if started_s is None else started_s
     deadline = t_start + budget_s
+    setup_s = time.perf_counter() - t_start
+    if setup_s > 0.5:
+        say(f"importing and building the model took {setup_s:.1f} s of --budget-s "
+            f"{budget_s:g}: the search has the {max(0.0, budget_s - setup_s):.0f} s left")
     device = input_ids.device.type
     sync = device_sync(device)
     dtype = next(model.parameters()).dtype

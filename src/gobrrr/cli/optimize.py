@@ -33,9 +33,8 @@ benchmark, channels_last, fused optimizers, set_to_none, CUDA graphs, torch.comp
                    "workload's build and the diagnosis included (it gets a quarter of "
                    "what the build leaves): a candidate starts only when its estimated "
                    "cost fits, one still timing at the deadline is abandoned; the command "
-                   "ends within about 1.15x this + 10 s (--generate: counted after the "
-                   "model's build). A limit on the run, not the sampling time per "
-                   "measurement (that is doctor's --time-budget).")
+                   "ends within about 1.15x this + 10 s. A limit on the run, not the "
+                   "sampling time per measurement (that is doctor's --time-budget).")
 @click.option("--only", "only", multiple=True,
               help="Remedies or families to try, e.g. --only compile,tf32 (repeatable).")
 @click.option("--no-diagnose", is_flag=True,
@@ -106,7 +105,7 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
         say = progress_printer(quiet or rank != 0)  # one rank speaks
         opts = ModelOptions(seq_len, image_size, dtype, train)
         if generate is not None:
-            _generation(target, dev, batch_size, opts, generate, budget_s, as_json,
+            _generation(target, dev, batch_size, opts, generate, budget_s, started_s, as_json,
                         html_path, only, distributed, say)
             return
         if world is not None and distributed:
@@ -149,7 +148,8 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
 
 
 def _generation(target: str | None, dev: str, batch_size: int | None, opts: Any,
-                new_tokens: int, budget_s: float, as_json: bool, html_path: Path | None,
+                new_tokens: int, budget_s: float, started_s: float, as_json: bool,
+                html_path: Path | None,
                 only: tuple[str, ...], distributed: bool, say: Callable[[str], None]
                 ) -> None:
     """`optimize hf:NAME --generate N` (generation_optimize.py)."""
@@ -169,7 +169,7 @@ def _generation(target: str | None, dev: str, batch_size: int | None, opts: Any,
     say(f"building {target} for generation on {dev}")
     g = load_generation(target, dev, batch_size, opts)
     res = optimize_generation(g.model, g.input_ids, new_tokens, name=target,
-                              budget_s=budget_s, progress=say).to_dict()
+                              budget_s=budget_s, progress=say, started_s=started_s).to_dict()
     deliver([], shower(as_json, lambda: res, lambda: print_generation_optimize(res)), say)
 
 
