@@ -12,14 +12,8 @@
 #   OUT=$OUT bash benchmarks/session_m_gpu.sh plain     # issue 23: GPT-2 8x512, its
 #        training step and the compiled pointwise chain recorded again the plain way,
 #        analyzed beside doctor (plain_traces_gpu.py): does the slow traced host recur?
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
 part=${1:?probe, rows or plain}
-exec > >(tee "$OUT/session_m-$part.log") 2>&1
-python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
-export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"
+. benchmarks/gpu_preamble.sh session_m "$part"
 case "$part" in
 probe)
   echo "== pad_probe"; timeout 150 python3 benchmarks/pad_probe.py 2>&1 | grep -v USDT | tail -20

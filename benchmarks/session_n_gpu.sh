@@ -8,14 +8,8 @@
 #        step's cold compile, whole step against region by region (train_compile_cost.py)
 #   OUT=$OUT bash benchmarks/session_n_gpu.sh rows    # issue 24 rows at --budget-s 60
 #        (ROWS="case ...", default bert_base_b32x128; SIDES=both adds the hand search)
-set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
 part=${1:?lean, train or rows}
-exec > >(tee "$OUT/session_n-$part.log") 2>&1
-python3 -m pip install -q --no-deps --target /tmp/pylib .gpu_wheels/ijson-*.whl 2>&1 | tail -1
-export PYTHONPATH="$PWD/src:/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"
+. benchmarks/gpu_preamble.sh session_n "$part"
 case "$part" in
 lean)
   timeout ${LEAN_S:-560} python3 benchmarks/lean_variants_gpu.py --out "$OUT/lean_settings.json" \
