@@ -110,9 +110,14 @@ def main() -> None:
                 r["kernel_s_per_step"] = (sum(e.device_time for e in ev)
                                           - sum(e.device_time for e in ev1)) / 15 / 1e6
                 top: dict[str, float] = {}
+                calls: dict[str, int] = {}
                 for e in ev:
                     top[e.name[:80]] = top.get(e.name[:80], 0.0) + e.device_time
+                    calls[e.name[:80]] = calls.get(e.name[:80], 0) + 1
                 r["top_kernels_us"] = dict(sorted(top.items(), key=lambda kv: -kv[1])[:12])
+                # launches of each in the profiled run (one prefill, 15 steps): which
+                # kernel is once a step (the LM head), which once a layer
+                r["top_kernels_calls"] = {k: calls[k] for k in r["top_kernels_us"]}
             except Exception as exc:
                 r["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             print({k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()
