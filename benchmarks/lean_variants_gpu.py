@@ -3,6 +3,9 @@
 since session c its compile has coordinate-descent tuning and its prefill is captured)
 in variants: `graph` (eager kernels in a CUDA graph), `compile` (Inductor), `compile+math`
 (the math SDPA backend, which Inductor fuses, instead of one cuDNN kernel per layer).
+`VARIANT@SETTING` adds Inductor settings (SETTINGS), split-K batch-1 linears
+(`@splitS`, `@splitSdown`) or realized batch-1 linear inputs (`@realize`,
+`@realizedown`, `@copydown`; since session o the loop realizes them itself on CUDA).
 Per variant: tokens/s (median of 3 generations of --new tokens), the
 decode step (T(N) - T(1)) / (N - 1) against the bound's step, and one profiled generation
 of 16 tokens: CUDA kernels per decode step and their summed time per step.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -40,6 +44,75 @@ SETTINGS = {
     "radius2": {"coordinate_descent_tuning": True, "coordinate_descent_search_radius": 2},
     "nopersist": {"coordinate_descent_tuning": True, "triton.persistent_reductions": False},
 }
+
+# `VARIANT@splitS[down]`: the batch-1 linears (the down projections only, or all but
+# the LM head) written split-K by hand: the K inputs in S slices, a float32 reduction
+# per (output, slice), then a sum over the slices (gemv_forms_gpu.py measures the forms)
+_LINEAR_FORWARD = torch.nn.Linear.forward
+
+
+def split_linears(s: int, down_only: bool) -> None:
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        n, k = self.weight.shape
+        one_row = x.numel() == k
+        wanted = (k > n) if down_only else (n < 32000)
+        if not (one_row and wanted and k % s == 0 and self.bias is None):
+            return _LINEAR_FORWARD(self, x)
+        part = (x.float().view(1, 1, s, k // s)
+                * self.weight.float().view(1, n, s, k // s)).sum(-1)
+        return part.sum(-1).to(x.dtype).view(*x.shape[:-1], n)
+
+    torch.nn.Linear.forward = forward if s > 1 else _LINEAR_FORWARD
+
+
+# `VARIANT@realize[down]`: the batch-1 linears' input (the down projections' only, or
+# every one but the LM head's) made a buffer of its own before the GEMV, through an
+# identity op whose Inductor lowering realizes its input: Inductor otherwise inlines the
+# producer (SiLU(gate) x up) into each of the GEMV's output rows, recomputed 2048 times
+# (seen in session o's output code). `@copydown`: the same op without the lowering (an
+# extern copy kernel instead).
+@torch.library.custom_op("gobrrrbench::materialize", mutates_args=())
+def materialize(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@materialize.register_fake
+def _(x):  # type: ignore[no-untyped-def]
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("gobrrrbench::copy", mutates_args=())
+def copy_op(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@copy_op.register_fake
+def _(x):  # type: ignore[no-untyped-def]
+    return torch.empty_like(x)
+
+
+def _lower_materialize(x):  # type: ignore[no-untyped-def]
+    x.realize()
+    return x
+
+
+def realize_linears(how: str | None) -> None:
+    from torch._inductor.lowering import lowerings, register_lowering
+
+    if torch.ops.gobrrrbench.materialize.default not in lowerings:
+        register_lowering(torch.ops.gobrrrbench.materialize.default,
+                          type_promotion_kind=None)(_lower_materialize)
+    op = copy_op if how == "copydown" else materialize
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        n, k = self.weight.shape
+        wanted = (k > n) if how in ("realizedown", "copydown") else (n < 32000)
+        if x.numel() == k and wanted:
+            x = op(x)
+        return _LINEAR_FORWARD(self, x)
+
+    torch.nn.Linear.forward = forward if how else _LINEAR_FORWARD
+
 
 sys.path.insert(0, "benchmarks")
 from generate_table import build  # noqa: E402
@@ -77,6 +150,10 @@ def main() -> None:
             mode, _, attention = base.partition("+")
             generation_lean.INDUCTOR_CONFIG = {"coordinate_descent_tuning": True,
                                                **SETTINGS.get(setting, {})}
+            split = re.fullmatch(r"split(\d+)(down)?", setting)
+            split_linears(int(split.group(1)) if split else 1, bool(split and split.group(2)))
+            if setting in ("realizedown", "realize", "copydown"):
+                realize_linears(setting)
             torch._dynamo.reset()
             r = {"workload": name, "variant": variant, "bound_step_s": bound_step}
             try:
