@@ -96,14 +96,14 @@ def test_the_compiled_step_runs_the_attention_backend_asked_for():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mode", ["graph", "compile"])
-def test_the_graph_and_compiled_loops_on_cuda(mode):
+@pytest.mark.parametrize("mode,batch", [("graph", 2), ("compile", 2), ("compile", 1)])
+def test_the_graph_and_compiled_loops_on_cuda(mode, batch):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     m = _llama().to("cuda")
-    ids = torch.randint(1, 100, (2, 7), device="cuda")
+    ids = torch.randint(1, 100, (batch, 7), device="cuda")
     seq, logits = _reference(m, ids)
-    dec = LeanDecoder(m, batch=2, max_len=16, mode=mode)
+    dec = LeanDecoder(m, batch=batch, max_len=16, mode=mode)
     got, _ = dec.generate(ids, 9)
     _, forced = dec.generate(ids, 9, force=seq)
     rel = float((forced - logits.cpu()).abs().max()) / float(logits.abs().max())
@@ -111,6 +111,8 @@ def test_the_graph_and_compiled_loops_on_cuda(mode):
     # Inductor's fused kernels reorder fp32 sums (1e-4, optimize's FP32_TOL)
     assert rel <= (1e-5 if mode == "graph" else 1e-4), rel
     assert dec.prefill_note is None  # the prefill was captured and replayed
+    # batch 1 compiled: the linears' inputs were realized while compiling, not after
+    assert all(not x._forward_pre_hooks for x in m.modules())
     if mode == "graph":
         assert torch.equal(got, seq)
 
@@ -143,3 +145,51 @@ def test_warm_up_steps_stay_inside_the_cache_and_attention_can_be_chosen():
     assert float((forced - logits).abs().max()) <= 1e-5 * float(logits.abs().max())
     with pytest.raises(UserError, match="attention must be one of math, flash"):
         LeanDecoder(m, batch=1, max_len=8, attention="fast")
+
+
+def test_one_row_linear_inputs_pass_the_barrier_only_while_entered(monkeypatch):
+    from gobrrr import inductor_realize
+
+    assert inductor_realize.register() is None
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    seen = []
+    real = torch.ops.gobrrr.materialize
+
+    class Spy:
+        def __call__(self, x):
+            seen.append(tuple(x.shape))
+            return real(x)
+
+    monkeypatch.setattr(torch.ops.gobrrr, "materialize", Spy())
+    one, many = torch.randn(1, 8), torch.randn(3, 8)
+    with inductor_realize.realized_linear_inputs(model) as hooked:
+        assert hooked == 2
+        out = model(one)
+        model(many)  # three rows: Inductor keeps a matmul there, no barrier
+    assert seen == [(1, 8), (1, 4)]
+    assert torch.equal(out, model(one))  # an identity
+    assert all(not m._forward_pre_hooks for m in model.modules())
+    model(one)
+    assert len(seen) == 2  # the hooks are gone
+
+
+def test_the_barrier_compiles_to_the_same_numbers_with_no_copy():
+    from gobrrr import inductor_realize
+
+    assert inductor_realize.register() is None
+    lin = torch.nn.Linear(16, 8, bias=False)
+    x = torch.randn(1, 16)
+
+    def f(x):
+        return lin(torch.nn.functional.silu(x) * 2)
+
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    with inductor_realize.realized_linear_inputs(lin), torch.no_grad():
+        got, code = run_and_get_code(torch.compile(f), x)
+    torch._dynamo.reset()
+    # lowered by gobrrr's lowering (a realized buffer), not called as an op
+    assert code and not any("materialize" in c for c in code)
+    with torch.no_grad():
+        assert torch.allclose(got, f(x), rtol=1e-6, atol=1e-6)

@@ -26,7 +26,10 @@ A decode step runs in one of three modes:
   by hand because Inductor's own CUDA graphs skip a step that writes its input buffers),
   with Inductor's coordinate-descent tuning of its kernels' launch parameters (gpt-fast's
   setting; measured on the H200, TinyLlama-1.1B bf16 batch 1: the decode step 1.71 ms ->
-  1.34 ms, 424 -> 313 kernels, for a compile of 60 s instead of 25 s).
+  1.34 ms, 424 -> 313 kernels, for a compile of 60 s instead of 25 s). On CUDA the
+  batch-1 linears' inputs are made buffers of their own while the step compiles
+  (inductor_realize.py: Inductor otherwise recomputes the SiLU x up of the down
+  projection in each of its output rows; measured there, one sitting, 1.402 -> 1.286 ms).
   Fusion reorders float arithmetic: its logits are close to the eager ones, not equal.
 
 Exactly `new_tokens` tokens, with no stop: an end-of-sequence token is a token like any
@@ -44,17 +47,20 @@ a capture that fails, runs the prefill eagerly, and `prefill_note` says why.
 that Inductor fuses, instead of one library kernel per layer.
 
 The model is only read: its weights, config and generation config are untouched (the
-cache is the loop's own). With `force`, the loop feeds the given sequence's tokens
+cache is the loop's own; the compile mode's hooks on CUDA live only while the step is
+compiled and captured). With `force`, the loop feeds the given sequence's tokens
 instead of its argmax and keeps every step's logits: the teacher-forced logits that
 verification compares (generation_optimize.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any
 
 from gobrrr.errors import UserError
+from gobrrr.inductor_realize import realized_linear_inputs
 
 __all__ = ["LeanDecoder", "MODES", "ATTENTION", "lean_supported"]
 
@@ -120,8 +126,6 @@ class LeanDecoder:
 
     def _attention(self) -> Any:
         """The SDPA backend chosen (a context), else nothing."""
-        import contextlib
-
         if self.attention is None:
             return contextlib.nullcontext()
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -177,14 +181,19 @@ class LeanDecoder:
             self._warm(step)
             self._compiled = step
             return
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self._warm(step)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._step_logits = step()
+        # the compiled step is only traced and captured here: its hooks (compile mode)
+        # are gone before the first replay, and the graph replays without them
+        realize = (realized_linear_inputs(self.model) if self.mode == "compile"
+                   else contextlib.nullcontext())
+        with realize:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                self._warm(step)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._step_logits = step()
         self._graph = graph
         self._capture_prefill(input_ids)
 
