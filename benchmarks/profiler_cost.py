@@ -5,6 +5,8 @@ benchmarks/results/h200/plain-traces-profiler-cost.md)
     python benchmarks/profiler_cost.py cpu                    # per-event cost, this CPU
     python benchmarks/profiler_cost.py cuda                   # the same with CUDA activity,
                                      # and GPT-2 8x512's host issue time bare and profiled
+    python benchmarks/profiler_cost.py compiled               # the same for compiled calls
+                                     # (Triton launches through the driver) against eager
     python benchmarks/profiler_cost.py replay TRACE.json.gz…  # what a per-op cost would cut
     python benchmarks/profiler_cost.py ops TRACE.json.gz…     # median host time per op name
 
@@ -158,6 +160,65 @@ def cuda(n: int = 2000, reps: int = 7) -> None:
               f"(min {ms[0]:.2f}, max {ms[-1]:.2f}){extra}", flush=True)
 
 
+def compiled(n: int = 1000, reps: int = 5) -> None:
+    """Host time per call of tiny CUDA functions (the GPU far ahead of nothing: each
+    kernel ~2 us, the call host-bound), bare against `profile(activities=[CPU, CUDA],
+    record_shapes=True)`: compiled calls (one Triton kernel launched through the driver
+    API, `cuLaunchKernel*`; `four` was meant as four kernels, and Inductor fused its
+    chain of reductions into one on the H200) and the same functions eager; the host
+    events of each kind recorded per call."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    x = torch.randn(4096, device="cuda")
+
+    def four(x: Any) -> Any:  # four reductions in a chain: four kernels
+        a = x.sum()
+        b = (x - a).abs().amax()
+        c = (x * b).sum()
+        return (x + c).square().mean()
+
+    one_c = torch.compile(lambda x: (x * 2 + 1).relu())
+    four_c = torch.compile(four)
+    fns: dict[str, Callable[[], Any]] = {
+        "compiled, 1 kernel": lambda: one_c(x),
+        "compiled four": lambda: four_c(x),
+        "eager, 1 kernel": lambda: torch.add(x, 1.0),
+        "eager four": lambda: four(x),
+    }
+
+    def run(fn: Callable[[], Any]) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n
+
+    for name, fn in fns.items():
+        for _ in range(5):
+            fn()
+        bare, prof_t = [], []
+        counts: dict[str, float] = {}
+        for _ in range(reps):
+            bare.append(run(fn))
+            with profile(activities=acts, record_shapes=True) as prof:
+                prof_t.append(run(fn))
+        kinds: dict[str, int] = defaultdict(int)
+        for e in prof.events():
+            if e.device_type.name != "CPU":
+                continue
+            kind = ("driver launch" if e.name.startswith("cuLaunch") else
+                    "runtime" if e.name.startswith("cuda") else
+                    "aten" if e.name.startswith("aten::") else "range")
+            kinds[kind] += 1
+        counts = {k: v / n for k, v in sorted(kinds.items())}
+        b, p = statistics.median(bare) * 1e6, statistics.median(prof_t) * 1e6
+        print(f"{name:20s} bare {b:7.2f} us/call  profiled {p:7.2f}  (+{p - b:.2f})  "
+              f"host events/call {counts}", flush=True)
+
+
 def _load(path: Path) -> dict[str, Any]:
     from gobrrr.tracefile.columns import stream_trace
     from gobrrr.tracefile.stepfind import find_steps
@@ -231,10 +292,10 @@ def ops(path: Path) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if not argv or argv[0] not in ("cpu", "cuda", "replay", "ops"):
+    if not argv or argv[0] not in ("cpu", "cuda", "compiled", "replay", "ops"):
         raise SystemExit(__doc__)
-    if argv[0] in ("cpu", "cuda"):
-        cpu() if argv[0] == "cpu" else cuda()
+    if argv[0] in ("cpu", "cuda", "compiled"):
+        {"cpu": cpu, "cuda": cuda, "compiled": compiled}[argv[0]]()
         return
     for p in map(Path, argv[1:]):
         if argv[0] == "ops":

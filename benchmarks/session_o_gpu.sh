@@ -7,7 +7,9 @@
 #        loop's own (VARIANTS=, LEAN_S=)
 #   OUT=$OUT bash benchmarks/session_o_gpu.sh table   # issue 21: the lean loop's CUDA tests,
 #        then the TinyLlama-1.1B b1 row of generate_table.py (hand search, optimize, doctor)
-part=${1:?forms, lean or table}
+#   OUT=$OUT bash benchmarks/session_o_gpu.sh pcost   # issue 23: the profiler's host cost
+#        of compiled calls (Triton launches) against eager ones (profiler_cost.py compiled)
+part=${1:?forms, lean, table or pcost}
 . benchmarks/gpu_preamble.sh session_o "$part"
 case "$part" in
 forms)
@@ -25,5 +27,7 @@ table)
     --optimize-budget-s ${OPT_BUDGET:-200} 2>&1 \
     | grep -v -e USDT -e Warn -e "Model config" -e "Failed to load"
   cat "$OUT/generate.md" ;;
+pcost)
+  for i in 1 2; do timeout 120 python3 benchmarks/profiler_cost.py compiled 2>&1 | grep -v USDT; done ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
