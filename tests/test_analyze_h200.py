@@ -159,3 +159,13 @@ def test_plain_compiled_resnet_leaves_the_warm_up_calls_kernels_out(h200_calibra
     # convolution's output is left out and the 1x1 convolutions that widen 64 -> 256
     # channels read as compute there; here (input + output) they are memory.
     assert r.fractions["memory"] > r.fractions["compute"]
+
+
+def test_the_check_of_a_compiled_trace_says_compiled_calls_cost_more(h200_calibration):
+    c = {r["item"]: r for r in analyze([PLAIN_RESNET]).workload["trace"]["check"]}
+    assert c["profiler cost"]["detail"].endswith(
+        "torch.compile's calls more so (their host time about doubled under the profiler "
+        "in a measurement on an H200's host)")
+    eager = {r["item"]: r for r in analyze([DATA / "plain_pointwise.json.gz"])
+             .workload["trace"]["check"]}
+    assert eager["profiler cost"]["detail"].endswith("unprofiled one")
