@@ -161,17 +161,21 @@ def test_bad_input_is_one_line():
         optimize_generation(torch.nn.Linear(2, 2), torch.zeros(1, 2), 4, name="t")
 
 
-def test_the_command_line_gives_json_and_refuses_what_does_not_apply():
+def test_the_command_line_gives_json_and_html_and_refuses_what_does_not_apply(tmp_path):
     from click.testing import CliRunner
 
     from gobrrr.cli import cli
 
+    page = tmp_path / "g.html"
     r = CliRunner().invoke(cli, ["optimize", "hf:gpt2", "--generate", "3", "--seq-len", "8",
-                                 "--budget-s", "1", "--json", "-q"])
+                                 "--budget-s", "1", "--json", "-q", "--html", str(page)])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["schema"] == "gobrrr.optimize_generation" and d["new_tokens"] == 3
     assert d["prompt_len"] == 8 and d["winner"] is None and d["baseline_tokens_per_s"] > 0
+    html = page.read_text()
+    assert "gobrrr optimize --generate: hf:gpt2" in html
+    assert html.count("<tr>") == 1 + len(d["candidates"])  # the header, then each one
     for args, needle in ((["hf:gpt2", "--generate", "3", "--only", "tf32"], "--only"),
                          (["examples:mlp", "--generate", "3"], "hf: causal LM"),
                          (["hf:gpt2", "--generate", "1"], "1")):

@@ -84,3 +84,40 @@ def test_the_conclusion_says_whether_anything_was_measured():
     d["best"] = {"name": "eager", "status": "baseline", "measured_speedup": 1.0}
     d["conclusion"] = conclusion(None, [row("skipped", 45.2)], 60)
     assert "Nothing could be measured within --budget-s 60" in render_optimize(d)
+
+
+def generation_result():
+    base = {"kind": "keeps arithmetic", "seconds": [0.1], "exact": False, "error": None,
+            "note": "", "how": ""}
+    return {
+        "schema": "gobrrr.optimize_generation", "name": "hf:<b>gpt2</b>", "device": "cuda",
+        "batch": 1, "prompt_len": 128, "new_tokens": 64, "dtype": "bfloat16",
+        "baseline_tokens_per_s": 51.3, "winner": "lean loop, compiled + CUDA graph",
+        "conclusion": "lean loop, compiled + CUDA graph: 829.2 tokens/s, 16.16x",
+        "candidates": [
+            {**base, "name": "lean loop, compiled + CUDA graph", "tokens_per_s": 829.2,
+             "speedup": 16.16, "prep_s": 44.9, "rel_err": 0.025, "top1_agreement": 0.92,
+             "passed": True, "how": "gobrrr.LeanDecoder(model, mode='compile') # a < b"},
+            {**base, "name": "int8 weight-only (torchao)", "tokens_per_s": 40.0,
+             "speedup": 0.78, "prep_s": 2.0, "rel_err": 0.5, "top1_agreement": 0.5,
+             "passed": False},
+            {**base, "name": "static cache", "tokens_per_s": None, "speedup": None,
+             "prep_s": None, "rel_err": None, "top1_agreement": None, "passed": None,
+             "error": "not run: <no time> left"},
+        ],
+        "notes": ["verification: teacher-forced raw logits"],
+    }
+
+
+def test_the_generation_page_has_the_conclusion_every_candidate_and_the_code(tmp_path):
+    from gobrrr.show.optimize_html import write_optimize
+
+    html = write_optimize(generation_result(), tmp_path / "g.html").read_text()
+    assert html.index("829.2 tokens/s, 16.16x") < html.index("int8 weight-only")
+    for cell in ("829.2", "16.16x", "44.9 s", "92%", "2.5e-02", "verified",
+                 "rejected: logits disagree", "not run: &lt;no time&gt; left"):
+        assert f">{cell}</td>" in html, cell
+    assert "LeanDecoder(model, mode=&#39;compile&#39;) # a &lt; b" in html  # the winner's code
+    assert "hf:&lt;b&gt;gpt2&lt;/b&gt;" in html and "<b>gpt2" not in html
+    assert "<svg" in html  # the tokens/s bars: two candidates were measured
+    assert html.count("<tr>") == 4

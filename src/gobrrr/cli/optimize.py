@@ -161,16 +161,21 @@ def _generation(target: str | None, dev: str, batch_size: int | None, opts: Any,
 
     if distributed:
         raise UserError("--generate runs in one process, not under torchrun")
-    if only or html_path:
-        raise UserError("--generate tries its own remedies and has no page yet: "
-                        "--only and --html do not apply")
+    if only:
+        raise UserError("--generate tries its own remedies: --only does not apply")
     if target is None:
         raise UserError("--generate needs an hf: causal LM target (e.g. hf:gpt2)")
     say(f"building {target} for generation on {dev}")
     g = load_generation(target, dev, batch_size, opts)
     res = optimize_generation(g.model, g.input_ids, new_tokens, name=target,
                               budget_s=budget_s, progress=say, started_s=started_s).to_dict()
-    deliver([], shower(as_json, lambda: res, lambda: print_generation_optimize(res)), say)
+    writes = []
+    if html_path:
+        from gobrrr.show.optimize_html import write_optimize
+
+        writes.append((html_path, lambda p: write_optimize(res, p)))
+    deliver(writes, shower(as_json, lambda: res, lambda: print_generation_optimize(res)),
+            say)
 
 
 def _distributed(world: Any, target: str | None, dev: str, batch_size: int | None,

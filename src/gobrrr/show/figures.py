@@ -22,8 +22,8 @@ from gobrrr.show.budget_view import budget_parts
 from gobrrr.show.colors import REGIME_COLORS
 from gobrrr.units import fmt_flops, fmt_s
 
-__all__ = ["svg_of", "budget_bar_svg", "roofline_svg",
-           "batch_scaling_svg", "decode_batch_svg", "step_series_svg", "plottable_rows"]
+__all__ = ["svg_of", "budget_bar_svg", "roofline_svg", "batch_scaling_svg",
+           "decode_batch_svg", "step_series_svg", "plottable_rows", "candidates_svg"]
 
 # The parts of a script's run (script.py), in order, each its own marker color.
 SERIES_COLORS = {"warm-up": "#999999", "timed": "#000000", "profiled": "#e69f00"}
@@ -254,6 +254,27 @@ def decode_batch_svg(scaling: dict[str, Any]) -> str | None:
                 ax.plot(bs, [p[key] for p in pts], ls=ls, color=REGIME_COLORS[regime],
                         label=label)
         _label_batch_axes(ax, bs, "batch (sequences)", "decode tokens/s")
+        return svg_of(fig)
+
+
+def candidates_svg(d: dict[str, Any]) -> str | None:
+    """`optimize --generate`'s candidates (generation_optimize.py's dict) as tokens/s
+    bars beside the baseline's line: verified ones green, rejected red. The names are
+    gobrrr's own remedy names. None when nothing was measured."""
+    rows = [c for c in d.get("candidates", []) if c.get("tokens_per_s")]
+    if not rows:
+        return None
+    with figure_style():
+        fig = new_figure(6.4, 0.45 * len(rows) + 1.0)
+        ax = fig.add_subplot(1, 1, 1)
+        ys = list(range(len(rows)))[::-1]
+        ax.barh(ys, [c["tokens_per_s"] for c in rows],
+                color=["#009e73" if c.get("passed") else "#d55e00" for c in rows])
+        ax.set_yticks(ys, [c["name"] for c in rows])
+        ax.axvline(d["baseline_tokens_per_s"], color="#000000", ls=":", label="baseline")
+        ax.set_xlabel("tokens/s (measured A/B)")
+        ax.legend(loc="lower right", frameon=False)
+        fig.tight_layout()
         return svg_of(fig)
 
 

@@ -1,6 +1,7 @@
 """The `gobrrr optimize --html` page: the winner, every remedy's predicted vs measured
 gain with its verification, and the code to apply the winner. Built from
-`OptimizeResult.to_dict()` with the shared page blocks (so a saved --json renders too)."""
+`OptimizeResult.to_dict()` with the shared page blocks (so a saved --json renders too);
+`optimize hf:NAME --generate N --html` from generation_optimize.py's dict the same way."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from gobrrr.remedies.result import KEEP, MEASURED
 from gobrrr.show.page import Section, paragraph, render_page, table
 
-__all__ = ["render_optimize", "write_optimize"]
+__all__ = ["render_optimize", "write_optimize", "render_generation_optimize"]
 
 
 def _x(v: float | None) -> tuple[str, float]:
@@ -65,7 +66,58 @@ def render_optimize(d: dict[str, Any]) -> str:
     return render_page(f"gobrrr optimize: {w.get('name')}", sections, subtitle=subtitle)
 
 
+def _verdict(c: dict[str, Any]) -> str:
+    if c.get("error"):
+        return c["error"]
+    if c.get("passed"):
+        return "exact" if c.get("exact") else "verified"
+    return "rejected: logits disagree"
+
+
+def render_generation_optimize(d: dict[str, Any]) -> str:
+    """The `optimize --generate` page: the conclusion, every candidate's tokens/s and
+    verification (teacher-forced logits), the winner's code, the larger-batch advice."""
+    from gobrrr.show.figures import candidates_svg
+    from gobrrr.show.page import figure
+
+    rows = []
+    for c in d["candidates"]:
+        tps = c.get("tokens_per_s")
+        rows.append([
+            c["name"], c.get("kind") or "-",
+            ("-", 0.0) if tps is None else (f"{tps:,.1f}", tps), _x(c.get("speedup")),
+            ("-", 0.0) if c.get("prep_s") is None else (f"{c['prep_s']:.1f} s", c["prep_s"]),
+            ("-", -1.0) if c.get("top1_agreement") is None else
+            (f"{c['top1_agreement']:.0%}", c["top1_agreement"]),
+            ("-", -1.0) if c.get("rel_err") is None else (f"{c['rel_err']:.1e}", c["rel_err"]),
+            _verdict(c), c.get("note") or "",
+        ])
+    sections = [Section("result", "Result", paragraph(d["conclusion"]))]
+    svg = candidates_svg(d)
+    if svg:
+        sections.append(Section("tokens", "Tokens/s, measured A/B against the baseline",
+                                figure(svg, f"baseline {d['baseline_tokens_per_s']:,.1f} "
+                                       "tokens/s (dotted)")))
+    sections.append(Section(
+        "candidates", "Candidates: timed A/B, verified by teacher-forced logits",
+        table(["candidate", "kind", "tokens/s", "speedup", "warm-up", "top-1", "rel err",
+               "verdict", "note"], rows, text_columns=(0, 1, 7, 8), name_columns=(0,))))
+    winner = next((c for c in d["candidates"] if c["name"] == d.get("winner")), None)
+    if winner is not None and winner.get("how"):
+        sections.append(Section("snippet", "Apply the winner", _code(winner["how"])))
+    if d.get("notes"):
+        sections.append(Section("notes", "Notes", paragraph("; ".join(d["notes"]))))
+    subtitle = (f"{d['name']} on {d['device']}: batch {d['batch']}, {d['prompt_len']}-token "
+                f"prompt, {d['new_tokens']} new tokens, {d['dtype']}; baseline "
+                f"{d['baseline_tokens_per_s']:,.1f} tokens/s")
+    return render_page(f"gobrrr optimize --generate: {d['name']}", sections,
+                       subtitle=subtitle)
+
+
 def write_optimize(d: dict[str, Any], path: str | Path) -> Path:
+    """The page of an optimize result, or of an `optimize --generate` one (its schema)."""
     out = Path(path)
-    out.write_text(render_optimize(d), encoding="utf-8")
+    page = (render_generation_optimize(d) if d.get("schema") == "gobrrr.optimize_generation"
+            else render_optimize(d))
+    out.write_text(page, encoding="utf-8")
     return out
