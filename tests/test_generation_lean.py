@@ -193,3 +193,12 @@ def test_the_barrier_compiles_to_the_same_numbers_with_no_copy():
     assert code and not any("materialize" in c for c in code)
     with torch.no_grad():
         assert torch.allclose(got, f(x), rtol=1e-6, atol=1e-6)
+
+
+def test_without_the_lowering_no_linear_is_hooked(monkeypatch):
+    from gobrrr import inductor_realize
+
+    monkeypatch.setattr(inductor_realize, "_STATE", {"why": "no register_lowering here"})
+    lin = torch.nn.Linear(4, 2)
+    with inductor_realize.realized_linear_inputs(lin) as hooked:
+        assert hooked == 0 and not lin._forward_pre_hooks

@@ -39,8 +39,9 @@ def register() -> str | None:
 
     try:
         from torch._inductor.lowering import register_lowering  # private: may move
-    except ImportError as exc:
-        _STATE["why"] = f"Inductor's register_lowering is not importable ({exc})"
+    except Exception as exc:  # noqa: BLE001 - an optimisation: the step compiles without it
+        _STATE["why"] = (f"Inductor's register_lowering is not importable "
+                         f"({type(exc).__name__}: {exc})")
         return _STATE["why"]
 
     # the schema is given: this module's annotations are strings, which the op's
