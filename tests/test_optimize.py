@@ -92,9 +92,12 @@ def test_wrong_remedies_are_rejected_not_timed():
     assert "tolerance" in r["off_by_1pct"].reason
     assert "NaN" in r["nan"].reason
     assert r["faithful"].verified and r["faithful"].max_error == 0.0
-    # identity costs one extra Python call: never a win
-    assert r["faithful"].status in ("no significant change", "slower")
-    assert res.best is None and res.to_dict()["best"]["name"] == "eager"
+    # The identity is timed (it passed verification); whether it wins is a timing outcome
+    # on a 16 KB sin, which a loaded CI machine has flipped (2.14x, interval 1.14-40.64,
+    # 2026-12-04): only the rejected ones are asserted never to be chosen.
+    assert r["faithful"].measured_speedup is not None
+    best = res.to_dict()["best"]["name"]
+    assert best in ("eager", "faithful") and (res.best is None) == (best == "eager")
     assert r["batch_size"].status == "not applicable"
 
 
