@@ -126,8 +126,7 @@ def hand_search(name: str, batch: int, dtype: torch.dtype, prompt: int, new: int
     else:
         out["hand_best"], out["hand_tokens_per_s"] = best, ok[best]["tokens_per_s"]
     db = decode_bytes(model)
-    out["mean_step_bytes"] = statistics.mean(db.step_bytes(batch, prompt + k)
-                                             for k in range(1, new))
+    out["mean_step_bytes"] = db.mean_step_bytes(batch, prompt, new)
     return out
 
 

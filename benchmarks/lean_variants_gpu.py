@@ -143,8 +143,7 @@ def main() -> None:
         model = build(name, "cuda", torch.bfloat16)
         ids = torch.randint(1, model.config.vocab_size, (1, a.prompt), device="cuda")
         db = decode_bytes(model)
-        bound_step = statistics.mean(db.step_bytes(1, a.prompt + k)
-                                     for k in range(1, a.new)) / bw
+        bound_step = db.mean_step_bytes(1, a.prompt, a.new) / bw
         for variant in a.variants.split(","):
             base, _, setting = variant.partition("@")
             mode, _, attention = base.partition("+")

@@ -198,3 +198,33 @@ def test_the_verification_rule_by_kind_and_dtype():
     assert passes("precision", "float32", 4e-2, 0.92, False)
     assert not passes("precision", "bfloat16", 8.3e-2, 0.75, False)
     assert passes("keeps arithmetic", "bfloat16", 1.0, 0.0, True)  # bit-equal
+
+
+def test_the_mean_step_bytes_of_a_generation_exact():
+    from gobrrr.generation import DecodeBytes
+
+    # steps attend to 9, 10, 11 positions: 1000 + 2 x (10 + p x 4) = 1092, 1100, 1108
+    assert DecodeBytes(1000, 10, 4, "x").mean_step_bytes(2, 8, 4) == 1100.0
+
+
+def test_the_result_says_how_far_from_the_bandwidth_bound(monkeypatch):
+    from types import SimpleNamespace
+
+    from gobrrr import hardware
+    from gobrrr.generation import decode_bytes
+
+    m, ids = _gpt2(), torch.randint(1, 100, (1, 4))
+    monkeypatch.setattr(hardware, "cached_for", lambda device, name: None)
+    res = optimize_generation(m, ids, 3, name="t", budget_s=1e-3)
+    assert res.bound_tokens_per_s is None
+    assert "no bandwidth bound: no calibration of this device is cached" in res.notes[-1]
+
+    monkeypatch.setattr(hardware, "cached_for",
+                        lambda device, name: SimpleNamespace(bandwidth_bytes_per_s=2e10))
+    res = optimize_generation(m, ids, 3, name="t", budget_s=1e-3)
+    step = decode_bytes(m).mean_step_bytes(1, 4, 3)
+    assert res.bound_tokens_per_s == pytest.approx(2e10 / step)
+    share = res.baseline_tokens_per_s / res.bound_tokens_per_s
+    assert res.notes[-1].startswith(f"the baseline's {res.baseline_tokens_per_s:,.1f} "
+                                    f"tokens/s is {share:.1%} of the bandwidth bound")
+    assert res.to_dict()["bound_tokens_per_s"] == res.bound_tokens_per_s

@@ -65,6 +65,12 @@ class DecodeBytes:
         return self.weights_bytes + batch * (self.embedding_row_bytes
                                              + position * self.kv_bytes_per_position)
 
+    def mean_step_bytes(self, batch: int, prompt_len: int, new_tokens: int) -> float:
+        """The mean over a generation's decode steps: after the prefill, new_tokens - 1
+        steps attending to prompt_len + 1 ... prompt_len + new_tokens - 1 positions."""
+        steps = range(1, max(2, new_tokens))
+        return statistics.fmean(self.step_bytes(batch, prompt_len + k) for k in steps)
+
 
 def _weights(model: Any) -> tuple[int, int]:
     """(W, E): the bytes of every parameter and buffer tensor read whole, each once, and

@@ -68,7 +68,7 @@ from gobrrr.errors import UserError
 from gobrrr.timing import device_sync
 
 __all__ = ["GenCandidate", "GenPlan", "GenerationOptimizeResult", "optimize_generation",
-           "plans_for", "passes",
+           "plans_for", "passes", "bandwidth_bound",
            "teacher_forced_logits", "compare_logits", "REPEATS"]
 
 REPEATS = 3  # timed generations per candidate (after one warm-up)
@@ -125,6 +125,9 @@ class GenerationOptimizeResult:
     optimize_s: float
     notes: list[str] = field(default_factory=list)
     larger_batch: dict[str, Any] | None = None  # advice: the baseline at LARGER x batch
+    # tokens/s were every decode step to read its bytes at the calibrated bandwidth (the
+    # model as loaded); None without a cached calibration (bandwidth_bound)
+    bound_tokens_per_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -449,10 +452,39 @@ def optimize_generation(model: Any, input_ids: Any, new_tokens: int, *, name: st
     notes.append("verification: teacher-forced raw logits along the baseline's greedy "
                  "sequence (rel_err = max |difference| / max |reference logit|, and the "
                  "share of positions whose top-1 token agrees), not the sampled tokens")
+    bound, bound_note = bandwidth_bound(model, device, batch, prompt, new_tokens)
+    if bound is not None:
+        got = best.tokens_per_s if best is not None and best.tokens_per_s else base_tps
+        bound_note = (f"{'the winner' if best is not None else 'the baseline'}'s "
+                      f"{got:,.1f} tokens/s is {got / bound:.1%} of the bandwidth bound, "
+                      f"{bound:,.0f} tokens/s ({bound_note})")
+    notes.append(bound_note)
     return GenerationOptimizeResult(
         name, device, batch, prompt, new_tokens, dtype_name, base_tps, base_secs, cands,
         best.name if best else None, conclusion, time.perf_counter() - t_start, notes,
-        larger)
+        larger, bound)
+
+
+def bandwidth_bound(model: Any, device: str, batch: int, prompt_len: int,
+                    new_tokens: int) -> tuple[float | None, str]:
+    """(The tokens/s of a generation whose decode steps each read their bytes at the
+    bandwidth `gobrrr calibrate` cached for this device, how it was made); (None, why
+    not) without a cached calibration: measuring one here would spend the budget."""
+    from gobrrr.generation import decode_bytes
+    from gobrrr.hardware import cached_for, fingerprint
+
+    ceil = cached_for(device, fingerprint(device)["name"])
+    if ceil is None:
+        return None, ("no bandwidth bound: no calibration of this device is cached "
+                      "(gobrrr calibrate makes one)")
+    try:
+        step_bytes = decode_bytes(model).mean_step_bytes(batch, prompt_len, new_tokens)
+    except UserError as exc:
+        return None, f"no bandwidth bound: {exc}"
+    bw = ceil.bandwidth_bytes_per_s
+    return batch * bw / step_bytes, (
+        f"each decode step's {step_bytes / 1e6:,.1f} MB on average, the model as loaded, "
+        f"at the calibrated {bw / 1e12:.2f} TB/s; the tokens/s include the prefill")
 
 
 def _larger_batch(*, baseline_at: Callable[[Any], Any], input_ids: Any, new_tokens: int,
