@@ -10,6 +10,13 @@ no_sync(). The projection is shown at overlap 0 and 1 (the bounds a 1-GPU measur
 allows) and at the overlap implied by the no_sync experiment (exposed = T_sync - T_nosync
 against the model's communication time), with each one's relative error.
 
+The FSDP2 pair (issue 27, item 2: examples:fsdp_comm and fsdp_compute's shapes, every
+Linear a `fully_shard` unit and the root one too, SGD): on rank 0 alone the plain step
+(compute_s) and the FSDP2 step on a one-rank mesh, whose difference is FSDP2's host work
+(its collectives are copies there); on both ranks the FSDP2 step. Projected with the FSDP
+model (two all-gathers and one reduce-scatter per unit, the host work in every step) at
+overlap 0 and 1.
+
     torchrun --standalone --nproc-per-node 2 benchmarks/dist_projection_check.py OUT.json
 Works on CPU (gloo) with --small, for a smoke test.
 """
@@ -110,6 +117,73 @@ def _case(name: str, layers: int, width: int, batch: int, device: torch.device,
     return out
 
 
+def _fsdp_model(width: int, depth: int, device: torch.device, mesh) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    m = _model(depth, width, device)
+    for layer in m:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    return m
+
+
+def _fsdp_case(name: str, depth: int, width: int, batch: int, device: torch.device,
+               ceil, n_steps: int) -> dict:
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+    rank = dist.get_rank()
+    x = torch.randn(batch, width, device=device)
+    solo = dist.new_group([0])  # every rank takes part in making it
+    compute_s = fsdp1_s = 0.0
+    if rank == 0:
+        plain = _model(depth, width, device)
+        opt = torch.optim.SGD(plain.parameters(), lr=1e-6)
+
+        def one() -> None:
+            opt.zero_grad(set_to_none=True)
+            plain(x).square().mean().backward()
+            opt.step()
+
+        compute_s = _timed(one, device, n_steps)
+        m1 = _fsdp_model(width, depth, device, DeviceMesh.from_group(solo, device.type))
+        opt1 = torch.optim.SGD(m1.parameters(), lr=1e-6)
+
+        def one_fsdp() -> None:
+            opt1.zero_grad(set_to_none=True)
+            m1(x).square().mean().backward()
+            opt1.step()
+
+        fsdp1_s = _timed(one_fsdp, device, n_steps)
+        del plain, m1, opt, opt1
+    dist.barrier()
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    m = _fsdp_model(width, depth, device, mesh)
+    opt = torch.optim.SGD(m.parameters(), lr=1e-6)
+
+    def synced() -> None:
+        opt.zero_grad(set_to_none=True)
+        m(x).square().mean().backward()
+        opt.step()
+
+    dist.barrier()
+    t_sync = _timed(synced, device, n_steps)
+    param_bytes = width * width * depth * 4 + width * depth * 4
+    out = {"case": name, "strategy": "fsdp", "layers": depth, "width": width,
+           "batch": batch, "grad_bytes": param_bytes, "compute_1gpu_s": compute_s,
+           "fsdp_1gpu_s": fsdp1_s, "host_work_1gpu_s": fsdp1_s - compute_s,
+           "step_2gpu_s": t_sync}
+    if rank == 0:
+        links = pj.links_from_ceilings(ceil)
+        host = max(0.0, fsdp1_s - compute_s)
+        out["checks"] = {}
+        for label, ov in (("overlap 0", 0.0), ("overlap 1", 1.0)):
+            step = pj.StepInputs(compute_s, param_bytes, param_bytes, ov,
+                                 fsdp_units=depth, fsdp_host_s=host)
+            out["checks"][label] = pj.check_projection(step, links, t_sync, strategy="fsdp")
+        out["model_comm_s"] = out["checks"]["overlap 0"]["comm_s"]
+    return out
+
+
 def main() -> None:
     small = "--small" in sys.argv
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
@@ -124,8 +198,14 @@ def main() -> None:
     # Every rank reads the same cache file, so all or none of them go on.
     cases = ([("comm-bound", 4, 256, 8, 5), ("compute-bound", 2, 256, 512, 5)] if small else
              [("comm-bound", 24, 4096, 8, 20), ("compute-bound", 4, 4096, 16384, 20)])
+    fsdp_cases = ([("fsdp_comm", 8, 512, 4, 5), ("fsdp_compute", 2, 256, 8192, 5)]
+                  if small else
+                  [("fsdp_comm", 12, 4096, 4, 20), ("fsdp_compute", 2, 4096, 16384, 20)])
     results = [_case(name, layers, width, batch, device, ceil, n)
                for name, layers, width, batch, n in cases] if ceil is not None else []
+    if ceil is not None and "--no-fsdp" not in sys.argv:
+        results += [_fsdp_case(name, layers, width, batch, device, ceil, n)
+                    for name, layers, width, batch, n in fsdp_cases]
     if dist.get_rank() == 0:
         doc = {"world_size": dist.get_world_size(), "backend": str(dist.get_backend()),
                "torch": torch.__version__,
@@ -134,9 +214,12 @@ def main() -> None:
         with open(out_path, "w") as f:
             json.dump(doc, f, indent=2)
         for r in results:
+            extra = (f"no_sync {1e3 * r['step_2gpu_no_sync_s']:.2f} ms"
+                     if "step_2gpu_no_sync_s" in r else
+                     f"FSDP2 on one GPU {1e3 * r['fsdp_1gpu_s']:.2f} ms")
             print(f"{r['case']}: 1-GPU {1e3 * r['compute_1gpu_s']:.2f} ms, 2-GPU "
-                  f"{1e3 * r['step_2gpu_s']:.2f} ms (no_sync {1e3 * r['step_2gpu_no_sync_s']:.2f}"
-                  f" ms), model comm {1e3 * r['model_comm_s']:.2f} ms")
+                  f"{1e3 * r['step_2gpu_s']:.2f} ms ({extra}), model comm "
+                  f"{1e3 * r['model_comm_s']:.2f} ms")
             for label, c in r["checks"].items():
                 print(f"    {label}: projected {1e3 * c['projected_step_s']:.2f} ms, "
                       f"error {100 * c['rel_error']:+.1f}%")

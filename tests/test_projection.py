@@ -78,6 +78,63 @@ def test_ddp_and_fsdp_steps():
         pj.comm_time_s("zero3", step, 2, flat())
 
 
+def test_fsdp_host_work_and_gathers_per_unit():
+    # FSDP's host work is in the FSDP step only, at every n; DDP's step has none of it
+    step = StepInputs(compute_s=10e-3, grad_bytes=100 * MB, param_bytes=100 * MB,
+                      overlap_fraction=0.0, ddp_buckets=1, fsdp_host_s=20e-3)
+    p = pj.project(step, flat(), gpu_counts=(2,), sensitivity_at=2)
+    # FSDP on 2: 10 + 20 + 1.5 ms of collectives; efficiency 10 / 31.5
+    assert p.row(2).fsdp_step_s == pytest.approx(31.5e-3)
+    assert p.row(2).fsdp_efficiency == pytest.approx(10 / 31.5)
+    assert p.row(2).ddp_step_s == pytest.approx(11e-3)
+    # overlap may hide communication under the host work too: all of 1.5 ms
+    hidden = StepInputs(10e-3, 100 * MB, 100 * MB, 1.0, fsdp_host_s=20e-3)
+    assert pj.strategy_step_s("fsdp", hidden, 2, flat()) == pytest.approx((1.5e-3, 30e-3))
+    # units that keep their parameters after forward gather once: 0.5 + 0.5 ms
+    kept = StepInputs(10e-3, 100 * MB, 100 * MB, 0.0, fsdp_gathers_per_unit=1.0)
+    assert pj.comm_time_s("fsdp", kept, 2, flat()) == pytest.approx(1e-3)
+    c = pj.check_projection(step, flat(), 30e-3, strategy="fsdp")
+    assert c["projected_step_s"] == pytest.approx(31.5e-3) and c["strategy"] == "fsdp"
+    assert c["rel_error"] == pytest.approx(1.5 / 30)
+
+
+def _fsdp_section(no_sync):
+    """A merged distributed section of a 2-rank FSDP2 step (the shape merge.py writes):
+    35 ms a step, 5 ms of it exposed transfer, 12 units of 10 MB gathered twice."""
+    rank = {"rank": 0, "wall_s": 35e-3, "exposed_transfer_s": 5e-3,
+            "exposed_waiting_s": 0.0, "exposed_waiting_profiled_s": 0.0,
+            "communication_total_s": 5e-3, "no_sync": no_sync}
+    return {"world_size": 2, "ranks": [rank], "step_time": {"median_s": 35e-3},
+            "collectives": [
+                {"collective": "all_gather", "calls_per_step": 24.0, "busbw_gbps": 100.0},
+                {"collective": "reduce_scatter", "calls_per_step": 12.0,
+                 "busbw_gbps": 100.0}]}
+
+
+def test_an_fsdp_job_is_projected_with_its_host_work():
+    from gobrrr.dist.context import projection_for
+    from gobrrr.dist.experiments import FSDP_METHOD
+
+    ns = {"sync_s": 35e-3, "no_sync_s": 8e-3, "method": FSDP_METHOD}
+    out = projection_for(_fsdp_section(ns), int(120 * MB), int(120 * MB), None, None)
+    inputs = out["projection"]["inputs"]
+    # host work = 35 - 5 exposed - 8 unsharded = 22 ms; 12 units, 24 / 12 gathers each
+    assert inputs["fsdp_host_s"] == pytest.approx(22e-3)
+    assert (inputs["compute_s"], inputs["fsdp_units"], inputs["fsdp_gathers_per_unit"]) == (
+        pytest.approx(8e-3), 12, 2.0)
+    check = out["projection_check"]
+    # 12 x (2 x 0.5 x 10 MB + 0.5 x 10 MB) / 100 GB/s = 1.8 ms, none hidden (overlap 0):
+    # 8 + 22 + 1.8 = 31.8 ms against 35 ms
+    assert check["strategy"] == "fsdp"
+    assert check["projected_step_s"] == pytest.approx(31.8e-3)
+    assert "FSDP model" in check["note"]
+    # without the unsharded step the host work stays inside compute_s: 35 - 5 = 30 ms
+    out = projection_for(_fsdp_section(None), int(120 * MB), int(120 * MB), None, None)
+    assert out["projection"]["inputs"]["compute_s"] == pytest.approx(30e-3)
+    assert out["projection"]["inputs"]["fsdp_host_s"] == 0.0
+    assert out["projection_check"]["projected_step_s"] == pytest.approx(31.8e-3)
+
+
 def test_sensitivity_lines():
     step = StepInputs(compute_s=10e-3, grad_bytes=100 * MB, param_bytes=100 * MB,
                       overlap_fraction=0.5, ddp_buckets=1)

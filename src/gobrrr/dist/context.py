@@ -10,7 +10,12 @@ read by the caller (diagnose.py), nothing here measures.
 - Projection (projection.py, docs/multigpu.md): compute_s = the slowest rank's step
   under no_sync() (no communication, the same batch; a synchronous step goes at the
   slowest rank's pace), its overlap likewise; else T_wall minus its exposed
-  communication (FSDP, no DDP); grad_bytes = the bytes of the parameters that take a
+  communication. An FSDP job (its no-communication step keeps the parameters
+  unsharded, or its step reduce-scatters and all-reduces nothing) is projected with
+  the FSDP model: its reduce-scatters per step are the units, its all-gathers per unit
+  the passes, and FSDP2's host work = the step - its exposed communication - the
+  unsharded step (the unsharded step removes that work with the wire; it goes with the
+  sharding, so it stays in every projected FSDP step). grad_bytes = the bytes of the parameters that take a
   gradient, param_bytes = all parameters' bytes (of the DDP module, else of every module
   the workload reaches, each parameter once: an FSDP2 DTensor counts its full size);
   overlap = 1 - exposed / total communication of rank 0's profiled steps (the same
@@ -27,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gobrrr import datasheet
-from gobrrr.dist.experiments import find_ddp
+from gobrrr.dist.experiments import FSDP_METHOD, find_ddp
 from gobrrr.dist.projection import (
     Links,
     StepInputs,
@@ -88,9 +93,21 @@ def projection_for(d: Mapping[str, Any], grad_bytes: int, param_bytes: int, ceil
     ns = r0.get("no_sync") or {}
     notes: list[str] = []
     exposed_s = r0["exposed_transfer_s"] + r0["exposed_waiting_profiled_s"]
+    calls = _calls_per_step(d["collectives"])
+    fsdp = ns.get("method") == FSDP_METHOD or (
+        calls.get("reduce_scatter", 0) > 0 and not calls.get("all_reduce"))
+    strategy = "fsdp" if fsdp else "ddp"
+    host_s = 0.0
     if ns.get("no_sync_s"):
         compute_s = float(ns["no_sync_s"])
         compute_src = f"the slowest rank's (rank {r0['rank']}) step under no_sync()"
+        if fsdp:
+            # unsharded parameters remove FSDP2's host work with the wire; the work
+            # goes with the sharding at any scale, so it stays in the FSDP step
+            compute_src = (f"the slowest rank's (rank {r0['rank']}) step with its FSDP2 "
+                           "parameters kept unsharded (no collective)")
+            host_s = max(0.0, float(ns.get("sync_s") or r0["wall_s"])
+                         - r0["exposed_transfer_s"] - r0["exposed_waiting_s"] - compute_s)
     else:
         compute_s = r0["wall_s"] - r0["exposed_transfer_s"] - r0["exposed_waiting_s"]
         compute_src = "rank 0's T_wall minus its exposed communication (no no_sync run)"
@@ -99,8 +116,7 @@ def projection_for(d: Mapping[str, Any], grad_bytes: int, param_bytes: int, ceil
                 "notes": ["no projection: no compute time or no parameters to "
                           "communicate"]}
     overlap = overlap_from(r0["communication_total_s"], exposed_s)
-    all_reduces = sum(c["calls_per_step"] for c in d["collectives"]
-                      if c["collective"] == "all_reduce")
+    all_reduces = calls.get("all_reduce", 0.0)
     inter = gbps_to_bytes_per_s(inter_node_gbps) if inter_node_gbps else None
     inter_src = (f"--inter-node-gbps {inter_node_gbps:g}" if inter_node_gbps else None)
     if ceil is not None:
@@ -118,17 +134,38 @@ def projection_for(d: Mapping[str, Any], grad_bytes: int, param_bytes: int, ceil
                                          _default_inter()))
         bw_src = (f"the bus bandwidth of this step's own collectives ({busbw / 1e9:.1f} "
                   "GB/s, median; no calibration cached), at every message size")
+    units = max(1, round(calls.get("reduce_scatter", 0.0))) if fsdp else 1
+    gathers = calls.get("all_gather", 0.0) / units if fsdp and calls.get("all_gather") else 2.0
     step = StepInputs(compute_s=compute_s, grad_bytes=grad_bytes, param_bytes=param_bytes,
                       overlap_fraction=overlap,
-                      ddp_buckets=max(1, round(all_reduces)) if all_reduces else None)
+                      ddp_buckets=max(1, round(all_reduces)) if all_reduces else None,
+                      fsdp_units=units, fsdp_gathers_per_unit=gathers, fsdp_host_s=host_s)
     proj = project(step, links, intra_source=bw_src, inter_source=inter_src)
     proj.assumptions.append({"name": "compute_s", "value": compute_s, "source": compute_src})
+    if fsdp:
+        proj.assumptions.append({
+            "name": "FSDP host work per step (s)", "value": host_s,
+            "source": ("the measured step minus its exposed communication minus the "
+                       "unsharded step" if ns.get("no_sync_s") else
+                       "inside compute_s (no unsharded step measured)")})
     n = int(d["world_size"])
-    check = check_projection(step, links, float(d["step_time"]["median_s"]), n_gpus=n)
-    check["note"] = (f"the {n}-GPU projection from the slowest rank's no-communication step, the "
-                     "bytes and the overlap, against the measured median step")
+    check = check_projection(step, links, float(d["step_time"]["median_s"]), n_gpus=n,
+                             strategy=strategy)
+    what = ("no-communication step plus FSDP2's host work" if fsdp
+            else "no-communication step")
+    check["note"] = (f"the {n}-GPU projection ({'FSDP' if fsdp else 'DDP'} model) from the "
+                     f"slowest rank's {what}, the bytes and the overlap, against the "
+                     "measured median step")
     return {"projection": proj.to_dict(), "projection_bandwidth": bw_src,
             "projection_check": check, "notes": notes}
+
+
+def _calls_per_step(collectives: list[Mapping[str, Any]]) -> dict[str, float]:
+    """Calls per step of each collective kind (all_reduce, all_gather, ...)."""
+    out: dict[str, float] = {}
+    for c in collectives:
+        out[c["collective"]] = out.get(c["collective"], 0.0) + float(c["calls_per_step"])
+    return out
 
 
 def _default_inter() -> dict[str, Any]:

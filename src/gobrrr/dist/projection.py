@@ -23,12 +23,20 @@ The model (docs/multigpu.md states it in full):
   own network ring latency for the Simple protocol (hwLat[NET][Ring][Simple],
   src/graph/tuning.cc).
 - DDP: all-reduce of the gradient bytes in buckets (default ceil(grad / 25 MiB), DDP's
-  bucket_cap_mb); FSDP (FULL_SHARD, reshard after forward): all-gather of the parameters
-  in forward and again in backward, reduce-scatter of the gradients, in `fsdp_units`
-  pieces each.
-- Overlap: the measured share `overlap_fraction` of communication hidden by compute stays
-  hidden, but never more than compute_s of it:
-      step_s = compute_s + comm_s - min(overlap_fraction x comm_s, compute_s).
+  bucket_cap_mb); FSDP (FULL_SHARD): all-gather of the parameters `fsdp_gathers_per_unit`
+  times a step (2 when each unit reshards after forward: forward and backward; 1 when it
+  keeps them), reduce-scatter of the gradients, in `fsdp_units` pieces each.
+- FSDP's host work (`fsdp_host_s`): what sharding adds to a step besides the wire (its
+  hooks, DTensor dispatch, the copies into and out of the collectives' buffers, freeing
+  and re-allocating the unsharded parameters, the sharded optimizer step). On two H200s
+  it was most of a communication-bound FSDP2 step (examples:fsdp_comm: 35 ms against
+  7.7 ms unsharded and 5.3 ms of exposed transfer), so an FSDP step is
+  compute_s + fsdp_host_s, held constant in n (measured at the world size the job ran;
+  0 where no FSDP job was measured). DDP's step has none of it.
+- Overlap: the measured share `overlap_fraction` of communication hidden stays hidden,
+  but never more than the rest of the step:
+      step_s = base_s + comm_s - min(overlap_fraction x comm_s, base_s),
+  base_s = compute_s (DDP) or compute_s + fsdp_host_s (FSDP).
 """
 
 from __future__ import annotations
@@ -41,8 +49,8 @@ from typing import Any
 from gobrrr import datasheet
 
 __all__ = ["StepInputs", "Links", "ProjectionRow", "Projection", "project",
-           "collective_time_s", "step_time_s", "check_projection", "overlap_from",
-           "comm_time_s", "links_from_ceilings", "GPU_COUNTS", "DDP_BUCKET_BYTES",
+           "collective_time_s", "step_time_s", "strategy_step_s", "base_s",
+           "check_projection", "overlap_from", "comm_time_s", "links_from_ceilings", "GPU_COUNTS", "DDP_BUCKET_BYTES",
            "INTER_HOP_LATENCY_S", "gbps_to_bytes_per_s"]
 
 SCHEMA_VERSION = 1
@@ -77,7 +85,9 @@ class StepInputs:
     param_bytes: float  # bytes all-gathered per FSDP pass (the unsharded parameters)
     overlap_fraction: float  # share of communication hidden by compute, 0..1 (measured)
     ddp_buckets: int | None = None  # all-reduces per step; default ceil(grad / 25 MiB)
-    fsdp_units: int = 1  # fully_shard units: one all-gather (and reduce-scatter) each
+    fsdp_units: int = 1  # fully_shard units: one reduce-scatter each
+    fsdp_gathers_per_unit: float = 2.0  # all-gathers per unit and step (reshard: 2)
+    fsdp_host_s: float = 0.0  # FSDP's host work per step (module docstring)
 
     def buckets(self) -> int:
         if self.ddp_buckets is not None:
@@ -131,7 +141,8 @@ def comm_time_s(strategy: str, step: StepInputs, n: int, links: Links) -> float:
         return b * collective_time_s("all_reduce", step.grad_bytes / b, n, links)
     if strategy == "fsdp":
         u = step.fsdp_units
-        return u * (2 * collective_time_s("all_gather", step.param_bytes / u, n, links)
+        return u * (step.fsdp_gathers_per_unit
+                    * collective_time_s("all_gather", step.param_bytes / u, n, links)
                     + collective_time_s("reduce_scatter", step.grad_bytes / u, n, links))
     raise ValueError(f"unknown strategy {strategy!r}; 'ddp' or 'fsdp'")
 
@@ -139,6 +150,20 @@ def comm_time_s(strategy: str, step: StepInputs, n: int, links: Links) -> float:
 def step_time_s(compute_s: float, comm_s: float, overlap_fraction: float) -> float:
     """compute + the communication compute does not hide (at most compute_s is hidden)."""
     return compute_s + comm_s - min(overlap_fraction * comm_s, compute_s)
+
+
+def base_s(strategy: str, step: StepInputs) -> float:
+    """The step without its communication under `strategy`: compute_s, plus FSDP's host
+    work for FSDP (module docstring)."""
+    return step.compute_s + (step.fsdp_host_s if strategy == "fsdp" else 0.0)
+
+
+def strategy_step_s(strategy: str, step: StepInputs, n: int, links: Links,
+                    overlap_fraction: float | None = None) -> tuple[float, float]:
+    """(communication seconds, step seconds) of `strategy` on n GPUs."""
+    comm = comm_time_s(strategy, step, n, links)
+    ov = step.overlap_fraction if overlap_fraction is None else overlap_fraction
+    return comm, step_time_s(base_s(strategy, step), comm, ov)
 
 
 @dataclass(frozen=True)
@@ -186,8 +211,7 @@ def _efficiencies(step: StepInputs, n: int, links: Links, overlap: float
                   ) -> tuple[float, float, float, float, float, float]:
     out: list[float] = []
     for strategy in ("ddp", "fsdp"):
-        comm = comm_time_s(strategy, step, n, links)
-        t = step_time_s(step.compute_s, comm, overlap)
+        comm, t = strategy_step_s(strategy, step, n, links, overlap)
         out += [comm, t, step.compute_s / t]
     return (out[0], out[1], out[2], out[3], out[4], out[5])
 
@@ -257,6 +281,10 @@ def project(
         {"name": "DDP all-reduces per step", "value": step.buckets(),
          "source": "given" if step.ddp_buckets is not None else "ceil(grad / 25 MiB)"},
         {"name": "FSDP units", "value": step.fsdp_units, "source": "given"},
+        {"name": "FSDP all-gathers per unit and step", "value": step.fsdp_gathers_per_unit,
+         "source": "given"},
+        {"name": "FSDP host work per step (s), constant in n", "value": step.fsdp_host_s,
+         "source": "given"},
         {"name": "collectives", "value": "hierarchical ring (tree latency for all-reduce "
                                          "across nodes), alpha-beta", "source": "model"},
     ]
@@ -281,8 +309,7 @@ def check_projection(step: StepInputs, links: Links, measured_step_s: float, *,
     """The model against a measurement: `step` from one GPU (compute_s, bytes, overlap),
     projected to `n_gpus`, compared with the step measured there. rel_error =
     (projected - measured) / measured."""
-    comm = comm_time_s(strategy, step, n_gpus, links)
-    projected = step_time_s(step.compute_s, comm, step.overlap_fraction)
+    comm, projected = strategy_step_s(strategy, step, n_gpus, links)
     return {"n_gpus": n_gpus, "strategy": strategy, "projected_step_s": projected,
             "measured_step_s": measured_step_s, "comm_s": comm,
             "rel_error": (projected - measured_step_s) / measured_step_s}
