@@ -334,3 +334,54 @@ def test_ranks_recorded_without_step_markers_merge_with_found_steps(tmp_path):
     assert sorted(c["bytes"] for c in d["distributed"]["collectives"]
                   if c["collective"] == "all_reduce") == [525312, 526336]
     assert {"forward", "backward", "optimizer"} <= {p["name"] for p in d["budget"]["per_phase"]}
+
+
+# FSDP2 ranks (examples:fsdp_comm's shape on CPU: 8 Linear 512x512 units and the root,
+# batch 4, SGD), recorded the simplest way: one warm-up step, then a profile() block
+# around three steps (issue 27 item 3: FSDP2 rank traces are read by analyze).
+RECORD_FSDP = """
+import os
+import sys
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile
+
+from gobrrr.dist.examples import EXAMPLES
+
+out = sys.argv[1]
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+step, args = EXAMPLES["fsdp_comm"].factory(4, "cpu")
+step(*args)
+with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+    for _ in range(3):
+        step(*args)
+prof.export_chrome_trace(f"{out}/rank{rank}.json")
+dist.destroy_process_group()
+os._exit(0)
+"""
+
+
+def test_fsdp2_ranks_recorded_without_step_markers(tmp_path):
+    pytest.importorskip("torch.distributed.fsdp", reason="FSDP2 needs torch >= 2.6")
+    (tmp_path / "record.py").write_text(RECORD_FSDP)
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2", str(tmp_path / "record.py"), str(tmp_path)],
+                       capture_output=True, text=True, timeout=180,
+                       env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = analyze([tmp_path / "rank0.json", tmp_path / "rank1.json"],
+                     ceilings=ceilings())
+    d = report.to_dict()
+    validate(d, "report")
+    assert d["workload"]["trace"]["steps"] == 3
+    per_step = {c["collective"]: c for c in d["distributed"]["collectives"]}
+    # each of the 8 units gathers its parameters in the forward and again in the backward
+    # and reduce-scatters its gradients: 16 all-gathers and 8 reduce-scatters a step, of
+    # the unit's whole parameters (512 x 512 + 512 fp32: 1,050,624 bytes)
+    assert per_step.keys() == {"all_gather", "reduce_scatter"}
+    assert per_step["all_gather"]["calls_per_step"] == 16
+    assert per_step["reduce_scatter"]["calls_per_step"] == 8
+    assert {c["bytes"] for c in per_step.values()} == {(512 * 512 + 512) * 4}
+    for rank in d["distributed"]["ranks"]:
+        assert rank["fractions"]["communication"] > 0

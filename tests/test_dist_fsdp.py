@@ -63,6 +63,13 @@ def test_fsdp_comm_is_communication_bound_with_the_unsharded_bound(dist_env):
     assert by["all_gather"]["calls_per_step"] == 16
     assert by["reduce_scatter"]["calls_per_step"] == 8
     assert all(c["busbw_gbps"] > 0 for c in dd["collectives"])
+    # projected with the FSDP model: 8 units, gathered twice, FSDP2's host work kept
+    # beside the unsharded step (issue 27: DDP's model on the unsharded step missed
+    # the two-H200 step by -72%)
+    check, inputs = dd["projection_check"], dd["projection"]["inputs"]
+    assert check["strategy"] == "fsdp", check
+    assert (inputs["fsdp_units"], inputs["fsdp_gathers_per_unit"]) == (8, 2.0)
+    assert inputs["fsdp_host_s"] >= 0.0
 
 
 @pytest.mark.serial
