@@ -7,7 +7,9 @@
 set -uo pipefail
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-export XDG_CACHE_HOME="$OUT/cache"  # a fresh cache: every figure measured in this run
+# a fresh cache: every figure measured in this run (CAL_CACHE: one the caller keeps, for
+# the doctor runs after this script; benchmarks/run4_x2.sh)
+export XDG_CACHE_HOME="${CAL_CACHE:-$OUT/cache}"
 N=${NPROC:-$(nvidia-smi -L | wc -l)}
 python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), torch.cuda.device_count(), 'x', torch.cuda.get_device_name(0), 'python', sys.version.split()[0])" | tee "$OUT/timings.txt"
 nvidia-smi topo -m > "$OUT/nvidia-smi-topo.txt" 2>&1
@@ -25,5 +27,5 @@ t0=$(date +%s)
 run 240 benchmarks/dist_projection_check.py "$OUT/projection_check.json" > "$OUT/projection_check.txt" 2>> "$OUT/projection_check.stderr"
 echo "projection check: rc $? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/timings.txt"
 cat "$OUT/projection_check.txt"
-rm -rf "$OUT/cache"
+[ -z "${CAL_CACHE:-}" ] && rm -rf "$OUT/cache"
 tail -5 "$OUT/comm_ceilings.stderr"

@@ -32,8 +32,10 @@ for spec in gpt2_ddp:8 resnet50_ddp:64; do
   if [ "$name" = resnet50_ddp ] && ! $PY -c "import torchvision" 2>/dev/null; then
     echo "$name skipped: torchvision does not import" | tee -a "$OUT/summary.txt"; continue
   fi
+  keep=()  # TRACES=1: each rank's profiled trace kept (for analyze against this doctor)
+  [ "${TRACES:-0}" = 1 ] && keep=(--rank-traces "$OUT/traces_$name")
   run "doctor_$name" "$batch" timeout 50 $TR doctor "$T:$name" --device cuda \
-      --batch-size "$batch" --json --time-budget 0.5
+      --batch-size "$batch" --json --time-budget 0.5 "${keep[@]}"
   run "optimize_$name" "$batch" timeout 70 $TR optimize "$T:$name" --device cuda \
       --batch-size "$batch" --json --budget-s 40
 done

@@ -9,7 +9,9 @@
 #        90bb927) and its page; first the whole-step compile's phases (compile_times)
 #   OUT=$OUT bash benchmarks/session_p_gpu.sh fsdp1   # issue 27, item 2: FSDP2's host work
 #        at world size 1 (fsdp_host_work.py under torchrun, one process)
-part=${1:?train, gen or fsdp1}
+#   OUT=$OUT bash benchmarks/session_p_gpu.sh smoke   # issue 27: run4_x2.sh's DDP training
+#        script on CUDA under `torchrun -m gobrrr run` with one process (NCCL, world 1)
+part=${1:?train, gen, fsdp1 or smoke}
 . benchmarks/gpu_preamble.sh session_p "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
   local d; d=$(mktemp -d)
@@ -35,5 +37,9 @@ gen)
 fsdp1)
   timeout 200 python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
     benchmarks/fsdp_host_work.py "$OUT/fsdp_host_work_w1.json" 2>&1 | grep -v USDT | tail -8 ;;
+smoke)
+  timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m gobrrr run \
+    --json "$OUT/run_gpt2_ddp_w1.json" benchmarks/run_scripts/train_gpt2_ddp.py --steps 30 \
+    2>&1 | grep -v USDT | tail -25 ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -344,6 +344,20 @@ def test_world_of_one_falls_back_with_a_note(dist_env):
     assert any("world of 1" in n for n in d["notes"])
 
 
+def test_distributed_examples_in_a_world_of_one_say_how_many_processes(monkeypatch):
+    # under torchrun --nproc-per-node 1 gobrrr takes its single-process path, so no
+    # group exists: "need torchrun" would send the user to what they already ran
+    from gobrrr.dist.examples import EXAMPLES
+    from gobrrr.errors import UserError
+
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(UserError, match="need 2 or more processes.*--nproc-per-node 2"):
+        EXAMPLES["fsdp_comm"].factory(4, "cpu")
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(UserError, match="need torchrun"):
+        EXAMPLES["ddp_comm"].factory(4, "cpu")
+
+
 def test_c_level_prints_stay_out_of_stdout():
     # NCCL with NCCL_DEBUG set wrote "NCCL version ..." on descriptor 1 before rank 0's
     # JSON on the H200s; after keep_stdout_for_results such writes go to stderr and

@@ -33,9 +33,16 @@ __all__ = ["EXAMPLES"]
 
 
 def _require_group() -> Any:
+    import os
+
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
+        if os.environ.get("WORLD_SIZE") == "1":
+            # under torchrun with one process gobrrr takes its single-process path
+            raise UserError("the ddp_* and fsdp_* examples need 2 or more processes: "
+                            "under torchrun --nproc-per-node 1 gobrrr runs as one "
+                            "process; use --nproc-per-node 2")
         raise UserError("the ddp_* and fsdp_* examples need torchrun: gobrrr doctor "
                         "--nproc-per-node 2 examples:ddp_comm (or torchrun "
                         "--nproc-per-node 2 -m gobrrr doctor examples:ddp_comm)")

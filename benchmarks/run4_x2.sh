@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 27's run 4 on nvidia-h200-x2 (two H200s of one host), on the code after the
+# one-pipeline redesign, in three device calls of under 10 minutes each (carry
+# .gpu_wheels); everything under $OUT, to be committed as benchmarks/results/h200x2/run4/:
+#   OUT=$OUT bash benchmarks/run4_x2.sh dist     # communication ceilings, the projection
+#        check (DDP pair, FSDP2 pair: dist_projection_check.py), the DDP doctor cases
+#        with rank traces (ddp_comm, ddp_compute, ddp_straggler: dist_gpu.sh)
+#   OUT=$OUT bash benchmarks/run4_x2.sh fsdp     # the FSDP2 doctor and optimize cases
+#        with rank traces (dist_fsdp_gpu.sh), the real programs under DDP (GPT-2,
+#        ResNet-50: dist_models_gpu.sh, traces kept)
+#   OUT=$OUT bash benchmarks/run4_x2.sh run      # a user's DDP training script under
+#        `torchrun -m gobrrr run` (run_scripts/train_gpt2_ddp.py)
+# Each part then reads its kept rank traces with `gobrrr analyze` on the same machine
+# (dist_analyze_check.py: analyze's split against the doctor's of the same run) and
+# drops the traces (large) once read; the comparison stays in analyze_check.json.
+part=${1:?dist, fsdp or run}
+. benchmarks/gpu_preamble.sh run4 "$part"
+CACHE=${CACHE:-/tmp/run4-cache}; mkdir -p "$CACHE"
+export XDG_CACHE_HOME=$CACHE  # the calibrations of the dist part serve the later parts
+PY=python3
+timeout 90 $PY -m gobrrr calibrate --device cuda -q 2>&1 | tail -2
+check() {  # OUT.json DOCTOR.json:TRACES ...: analyze against doctor, then the traces go
+  timeout 240 $PY benchmarks/dist_analyze_check.py "$@" 2>&1 | grep -v USDT | tail -12
+  for spec in "${@:2}"; do rm -rf "${spec#*:}"; done
+}
+case "$part" in
+dist)
+  CAL_CACHE=$CACHE OUT=$OUT/cal timeout 420 bash benchmarks/dist_calibrate.sh 2>&1 | tail -30
+  OUT=$OUT/ddp PY=$PY timeout 450 bash benchmarks/dist_gpu.sh 2>&1 | tail -20
+  check "$OUT/ddp/analyze_check.json" \
+    "$OUT/ddp/ddp_comm.json:$OUT/ddp/traces_ddp_comm" \
+    "$OUT/ddp/ddp_compute.json:$OUT/ddp/traces_ddp_compute" \
+    "$OUT/ddp/ddp_straggler.json:$OUT/ddp/traces_ddp_straggler" ;;
+fsdp)
+  OUT=$OUT/fsdp PY=$PY timeout 260 bash benchmarks/dist_fsdp_gpu.sh 2>&1 | tail -20
+  check "$OUT/fsdp/analyze_check.json" \
+    "$OUT/fsdp/fsdp_comm.json:$OUT/fsdp/traces_fsdp_comm" \
+    "$OUT/fsdp/fsdp_compute.json:$OUT/fsdp/traces_fsdp_compute"
+  OUT=$OUT/models PY=$PY TRACES=1 timeout 300 bash benchmarks/dist_models_gpu.sh 2>&1 | tail -30
+  check "$OUT/models/analyze_check.json" \
+    "$OUT/models/doctor_gpt2_ddp.json:$OUT/models/traces_gpt2_ddp" \
+    "$OUT/models/doctor_resnet50_ddp.json:$OUT/models/traces_resnet50_ddp" ;;
+run)
+  timeout 400 $PY -m torch.distributed.run --standalone --nproc-per-node 2 -m gobrrr run \
+    --json "$OUT/run_gpt2_ddp.json" --html "$OUT/run_gpt2_ddp.html" \
+    benchmarks/run_scripts/train_gpt2_ddp.py --steps 60 2>&1 | grep -v USDT | tail -40 ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
+du -sh "$OUT"/* 2>/dev/null
