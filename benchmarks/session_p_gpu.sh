@@ -11,7 +11,9 @@
 #        at world size 1 (fsdp_host_work.py under torchrun, one process)
 #   OUT=$OUT bash benchmarks/session_p_gpu.sh smoke   # issue 27: run4_x2.sh's DDP training
 #        script on CUDA under `torchrun -m gobrrr run` with one process (NCCL, world 1)
-part=${1:?train, gen, fsdp1 or smoke}
+#   OUT=$OUT bash benchmarks/session_p_gpu.sh qwen    # issue 21 follow-up: the Qwen2.5-0.5B
+#        b1 row of generate_table.py again, after session o's realized GEMV inputs
+part=${1:?train, gen, fsdp1, smoke or qwen}
 . benchmarks/gpu_preamble.sh session_p "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
   local d; d=$(mktemp -d)
@@ -41,5 +43,11 @@ smoke)
   timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m gobrrr run \
     --json "$OUT/run_gpt2_ddp_w1.json" benchmarks/run_scripts/train_gpt2_ddp.py --steps 30 \
     2>&1 | grep -v USDT | tail -25 ;;
+qwen)
+  timeout ${TABLE_S:-540} python3 benchmarks/generate_table.py --out "$OUT/generate.json" \
+    --md "$OUT/generate.md" --models ${MODELS:-qwen2.5-0.5b} --batches 1 \
+    --optimize-budget-s ${OPT_BUDGET:-200} 2>&1 \
+    | grep -v -e USDT -e Warn -e "Model config" -e "Failed to load" | tail -30
+  cat "$OUT/generate.md" ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
