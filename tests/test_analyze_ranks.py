@@ -87,16 +87,20 @@ def ceilings() -> Ceilings:
                     measured_at="test", calibrate_s=0.0)
 
 
-@pytest.fixture(scope="module")
-def gloo_ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ranks")
-    (out / "record.py").write_text(RECORD)
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
+def record_ranks(script: str, out: Path, timeout_s: float = 120) -> tuple[Path, Path]:
+    """Run `script` on 2 gloo ranks under torchrun (one thread each); their traces."""
+    (out / "record.py").write_text(script)
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                         "--nproc-per-node", "2", str(out / "record.py"), str(out)],
-                       capture_output=True, text=True, timeout=120, env=env)
+                       capture_output=True, text=True, timeout=timeout_s,
+                       env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     return out / "rank0.json", out / "rank1.json"
+
+
+@pytest.fixture(scope="module")
+def gloo_ranks(tmp_path_factory):
+    return record_ranks(RECORD, tmp_path_factory.mktemp("ranks"))
 
 
 def test_gloo_ranks_merge_into_one_report(gloo_ranks):
@@ -308,13 +312,7 @@ save(prof)
 
 def test_ranks_recorded_without_step_markers_merge_with_found_steps(tmp_path):
     assert RECORD_PLAIN != RECORD
-    (tmp_path / "record.py").write_text(RECORD_PLAIN)
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        "--nproc-per-node", "2", str(tmp_path / "record.py"), str(tmp_path)],
-                       capture_output=True, text=True, timeout=120,
-                       env=os.environ | {"OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    report = analyze([tmp_path / "rank0.json", tmp_path / "rank1.json"], ceilings=ceilings())
+    report = analyze(list(record_ranks(RECORD_PLAIN, tmp_path)), ceilings=ceilings())
     d = report.to_dict()
     validate(d, "report")
     trace = d["workload"]["trace"]
@@ -364,14 +362,7 @@ os._exit(0)
 
 def test_fsdp2_ranks_recorded_without_step_markers(tmp_path):
     pytest.importorskip("torch.distributed.fsdp", reason="FSDP2 needs torch >= 2.6")
-    (tmp_path / "record.py").write_text(RECORD_FSDP)
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        "--nproc-per-node", "2", str(tmp_path / "record.py"), str(tmp_path)],
-                       capture_output=True, text=True, timeout=180,
-                       env=os.environ | {"OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    report = analyze([tmp_path / "rank0.json", tmp_path / "rank1.json"],
-                     ceilings=ceilings())
+    report = analyze(list(record_ranks(RECORD_FSDP, tmp_path, 180)), ceilings=ceilings())
     d = report.to_dict()
     validate(d, "report")
     assert d["workload"]["trace"]["steps"] == 3
