@@ -13,7 +13,8 @@
 #        script on CUDA under `torchrun -m gobrrr run` with one process (NCCL, world 1)
 #   OUT=$OUT bash benchmarks/session_p_gpu.sh qwen    # issue 21 follow-up: the Qwen2.5-0.5B
 #        b1 row of generate_table.py again, after session o's realized GEMV inputs
-part=${1:?train, gen, fsdp1, smoke or qwen}
+#   OUT=$OUT bash benchmarks/session_p_gpu.sh cudatests  # every CUDA-marked test
+part=${1:?train, gen, fsdp1, smoke, qwen or cudatests}
 . benchmarks/gpu_preamble.sh session_p "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
   local d; d=$(mktemp -d)
@@ -49,5 +50,8 @@ qwen)
     --optimize-budget-s ${OPT_BUDGET:-200} 2>&1 \
     | grep -v -e USDT -e Warn -e "Model config" -e "Failed to load" | tail -30
   cat "$OUT/generate.md" ;;
+cudatests)
+  timeout ${TESTS_S:-470} python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 \
+    | grep -v USDT | grep -e "^E " -e "^FAILED" -e passed -e failed -e error | tail -30 ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
