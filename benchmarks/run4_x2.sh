@@ -8,8 +8,8 @@
 #   OUT=$OUT bash benchmarks/run4_x2.sh fsdp     # the FSDP2 doctor and optimize cases
 #        with rank traces (dist_fsdp_gpu.sh), the real programs under DDP (GPT-2,
 #        ResNet-50: dist_models_gpu.sh, traces kept)
-#   OUT=$OUT bash benchmarks/run4_x2.sh run      # a user's DDP training script under
-#        `torchrun -m gobrrr run` (run_scripts/train_gpt2_ddp.py)
+#   OUT=$OUT bash benchmarks/run4_x2.sh run      # a user's DDP training scripts (GPT-2,
+#        ResNet-50: run_scripts/train_ddp.py) under `torchrun -m gobrrr run`
 # Each part then reads its kept rank traces with `gobrrr analyze` on the same machine
 # (dist_analyze_check.py: analyze's split against the doctor's of the same run) and
 # drops the traces (large) once read; the comparison stays in analyze_check.json.
@@ -41,9 +41,12 @@ fsdp)
     "$OUT/models/doctor_gpt2_ddp.json:$OUT/models/traces_gpt2_ddp" \
     "$OUT/models/doctor_resnet50_ddp.json:$OUT/models/traces_resnet50_ddp" ;;
 run)
-  timeout 400 $PY -m torch.distributed.run --standalone --nproc-per-node 2 -m gobrrr run \
-    --json "$OUT/run_gpt2_ddp.json" --html "$OUT/run_gpt2_ddp.html" \
-    benchmarks/run_scripts/train_gpt2_ddp.py --steps 60 2>&1 | grep -v USDT | tail -40 ;;
+  for model in gpt2 resnet50; do
+    timeout 240 $PY -m torch.distributed.run --standalone --nproc-per-node 2 -m gobrrr run \
+      --json "$OUT/run_${model}_ddp.json" --html "$OUT/run_${model}_ddp.html" \
+      benchmarks/run_scripts/train_ddp.py --model $model --steps 60 2>&1 \
+      | grep -v USDT | tail -30
+  done ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
 du -sh "$OUT"/* 2>/dev/null

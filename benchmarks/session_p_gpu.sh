@@ -42,7 +42,8 @@ fsdp1)
     benchmarks/fsdp_host_work.py "$OUT/fsdp_host_work_w1.json" 2>&1 | grep -v USDT | tail -8 ;;
 smoke)
   timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m gobrrr run \
-    --json "$OUT/run_gpt2_ddp_w1.json" benchmarks/run_scripts/train_gpt2_ddp.py --steps 30 \
+    --json "$OUT/run_${MODEL:-gpt2}_ddp_w1.json" benchmarks/run_scripts/train_ddp.py \
+    --model ${MODEL:-gpt2} --steps 30 \
     2>&1 | grep -v USDT | tail -25 ;;
 qwen)
   timeout ${TABLE_S:-540} python3 benchmarks/generate_table.py --out "$OUT/generate.json" \
