@@ -8,7 +8,11 @@ Then runs `gobrrr analyze --json` on it in a child process and reports the child
 time and peak RSS (resource.getrusage(RUSAGE_CHILDREN).ru_maxrss), and checks that the
 per-step figures equal those of the original trace.
 
-Usage: python benchmarks/analyze_large.py [--gb 1.0] [--dir /tmp] [--keep]
+`--unmarked` leaves the ProfilerStep# ranges out (a trace recorded with a plain
+`profile()` block, no schedule): analyze then finds the steps itself (repeated calls,
+tracefile/stepfind.py) and must find as many as the copies hold.
+
+Usage: python benchmarks/analyze_large.py [--gb 1.0] [--dir /tmp] [--keep] [--unmarked]
 The synthesised file is deleted afterwards unless --keep: never commit it.
 """
 
@@ -52,7 +56,20 @@ def _shifted(e: dict[str, Any], c: int, dt_us: float, d_ext: int, d_corr: int,
     return e
 
 
-def synthesise(out: Path, target_bytes: int) -> dict[str, Any]:
+def _is_step_marker(e: dict[str, Any]) -> bool:
+    return str(e.get("name", "")).startswith("ProfilerStep#")
+
+
+def load_source(unmarked: bool) -> dict[str, Any]:
+    """The source trace, without its ProfilerStep# ranges (host and device side) when
+    `unmarked`."""
+    data = json.loads(gzip.decompress(SOURCE.read_bytes()))
+    if unmarked:
+        data["traceEvents"] = [e for e in data["traceEvents"] if not _is_step_marker(e)]
+    return data
+
+
+def synthesise(out: Path, target_bytes: int, *, unmarked: bool = False) -> dict[str, Any]:
     """Write the replicated trace; return what was written."""
     data = json.loads(gzip.decompress(SOURCE.read_bytes()))
     events = data["traceEvents"]
@@ -65,8 +82,18 @@ def synthesise(out: Path, target_bytes: int) -> dict[str, Any]:
         (e["args"].get("correlation") if isinstance(e.get("args"), dict) else None),
         (e.get("id") if e.get("ph") in ("s", "f") else None)) if isinstance(v, int)]
     steps = sum(1 for e in events if e.get("cat") == "user_annotation"
-                and str(e.get("name", "")).startswith("ProfilerStep#"))
+                and _is_step_marker(e))
+
     dt_us, d_ext, d_corr = (t1 - t0) + GAP_US, max(ext) + 1, max(corr) + 1
+    period_us = None
+    if unmarked:
+        # the copies continue the source's own period (its two steps' starts apart), no
+        # idle gap: with nothing marking them, the time between calls is the steps'
+        marks = sorted(e["ts"] for e in events if e.get("cat") == "user_annotation"
+                       and _is_step_marker(e))
+        period_us = marks[1] - marks[0]
+        dt_us = max(len(marks) * period_us, t1 - t0)
+        events = [e for e in events if not _is_step_marker(e)]
     # Metadata and trace-wide markers once; the rest per copy.
     once = [e for e in events if e.get("ph") in ("M", "i") or e.get("cat") == "Trace"]
     per_copy = [e for e in events if e not in once]
@@ -84,12 +111,13 @@ def synthesise(out: Path, target_bytes: int) -> dict[str, Any]:
             f.write(",\n" + ",\n".join(chunk))
             copies += 1
         f.write('\n  ],\n  "traceName": "synthesised by benchmarks/analyze_large.py"\n}\n')
-    return {"copies": copies, "steps": copies * steps,
+    return {"copies": copies, "steps": copies * steps, "period_us": period_us,
             "events": len(once) + copies * len(per_copy), "bytes": out.stat().st_size}
 
 
 def analyse(path: Path) -> tuple[dict[str, Any], float, float]:
-    """(report dict, wall s, peak RSS MiB) of `gobrrr analyze --json` in a child."""
+    """(report dict, wall s, peak RSS MiB) of `gobrrr analyze --json` in a child (the
+    peak is the largest child's so far: run the large trace first)."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "gobrrr", "analyze", str(path), "--json",
                            "-q"], capture_output=True, text=True)
@@ -106,15 +134,20 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=1.0, help="size of the trace (GB, 1e9 B)")
     ap.add_argument("--dir", type=Path, default=Path("/tmp"))
     ap.add_argument("--keep", action="store_true", help="keep the synthesised trace")
+    ap.add_argument("--unmarked", action="store_true",
+                    help="leave the ProfilerStep# ranges out: analyze finds the steps")
     a = ap.parse_args()
     path = a.dir / "gobrrr_analyze_large.json"
     t0 = time.perf_counter()
-    made = synthesise(path, int(a.gb * 1e9))
+    made = synthesise(path, int(a.gb * 1e9), unmarked=a.unmarked)
     gen_s = time.perf_counter() - t0
+    small_path = a.dir / "gobrrr_analyze_large_source.json"
+    small_path.write_text(json.dumps(load_source(a.unmarked)))
     try:
         report, wall_s, rss_mib = analyse(path)
-        small, _, _ = analyse(SOURCE)
+        small, _, _ = analyse(small_path)
     finally:
+        small_path.unlink(missing_ok=True)
         if not a.keep:
             path.unlink(missing_ok=True)
     b, s = report["budget"], small["budget"]
@@ -128,15 +161,20 @@ def main() -> None:
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu}, "
           f"{os.cpu_count()} cores; python {platform.python_version()}, ijson "
           f"{ijson.__version__} ({ijson.backend})")
+    marks = ("steps, their ProfilerStep# ranges left out" if a.unmarked
+             else "ProfilerStep ranges")
     print(f"trace: {made['bytes'] / 1e9:.2f} GB, {made['events']:,} events, {made['steps']:,} "
-          f"ProfilerStep ranges ({made['copies']:,} copies of {SOURCE.name}), written in "
-          f"{gen_s:.0f} s")
+          f"{marks} ({made['copies']:,} copies of {SOURCE.name}), written in {gen_s:.0f} s")
     print(f"gobrrr analyze --json: {wall_s:.1f} s wall, peak RSS {rss_mib:.0f} MiB")
+    print(f"step rule: {report['workload']['trace'].get('step_rule')}")
     print(f"steps analysed: {report['workload']['trace']['steps']:,}; regime "
           f"{report['regime']} {report['fractions']}")
     print(f"per step: T_wall {b['wall_s'] * 1e6:.1f} us, busy {b['busy_s'] * 1e6:.3f} us; "
           f"the original 2-step trace: T_wall {s['wall_s'] * 1e6:.1f} us, busy "
           f"{s['busy_s'] * 1e6:.3f} us")
+    if made["period_us"] is not None:
+        print(f"expected per step (unmarked): T_wall {made['period_us']:.1f} us, the source "
+              "steps' period, each found step running to the next's start")
 
 
 if __name__ == "__main__":
