@@ -100,6 +100,9 @@ class OptimizeResult:
     # under torchrun (gobrrr.dist.optimize): world size, backend, DDP/FSDP2, the facts
     # the predictions read; None for a single process (the key is then left out)
     distributed: dict[str, Any] | None = None
+    # how far predictions of each kind among this run's measured candidates have been
+    # off (remedies/prediction_record.py): this run, the validation suite, this machine
+    prediction_record: list[dict[str, Any]] = field(default_factory=list)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the best configuration (on gobrrr's copy of the model)."""
@@ -111,6 +114,8 @@ class OptimizeResult:
               ref: Any, notes: list[str], elapsed_s: float) -> OptimizeResult:
         """The result of the single-process search (runner.py); `best_fn` runs the best
         configuration (runner.best_callable)."""
+        from gobrrr.remedies import prediction_record
+
         return cls(
             workload=w.to_dict(),
             device=w.device, remedies=results, best=best, snippet=snippet_for(best),
@@ -121,6 +126,8 @@ class OptimizeResult:
                        "output_nonfinite": ref.nonfinite},
             notes=_diagnose_warnings(report) + notes + _reference_notes(ref),
             optimize_s=elapsed_s,
+            prediction_record=prediction_record.for_run(
+                w.device, w.name, (r.to_dict() for r in results)),
         )
 
     @property
@@ -155,4 +162,5 @@ class OptimizeResult:
             "reference": self.reference, "notes": self.notes,
             "optimize_s": self.optimize_s, "diagnose_s": self.diagnose_s,
             "budget_s": self.budget_s, "setup_s": self.setup_s,
+            "prediction_record": self.prediction_record,
         } | ({} if self.distributed is None else {"distributed": self.distributed})

@@ -24,6 +24,28 @@ def _code(text: str) -> Any:
     return Markup(f"<pre><code>{escape(text)}</code></pre>")  # noqa: S704 - escaped
 
 
+def _summary_cell(s: dict[str, Any] | None) -> str:
+    from gobrrr.remedies.prediction_record import ErrorSummary
+
+    return "-" if not s else ErrorSummary(**s).text()
+
+
+def _prediction_record(record: list[dict[str, Any]]) -> Section:
+    """How far each kind of prediction has been off (remedies/prediction_record.py)."""
+    source = next((k["validation_source"] for k in record if k.get("validation_source")),
+                  None)
+    rows = [[k["kind"], _summary_cell(k["this_run"]), _summary_cell(k.get("validation")),
+             _summary_cell(k.get("this_machine"))] for k in record]
+    intro = ("measured / predicted speedup, by what the prediction rests on: this run's "
+             "measured candidates" + (f"; the validation suite: {source}" if source else
+                                      "; no validation suite for this device") +
+             "; this machine's earlier optimize runs")
+    return Section("predictions", "How far the predictions have been off",
+                   paragraph(intro) + table(["kind", "this run", "validation suite",
+                                             "this machine, earlier"], rows,
+                                            text_columns=(0, 1, 2, 3)))
+
+
 def render_optimize(d: dict[str, Any]) -> str:
     best = d["best"]
     w = d["workload"]
@@ -57,6 +79,8 @@ def render_optimize(d: dict[str, Any]) -> str:
                       name_columns=(0, 7))),
         Section("snippet", "Apply the winner", _code(d.get("snippet") or "")),
     ]
+    if d.get("prediction_record"):
+        sections.insert(2, _prediction_record(d["prediction_record"]))
     if d.get("notes"):
         sections.append(Section("notes", "Notes", paragraph("; ".join(d["notes"]))))
     subtitle = (f"{w.get('name')} on {w.get('device')}"

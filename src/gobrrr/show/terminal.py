@@ -818,6 +818,29 @@ def print_memory_remedies(out: Any, rows: list[dict[str, Any]], notes: list[str]
         out.print(f"[dim]note: {escape(note)}[/dim]")
 
 
+def prediction_record_lines(record: list[dict[str, Any]]) -> list[str]:
+    """How far the predictions of each kind among the measured candidates have been off
+    (remedies/prediction_record.py), in words: this run, the validation suite, this
+    machine's earlier runs."""
+    if not record:
+        return []
+    from gobrrr.remedies.prediction_record import ErrorSummary
+
+    suite = "" if any(k.get("validation") for k in record) else (
+        "; no validation suite for this device")
+    out = [f"How far the predictions have been off (measured / predicted speedup{suite}):"]
+    for k in record:
+        parts = [f"this run {ErrorSummary(**k['this_run']).text()}"]
+        if k.get("validation"):
+            parts.append(f"{k['validation_source']}: "
+                         f"{ErrorSummary(**k['validation']).text()}")
+        if k.get("this_machine"):
+            parts.append(f"this machine's earlier runs: "
+                         f"{ErrorSummary(**k['this_machine']).text()}")
+        out.append(f"  {k['kind']}: " + "; ".join(parts))
+    return out
+
+
 def print_optimize(res: OptimizeResult) -> None:
     """The ranked table, each remedy's reason, the winner and its code (stdout)."""
     from rich.markup import escape
@@ -852,6 +875,8 @@ def print_optimize(res: OptimizeResult) -> None:
         if breaks:
             out.print(f"    {breaks} graph break(s): "
                       f"{escape('; '.join(r.checks.get('break_reasons', [])))}")
+    for line in prediction_record_lines(res.prediction_record):
+        out.print(escape(line))
     best = res.best
     if best is None:
         out.print(f"\n[bold]Best:[/] eager as it is: {escape(res.conclusion)}.")

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Session q's GPU runs, one part per device call (600 s at most; carry .gpu_wheels):
+#   OUT=$OUT bash benchmarks/session_q_gpu.sh all   # the three below, in one call
+#   OUT=$OUT bash benchmarks/session_q_gpu.sh smoke # issue 27: train_ddp.py --model resnet50
+#        (its dataset a pool drawn once) under `torchrun -m gobrrr run`, one process (NCCL)
+#   OUT=$OUT bash benchmarks/session_q_gpu.sh pred  # issue 24 item 4: optimize of ResNet-50
+#        b1 at --budget-s 60, twice (cold Inductor caches each), with the report's "how far
+#        the predictions have been off" (the second run reads the first in this machine's
+#        record)
+#   OUT=$OUT bash benchmarks/session_q_gpu.sh cudatests  # every CUDA-marked test
+part=${1:?all, smoke, pred or cudatests}
+if [ "$part" = all ]; then
+  for p in smoke pred cudatests; do OUT=$OUT/$p bash "$0" "$p"; done
+  exit 0
+fi
+. benchmarks/gpu_preamble.sh session_q "$part"
+cold() {  # a fresh Inductor and Triton cache for one process
+  local d; d=$(mktemp -d)
+  TORCHINDUCTOR_CACHE_DIR=$d/inductor TRITON_CACHE_DIR=$d/triton "$@"
+}
+case "$part" in
+smoke)
+  timeout 200 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m gobrrr run \
+    --json "$OUT/run_resnet50_ddp_w1.json" benchmarks/run_scripts/train_ddp.py \
+    --model resnet50 --steps 30 2>&1 | grep -v USDT | tail -25 ;;
+pred)
+  timeout 120 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -2
+  cold timeout 150 python3 -m gobrrr optimize torchvision:resnet50 --batch-size 1 \
+    --budget-s 60 --json --html "$OUT/optimize-resnet50-b1.html" \
+    > "$OUT/optimize-resnet50-b1.json" 2> >(grep -v -e USDT -e Warn | tail -30 >&2)
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(k) for k in d['prediction_record']]" \
+    "$OUT/optimize-resnet50-b1.json"
+  cold timeout 150 python3 -m gobrrr optimize torchvision:resnet50 --batch-size 1 \
+    --budget-s 60 2>&1 | grep -v -e USDT -e Warn | tee "$OUT/optimize-resnet50-b1-again.txt" \
+    | tail -40 ;;
+cudatests)
+  timeout ${TESTS_S:-300} python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 \
+    | grep -v USDT | grep -e "^E " -e "^FAILED" -e passed -e failed -e error | tail -30 ;;
+*) echo "unknown part $part"; exit 2 ;;
+esac
