@@ -8,7 +8,13 @@
 #        the predictions have been off" (the second run reads the first in this machine's
 #        record)
 #   OUT=$OUT bash benchmarks/session_q_gpu.sh cudatests  # every CUDA-marked test
-part=${1:?all, smoke, pred or cudatests}
+#   OUT=$OUT bash benchmarks/session_q_gpu.sh contention # issue 24: do the background
+#        compile child's cores slow the host-bound candidates timed beside it?
+#        (background_contention.py, GPT-2 8x512 fp32 against bf16)
+#   ROWS="case ..." OUT=$OUT bash benchmarks/session_q_gpu.sh rows  # issue 24: optimize
+#        at --budget-s 60 on the table's rows (optimize_models.sh, gobrrr's side, cold
+#        caches) with the background child stopped while candidates are timed
+part=${1:?all, smoke, pred, cudatests, contention or rows}
 if [ "$part" = all ]; then
   for p in smoke pred cudatests; do OUT=$OUT/$p bash "$0" "$p"; done
   exit 0
@@ -36,5 +42,15 @@ pred)
 cudatests)
   timeout ${TESTS_S:-300} python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 \
     | grep -v USDT | grep -e "^E " -e "^FAILED" -e passed -e failed -e error | tail -30 ;;
+contention)
+  cold timeout 300 python3 benchmarks/background_contention.py --out "$OUT/contention.json" \
+    2>&1 | grep -v -e USDT -e Warn | tail -40 ;;
+rows)
+  timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
+  BUDGET=60 SIDES=gobrrr timeout 560 bash benchmarks/optimize_models.sh ${ROWS:?cases} ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
+if ls "$OUT"/models/*.log > /dev/null 2>&1; then
+  tar czf "$OUT/models/logs.tgz" -C "$OUT/models" $(cd "$OUT/models" && ls *.log)
+  rm -f "$OUT"/models/*.log
+fi

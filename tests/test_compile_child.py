@@ -79,3 +79,43 @@ def test_a_measuring_child_verifies_and_times_its_candidate_when_told():
     got = run.wait(300.0)
     assert got.compile_s is not None and got.run is None
     assert run.proc.returncode is not None
+
+
+def _state(pid):
+    from pathlib import Path
+
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_paused_child_stops_and_its_pauses_are_left_out_of_its_times():
+    # issue 24, the H200 (session q): busy cores beside the search slowed a host-bound
+    # candidate's calls 10.1 -> 13.7 ms, so the background child is stopped while a
+    # candidate is timed (runner.ChildProber.quiet)
+    import time
+
+    from gobrrr.remedies.compile_child import start_child
+
+    spec = reload_spec("examples:mlp", "cpu", 8, ModelOptions())
+    run = start_child(spec, ["compile"])
+    try:
+        with run.paused():
+            assert _state(run.proc.pid) == "T"  # stopped, not running
+            time.sleep(0.3)
+        for _ in range(200):  # SIGCONT is delivered when the child is next scheduled
+            if _state(run.proc.pid) != "T":
+                break
+            time.sleep(0.01)
+        assert _state(run.proc.pid) != "T"
+        got = run.wait(300.0)  # generous: a loaded CI machine starts Python slowly
+    finally:
+        run.stop()
+    assert got.error is None and got.compile_s is not None
+    assert run.paused_s() >= 0.3
+    assert got.waited_s <= run.elapsed_s() + 1e-6
+    # the pauses inside a window: only their overlap with it counts
+    run._pauses = [(10.0, 12.0), (20.0, 21.0)]
+    assert run.paused_s(11.0, 20.5) == 1.5 and run.paused_s() == 3.0
+    # a child that has ended is not signalled
+    with run.paused():
+        pass
+    assert run._pauses == [(10.0, 12.0), (20.0, 21.0)]
