@@ -900,3 +900,20 @@ def test_dynamo_is_reset_only_where_this_process_compiled(monkeypatch):
     assert not rows["comp"].checks.get("measured_in_child")
     assert resets == [1]
     assert any("torch._dynamo.reset()" in n for n in res.notes)
+
+
+def test_candidates_timed_while_the_background_child_compiles_take_a_shorter_budget():
+    # the child is stopped while a candidate is timed: on the H200 (session q) ten
+    # candidates at 1.5 s each kept GPT-2 8x512's child from finishing in time
+    from gobrrr.remedies import runner
+
+    prober = runner.ChildProber({"target": "t"}, [4, 5, 6, 7])
+    assert prober.ab_budget_s(1.5) == 1.5 and not prober.compiling()  # no child yet
+    prober.background = _FakeRun([], ["comp"], [4, 5, 6, 7], None)
+    assert prober.ab_budget_s(1.5) == runner.BACKGROUND_AB_S == 0.5
+    assert prober.ab_budget_s(0.2) == 0.2
+    prober.waited_on = True  # its turn came: it no longer compiles beside the timings
+    assert prober.ab_budget_s(1.5) == 1.5
+    with prober.quiet():
+        pass
+    assert prober.background.events == [("start", ("comp",), [4, 5, 6, 7])]  # not stopped

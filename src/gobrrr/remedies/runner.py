@@ -256,6 +256,14 @@ def _row(name: str, components: tuple[str, ...], by_name: dict[str, RemedySpec],
 
 ChildProbe = Callable[[list[RemedySpec], float], ChildCompile]
 
+# A candidate's A/B budget while the background child compiles: the child is stopped
+# while a candidate is timed (ChildProber.quiet), so the timing's seconds are its compile's
+# delay. On the H200 at --budget-s 60 (session q) ten candidates timed at the full 1.5 s
+# each kept GPT-2 8x512's and BERT-base's children from finishing (stopped after 22 s of
+# compiling); at this budget a timing still makes its minimum rounds (verify.AB_MIN_ROUNDS),
+# with a wider interval.
+BACKGROUND_AB_S = 0.5
+
 
 class ChildProber:
     """The compile probes' children (compile_child.py) of one search: `start` begins the
@@ -284,10 +292,19 @@ class ChildProber:
                                       self.measure_ab_s)
         return True
 
+    def compiling(self) -> bool:
+        """Whether a background child compiles now (the search has not waited on it)."""
+        return self.background is not None and not self.waited_on
+
+    def ab_budget_s(self, full_s: float) -> float:
+        """A candidate's A/B budget: BACKGROUND_AB_S at most while a background child
+        compiles."""
+        return min(full_s, BACKGROUND_AB_S) if self.compiling() else full_s
+
     def quiet(self) -> contextlib.AbstractContextManager[None]:
         """Around a candidate's timing: the background child stopped for it
         (compile_child.ChildRun.paused), where one compiles."""
-        if self.background is None or self.waited_on:
+        if self.background is None or not self.compiling():
             return contextlib.nullcontext()
         return self.background.paused()
 
@@ -301,7 +318,7 @@ class ChildProber:
                 f"(cores {span}, nice {BACKGROUND_NICE}) while the other candidates were "
                 f"prepared and verified; it was stopped while each was timed "
                 f"({run.paused_s():.1f} s in all), so their timings had the machine to "
-                "themselves")
+                f"themselves, each timed for {BACKGROUND_AB_S:g} s at most meanwhile")
 
     def __call__(self, combo: list[RemedySpec], timeout_s: float) -> ChildCompile:
         if self.background is not None and not self.waited_on:
@@ -338,11 +355,14 @@ def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
     process evaluated a candidate that compiles (a compile child's are not)."""
     compiled: list[bool] = []
 
-    quiet = child.quiet if isinstance(child, ChildProber) else None
+    prober = child if isinstance(child, ChildProber) else None
 
     def run_one(combo: list[RemedySpec]) -> tuple[RemedyResult, Candidate | None]:
         compiled.append(any(s.prep == PREP_COMPILE for s in combo))
-        return evaluate(combo, base, ref, ctx, ab_budget_s, deadline, quiet=quiet)
+        if prober is None:
+            return evaluate(combo, base, ref, ctx, ab_budget_s, deadline)
+        return evaluate(combo, base, ref, ctx, prober.ab_budget_s(ab_budget_s), deadline,
+                        quiet=prober.quiet)
 
     results, best_cand, best_res = search(
         specs, ctx, run_one, call_s=ref.call_s, ab_budget_s=ab_budget_s, deadline=deadline,
