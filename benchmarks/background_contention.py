@@ -15,6 +15,9 @@ gobrrr's own A/B ratio, under:
   hog        busy Python loops on background_cores(), nice 10 (no GPU, no Inductor);
   hog-apart  the same on the background cores that share no physical core with the
              search's cores (thread_siblings_list), if any differ.
+`--after-diagnose` instead times: alone; after `gobrrr.diagnose` of the fp32 call in this
+process (what optimize does before its search: profiling, experiments, MemTracker),
+with the global module hooks and Python's GC counts printed; then with GC off.
 Prints the CPU topology and one JSON line per condition.
 
     python benchmarks/background_contention.py [--calls 30] [--out F]
@@ -64,6 +67,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--after-diagnose", action="store_true")
     a = ap.parse_args()
     print(subprocess.run(["lscpu", "-e=CPU,CORE,SOCKET,NODE"], capture_output=True,
                          text=True).stdout)
@@ -129,6 +133,33 @@ def main() -> None:
         return row
 
     rows = [measure("alone", {})]
+    if a.after_diagnose:
+        import gc
+
+        from torch.nn.modules import module as mod
+
+        import gobrrr
+
+        def hooks() -> dict[str, int]:
+            return {k: len(getattr(mod, k)) for k in dir(mod)
+                    if k.startswith("_global_") and isinstance(getattr(mod, k), dict)}
+
+        before = hooks()
+        t0 = time.perf_counter()
+        gobrrr.diagnose(w.fn, *w.args)
+        took = time.perf_counter() - t0
+        after = hooks()
+        rows.append(measure("after-diagnose", {
+            "diagnose_s": took, "hooks_before": before, "hooks_after": after,
+            "gc_objects": len(gc.get_objects()),
+            "profiler_enabled": torch.autograd.profiler._is_profiler_enabled}))
+        gc.collect()
+        gc.disable()
+        rows.append(measure("after-diagnose-gc-off", {}))
+        gc.enable()
+        if a.out is not None:
+            a.out.write_text(json.dumps(rows, indent=1))
+        return
     bg = background_cores() or []
     mine = sorted(os.sched_getaffinity(0))
     search_cores = [c for c in mine if c not in bg]

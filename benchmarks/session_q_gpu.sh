@@ -44,6 +44,7 @@ cudatests)
     | grep -v USDT | grep -e "^E " -e "^FAILED" -e passed -e failed -e error | tail -30 ;;
 contention)
   cold timeout 300 python3 benchmarks/background_contention.py --out "$OUT/contention.json" \
+    ${CONTENTION_ARGS:-} \
     2>&1 | grep -v -e USDT -e Warn | tail -40 ;;
 rows)
   timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
