@@ -7,7 +7,6 @@ recompile while timing) becomes a RemedyResult with its reason; the run goes on.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import math
 import time
@@ -166,16 +165,14 @@ def _abandoned(res: RemedyResult, exc: OutOfTime) -> tuple[RemedyResult, None]:
 
 def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
              ab_budget_s: float, deadline: float = math.inf,
-             hold: Callable[[float], float] | None = None,
-             quiet: Callable[[], contextlib.AbstractContextManager[None]] | None = None
+             hold: Callable[[float], float] | None = None
              ) -> tuple[RemedyResult, Candidate | None]:
     """Run the candidate made of `specs`; returns its result and, when it is verified
     faster, the live candidate (the caller keeps the best one). Past `deadline` (a
     time.perf_counter() value, checked between calls) it is abandoned: "skipped".
     `hold`: called with the compile's seconds once the candidate is warm, before it is
     verified and timed; returns the deadline to measure by (a compile child waits there
-    for the search's turn: compile_child_main.py). `quiet`: entered around the A/B
-    timing (the search's background compile child stopped for it: runner.ChildProber)."""
+    for the search's turn: compile_child_main.py)."""
     name = "+".join(s.name for s in specs)
     res = RemedyResult(name, "+".join(dict.fromkeys(s.regime for s in specs)), "failed", "",
                        components=tuple(s.name for s in specs))
@@ -245,10 +242,9 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
             res.status, res.reason = "rejected", "; ".join([cmp.reason, *notes])
             return res, None
     try:
-        with (quiet or contextlib.nullcontext)():
-            ab = ab_time(lambda: ref.work.fn(*ref.work.args, **ref.work.kwargs),
-                         cand.call, device=ctx.device, budget_s=ab_budget_s,
-                         b_context=lambda: switches_on(cand), deadline=deadline)
+        ab = ab_time(lambda: ref.work.fn(*ref.work.args, **ref.work.kwargs), cand.call,
+                     device=ctx.device, budget_s=ab_budget_s,
+                     b_context=lambda: switches_on(cand), deadline=deadline)
     except OutOfTime as exc:
         return _abandoned(res, exc)
     except Exception as exc:  # noqa: BLE001

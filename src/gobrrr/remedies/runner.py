@@ -256,14 +256,6 @@ def _row(name: str, components: tuple[str, ...], by_name: dict[str, RemedySpec],
 
 ChildProbe = Callable[[list[RemedySpec], float], ChildCompile]
 
-# A candidate's A/B budget while the background child compiles: the child is stopped
-# while a candidate is timed (ChildProber.quiet), so the timing's seconds are its compile's
-# delay. On the H200 at --budget-s 60 (session q) ten candidates timed at the full 1.5 s
-# each kept GPT-2 8x512's and BERT-base's children from finishing (stopped after 22 s of
-# compiling); at this budget a timing still makes its minimum rounds (verify.AB_MIN_ROUNDS),
-# with a wider interval.
-BACKGROUND_AB_S = 0.5
-
 
 class ChildProber:
     """The compile probes' children (compile_child.py) of one search: `start` begins the
@@ -283,42 +275,17 @@ class ChildProber:
         self.waited_on = False
         self.stopped_after_s: float | None = None
 
-    def start(self, combo: list[RemedySpec]) -> bool:
-        """Start `combo`'s compile in the background; False where it was not started (no
-        cores to spare, or one already was)."""
+    def start(self, combo: list[RemedySpec]) -> str | None:
+        """Start `combo`'s compile in the background; what to say, or None (not
+        started: no cores to spare, or one already was)."""
         if self.cores is None or self.background is not None:
-            return False
+            return None
         self.background = start_child(self.reload, [s.name for s in combo], self.cores,
                                       self.measure_ab_s)
-        return True
-
-    def compiling(self) -> bool:
-        """Whether a background child compiles now (the search has not waited on it)."""
-        return self.background is not None and not self.waited_on
-
-    def ab_budget_s(self, full_s: float) -> float:
-        """A candidate's A/B budget: BACKGROUND_AB_S at most while a background child
-        compiles."""
-        return min(full_s, BACKGROUND_AB_S) if self.compiling() else full_s
-
-    def quiet(self) -> contextlib.AbstractContextManager[None]:
-        """Around a candidate's timing: the background child stopped for it
-        (compile_child.ChildRun.paused), where one compiles."""
-        if self.background is None or not self.compiling():
-            return contextlib.nullcontext()
-        return self.background.paused()
-
-    def note(self) -> str | None:
-        """What the notes say of the background child, or None: there was none."""
-        run = self.background
-        if run is None or self.cores is None:
-            return None
         span = f"{self.cores[0]}-{self.cores[-1]}" if len(self.cores) > 1 else self.cores[0]
-        return (f"{'+'.join(run.remedies)} compiled in a child process in the background "
-                f"(cores {span}, nice {BACKGROUND_NICE}) while the other candidates were "
-                f"prepared and verified; it was stopped while each was timed "
-                f"({run.paused_s():.1f} s in all), so their timings had the machine to "
-                f"themselves, each timed for {BACKGROUND_AB_S:g} s at most meanwhile")
+        return (f"{'+'.join(s.name for s in combo)} compiled in a child process in the "
+                f"background (cores {span}, nice {BACKGROUND_NICE}) while the other "
+                "candidates were measured: their timings shared the machine with it")
 
     def __call__(self, combo: list[RemedySpec], timeout_s: float) -> ChildCompile:
         if self.background is not None and not self.waited_on:
@@ -355,14 +322,9 @@ def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
     process evaluated a candidate that compiles (a compile child's are not)."""
     compiled: list[bool] = []
 
-    prober = child if isinstance(child, ChildProber) else None
-
     def run_one(combo: list[RemedySpec]) -> tuple[RemedyResult, Candidate | None]:
         compiled.append(any(s.prep == PREP_COMPILE for s in combo))
-        if prober is None:
-            return evaluate(combo, base, ref, ctx, ab_budget_s, deadline)
-        return evaluate(combo, base, ref, ctx, prober.ab_budget_s(ab_budget_s), deadline,
-                        quiet=prober.quiet)
+        return evaluate(combo, base, ref, ctx, ab_budget_s, deadline)
 
     results, best_cand, best_res = search(
         specs, ctx, run_one, call_s=ref.call_s, ab_budget_s=ab_budget_s, deadline=deadline,
@@ -431,8 +393,6 @@ def search(specs: list[RemedySpec], ctx: Context,
                 say(f"interrupted: {ran} candidate(s) measured; the rest are skipped")
                 now = Plan((), tuple(Skip(o.name, INTERRUPTED) for o in options(state)))
                 break
-    if isinstance(child, ChildProber) and (note := child.note()) is not None:
-        notes.append(note)
     remaining = {o.name: o for o in options(state)}
     for skip in now.skipped:
         found = remaining[skip.name]
@@ -462,9 +422,11 @@ def _start_background(now: Plan, state: SearchState, child: ChildProber,
         by_name[n].prep == PREP_COMPILE for n in o.components)), None)
     if first is None:
         return
-    if child.start([by_name[n] for n in first.components]):
+    note = child.start([by_name[n] for n in first.components])
+    if note is not None:
         say(f"compiling {first.name} in a child process in the background, while the "
-            "candidates before it are measured (stopped while each is timed)")
+            "candidates before it are measured")
+        notes.append(note)
 
 
 @contextlib.contextmanager
