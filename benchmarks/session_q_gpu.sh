@@ -14,7 +14,10 @@
 #   ROWS="case ..." OUT=$OUT bash benchmarks/session_q_gpu.sh rows  # issue 24: optimize
 #        at --budget-s 60 on the table's rows (optimize_models.sh, gobrrr's side, cold
 #        caches) with the background child stopped while candidates are timed
-part=${1:?all, smoke, pred, cudatests, contention or rows}
+#   OUT=$OUT bash benchmarks/session_q_gpu.sh alone  # issue 24: GPT-2 8x512's bf16 cast
+#        in an optimize of its own (--only bf16_cast), with and without the diagnosis: is
+#        the search's low figure for it the search's other candidates, or the process?
+part=${1:?all, smoke, pred, cudatests, contention, rows or alone}
 if [ "$part" = all ]; then
   for p in smoke pred cudatests; do OUT=$OUT/$p bash "$0" "$p"; done
   exit 0
@@ -46,6 +49,13 @@ contention)
   cold timeout 300 python3 benchmarks/background_contention.py --out "$OUT/contention.json" \
     ${CONTENTION_ARGS:-} \
     2>&1 | grep -v -e USDT -e Warn | tail -40 ;;
+alone)
+  for extra in "" "--no-diagnose"; do
+    echo "== optimize --only bf16_cast $extra"
+    cold timeout 150 python3 -m gobrrr optimize hf:gpt2 --batch-size 8 --seq-len 512 \
+      --only bf16_cast --budget-s 60 $extra 2>&1 | grep -v -e USDT -e Warn \
+      | grep -e "bf16_cast" -e "Best" -e "budget-s" | tail -8
+  done ;;
 rows)
   timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
   BUDGET=60 SIDES=gobrrr timeout 560 bash benchmarks/optimize_models.sh ${ROWS:?cases} ;;
