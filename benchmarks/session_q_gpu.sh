@@ -17,7 +17,7 @@
 #   OUT=$OUT bash benchmarks/session_q_gpu.sh alone  # issue 24: GPT-2 8x512's bf16 cast
 #        in an optimize of its own (--only bf16_cast), with and without the diagnosis: is
 #        the search's low figure for it the search's other candidates, or the process?
-part=${1:?all, smoke, pred, cudatests, contention, rows or alone}
+part=${1:?all, smoke, pred, cudatests, contention, rows, alone or alone2}
 if [ "$part" = all ]; then
   for p in smoke pred cudatests; do OUT=$OUT/$p bash "$0" "$p"; done
   exit 0
@@ -56,6 +56,17 @@ alone)
       --only bf16_cast --budget-s 60 $extra 2>&1 | grep -v -e USDT -e Warn \
       | grep -e "bf16_cast" -e "Best" -e "budget-s" | tail -8
   done ;;
+alone2)  # the full search without a background child (3 cores: none started), and the
+  # eager candidates without any compile candidate (no child at all)
+  echo "== taskset -c 0-2, the full search"
+  cold timeout 150 taskset -c 0-2 python3 -m gobrrr optimize hf:gpt2 --batch-size 8 \
+    --seq-len 512 --budget-s 60 2>&1 | grep -v -e USDT -e Warn \
+    | grep -e "^│bf16_cast " -e "^│tf32 " -e "Best" -e "s of --budget-s" -e background | tail -8
+  echo "== --only bf16_cast,bf16_autocast,tf32,cuda_graphs,inference_mode"
+  cold timeout 150 python3 -m gobrrr optimize hf:gpt2 --batch-size 8 --seq-len 512 \
+    --only bf16_cast,bf16_autocast,tf32,cuda_graphs,inference_mode --budget-s 60 2>&1 \
+    | grep -v -e USDT -e Warn | grep -e "^│bf16_cast " -e "^│tf32 " -e "Best" \
+    -e "s of --budget-s" | tail -8 ;;
 rows)
   timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
   BUDGET=60 SIDES=gobrrr timeout 560 bash benchmarks/optimize_models.sh ${ROWS:?cases} ;;
