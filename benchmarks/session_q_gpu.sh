@@ -61,7 +61,9 @@ alone2)  # the full search without a background child (3 cores: none started), a
   echo "== taskset -c 0-2, the full search"
   cold timeout 150 taskset -c 0-2 python3 -m gobrrr optimize hf:gpt2 --batch-size 8 \
     --seq-len 512 --budget-s 60 2>&1 | grep -v -e USDT -e Warn \
-    | grep -e "^│bf16_cast " -e "^│tf32 " -e "Best" -e "s of --budget-s" -e background | tail -8
+    | grep -e "^│bf16_cast " -e "^│tf32 " -e "Best" -e "s of --budget-s" -e "^note" \
+    | grep -v -e "too little" -e "needs ~" | tail -12
+  [ -n "${ONLY_TASKSET:-}" ] && exit 0
   echo "== --only bf16_cast,bf16_autocast,tf32,cuda_graphs,inference_mode"
   cold timeout 150 python3 -m gobrrr optimize hf:gpt2 --batch-size 8 --seq-len 512 \
     --only bf16_cast,bf16_autocast,tf32,cuda_graphs,inference_mode --budget-s 60 2>&1 \
