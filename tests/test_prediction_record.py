@@ -79,6 +79,12 @@ def test_cuda_runs_read_the_validation_suite():
     assert "H200" in got[0]["validation_source"]
 
 
+def test_an_installation_without_the_suite_cites_none(monkeypatch):
+    monkeypatch.setattr(pr, "VALIDATION_FILE", "missing.json")
+    assert pr.validation("cuda") is None
+    assert pr.lines("cuda", [("compiled", "compile", 0.9)], {})[0]["validation"] is None
+
+
 def test_the_package_summary_is_what_the_committed_rows_give():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "prediction_table.py"),
                            "--check"], capture_output=True, text=True)

@@ -114,12 +114,15 @@ def checked(rows: Iterable[dict[str, Any]]) -> list[tuple[str, str, float]]:
 def validation(device: str) -> tuple[dict[str, ErrorSummary], str] | None:
     """The validation suite's summaries by kind and where they come from; None where
     there is none for `device` (the committed suite ran on CUDA)."""
-    data = json.loads(resources.files("gobrrr.remedies").joinpath(VALIDATION_FILE)
-                      .read_text())
-    if data.get("device") != device:
-        return None
-    kinds = {k: ErrorSummary(**v) for k, v in data["kinds"].items()}
-    return kinds, str(data["source"])
+    try:
+        data = json.loads(resources.files("gobrrr.remedies").joinpath(VALIDATION_FILE)
+                          .read_text())
+        if data.get("device") != device:
+            return None
+        kinds = {k: ErrorSummary(**v) for k, v in data["kinds"].items()}
+        return kinds, str(data["source"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # an installation without it (or a damaged one): no suite to cite
 
 
 def record_path(device: str) -> Path:
