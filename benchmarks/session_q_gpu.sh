@@ -17,7 +17,10 @@
 #   OUT=$OUT bash benchmarks/session_q_gpu.sh alone  # issue 24: GPT-2 8x512's bf16 cast
 #        in an optimize of its own (--only bf16_cast), with and without the diagnosis: is
 #        the search's low figure for it the search's other candidates, or the process?
-part=${1:?all, smoke, pred, cudatests, contention, rows, alone or alone2}
+#   OUT=$OUT bash benchmarks/session_q_gpu.sh insearch  # for the next session: why a
+#        host-bound candidate measures low in the full search (insearch_host_bound.py,
+#        four variants, each its own process from cold caches; ~4 minutes)
+part=${1:?all, smoke, pred, cudatests, contention, rows, alone, alone2 or insearch}
 if [ "$part" = all ]; then
   for p in smoke pred cudatests; do OUT=$OUT/$p bash "$0" "$p"; done
   exit 0
@@ -69,6 +72,12 @@ alone2)  # the full search without a background child (3 cores: none started), a
     --only bf16_cast,bf16_autocast,tf32,cuda_graphs,inference_mode --budget-s 60 2>&1 \
     | grep -v -e USDT -e Warn | grep -e "^│bf16_cast " -e "^│tf32 " -e "Best" \
     -e "s of --budget-s" | tail -8 ;;
+insearch)
+  timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
+  for v in ${VARIANTS:-only sleeper full no-child}; do
+    cold timeout 150 python3 benchmarks/insearch_host_bound.py "$v" 2> "$OUT/insearch-$v.err" \
+      | tee -a "$OUT/insearch.jsonl"
+  done ;;
 rows)
   timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
   BUDGET=60 SIDES=gobrrr timeout 560 bash benchmarks/optimize_models.sh ${ROWS:?cases} ;;
