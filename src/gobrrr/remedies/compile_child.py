@@ -27,8 +27,8 @@ busy loops on the 12 other cores at nice 10 took GPT-2 8x512 cast to bf16, a cal
 host bounds, from 10.1 to 13.7 ms (A/B over fp32 2.97x -> 2.02x). Stopping the child
 while each candidate was timed was tried (session q): the compiles of GPT-2 8x512,
 BERT-base and GPT-2 1x1 then no longer fitted in --budget-s 60, and the bf16 cast inside
-the search still measured 1.58-2.05x against 2.9-3.4x in a process of its own, so the
-child was not the main cause; it was taken out again.
+the search still measured 1.58-2.05x against 2.9-3.4x in a process of its own (other
+device calls: not settled, docs/optimize.md), so it was taken out again.
 
 A measuring child (`start_child(measure_ab_s=...)`, what the search starts) also holds
 the eager reference and, compiled, waits for the search's turn: where the compile again
