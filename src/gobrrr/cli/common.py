@@ -24,7 +24,8 @@ from gobrrr.errors import WARNING, UserError, WorkloadError, user_traceback
 __all__ = ["DEVICE", "FiniteFloat", "BATCH", "resolve_device", "progress_printer",
            "run_guarded", "finish_progress", "emit_json", "check_writable", "deliver",
            "deliver_report", "show_notes", "model_options", "load_announced", "TARGET_HELP",
-           "results_only_on_stdout", "stdout_guarded", "INTERRUPTED_EXIT"]
+           "results_only_on_stdout", "stdout_guarded", "INTERRUPTED_EXIT",
+           "relaunch_under_torchrun"]
 
 DEVICE = click.Choice(["auto", "cpu", "cuda"])
 
@@ -172,6 +173,16 @@ def run_guarded(action: Callable[[], Any]) -> Any:
     except KeyboardInterrupt:
         finish_progress()
         _fail("interrupted (Ctrl-C); the user's state was put back", INTERRUPTED_EXIT)
+
+
+def relaunch_under_torchrun(nproc: int, target: str | None, command: str) -> NoReturn:
+    """`--nproc-per-node N`: this command again under torchrun with N processes, after
+    the target is checked here (one error line, not one per rank); exits with its code."""
+    from gobrrr.dist.launch import launch
+    from gobrrr.targets import check_target
+
+    run_guarded(lambda: check_target(target))
+    raise SystemExit(run_guarded(lambda: launch(nproc, command=command)))
 
 
 def show_notes(notes: Sequence[str], say: Callable[[str], None], quiet: bool) -> None:

@@ -73,6 +73,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
         check_writable,
         deliver_report,
         progress_printer,
+        relaunch_under_torchrun,
         resolve_device,
         results_only_on_stdout,
         run_guarded,
@@ -82,11 +83,7 @@ def doctor(target: str | None, device: str, batch_size: int | None, seq_len: int
     from gobrrr.errors import UserError
 
     if nproc is not None:
-        from gobrrr.dist.launch import launch
-        from gobrrr.targets import check_target
-
-        run_guarded(lambda: check_target(target))  # one line now, not one per rank
-        raise SystemExit(run_guarded(lambda: launch(nproc)))
+        relaunch_under_torchrun(nproc, target, "doctor")
     world = run_guarded(World.from_env)
     rank = world.rank if world is not None else 0
 

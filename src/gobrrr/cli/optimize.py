@@ -72,6 +72,7 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
         check_writable,
         deliver,
         progress_printer,
+        relaunch_under_torchrun,
         resolve_device,
         results_only_on_stdout,
         run_guarded,
@@ -82,11 +83,7 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
     from gobrrr.errors import WARNING
 
     if nproc is not None:
-        from gobrrr.dist.launch import launch
-        from gobrrr.targets import check_target
-
-        run_guarded(lambda: check_target(target))  # one line now, not one per rank
-        raise SystemExit(run_guarded(lambda: launch(nproc, command="optimize")))
+        relaunch_under_torchrun(nproc, target, "optimize")
     world = run_guarded(World.from_env)
     rank = world.rank if world is not None else 0
     distributed = world is not None and world.size > 1
