@@ -89,6 +89,9 @@ class OpRecord:
     # addresses, meaningful only within one counted run, never serialized.
     reads: tuple[int, ...] = ()
     writes: tuple[tuple[int, int], ...] = ()  # (storage, bytes written)
+    # The fp32 tensors it read, (storage, bytes), for what bf16 autocast would cast
+    # (remedies/autocast_flow.py); same lifetime as `reads`.
+    fp32_reads: tuple[tuple[int, int], ...] = ()
     # Where flops and bytes are unknown (a trace recorded without shapes), the regime its
     # time goes to, from what it is (a GEMM, a view) rather than a roofline; else None.
     regime_hint: str | None = None
@@ -409,6 +412,8 @@ def _bytes(func: Any, name: str, op_class: str, args: tuple, kwargs: dict, out: 
             written[key] = t
     io.append(tuple({_storage_ptr(t) for t in read.values()}))
     io.append(tuple((_storage_ptr(t), _distinct_bytes(t)) for t in written.values()))
+    io.append(tuple((_storage_ptr(t), _distinct_bytes(t)) for t in read.values()
+                    if t.dtype == torch.float32))
     if name in _GATHERS:
         # Only the gathered rows are read from the table: indices + output-sized read.
         idx_bytes = sum(_distinct_bytes(t) for t in read.values()
@@ -551,6 +556,7 @@ class _CountingMode(TorchDispatchMode):
                 out_shape=tuple(first_out[0].shape) if first_out else (),
                 reads=io[0] if io else (),
                 writes=io[1] if io else (),
+                fp32_reads=io[2] if io else (),
                 autograd=phase == FORWARD and torch.is_grad_enabled() and any(
                     t.requires_grad for t in _tensors((args, kwargs))),
             )

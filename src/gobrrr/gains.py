@@ -6,6 +6,9 @@ remedy of gobrrr.remedies.catalog predicts through it):
 - A gain is seconds saved per call, by the part of the budget they come out of
   (overhead, memory, compute; communication in a distributed budget), and the speedup
   T / (T - saved) (Amdahl).
+- A remedy that adds work saves a negative amount of its part (bf16 autocast's casts: the
+  memory-bound time of their kernels) or adds host work per call (`Gain.host_added_s`:
+  their dispatch), which raises the issue time it leaves; a replay issues none of it.
 - Gains of several remedies combine part by part: savings from different parts add; two
   savings from one part each remove their share of what the other leaves (a remedy that
   removes 50% of the overhead, with another that removes 20% of it, removes 60%, not 70%).
@@ -77,6 +80,9 @@ class Gain:
     # unaligned GEMMs a precision remedy leaves slow in eager (gemm_probe.py); `combine`
     # takes it for a stack that compiles
     under_compile: Gain | None = None
+    # host work the remedy adds to each call (autocast's cast ops: a dispatch each), onto
+    # the issue time it leaves; none where a replay sets `host_left_s`
+    host_added_s: float = 0.0
 
     @classmethod
     def none(cls, basis: str) -> Gain:
@@ -88,15 +94,16 @@ def part_seconds(b: Budget) -> dict[str, float]:
     return dict(b.parts_s)
 
 
-def host_floor_s(b: Budget, saved: dict[str, float], host_left_s: float | None) -> float:
+def host_floor_s(b: Budget, saved: dict[str, float], host_left_s: float | None,
+                 host_added_s: float = 0.0) -> float:
     """The host's issue time left after a remedy (module docstring): what the remedy
-    says (`host_left_s`), else the measured issue time less the overhead it saves; 0
-    where none was measured (CPU, traces: the budget alone)."""
+    says (`host_left_s`), else the measured issue time less the overhead it saves plus
+    the host work it adds; 0 where none was measured (CPU, traces: the budget alone)."""
     if b.host_issue_s is None:
         return 0.0
     if host_left_s is not None:
         return min(host_left_s, b.host_issue_s)
-    return max(0.0, b.host_issue_s - saved.get("overhead", 0.0))
+    return max(0.0, b.host_issue_s - max(0.0, saved.get("overhead", 0.0)) + host_added_s)
 
 
 # The p of the overlap of host and GPU time (module docstring).
@@ -107,11 +114,12 @@ def _overlapped(device_s: float, host_s: float) -> float:
     return (device_s ** OVERLAP_P + host_s ** OVERLAP_P) ** (1.0 / OVERLAP_P)
 
 
-def time_floor_s(b: Budget, saved: dict[str, float], host_left_s: float | None) -> float:
+def time_floor_s(b: Budget, saved: dict[str, float], host_left_s: float | None,
+                 host_added_s: float = 0.0) -> float:
     """The least time a call takes after a remedy, from the host's issue time it leaves
     and the GPU time it leaves overlapped (module docstring); 0 where no issue time was
     measured."""
-    floor_s = host_floor_s(b, saved, host_left_s)
+    floor_s = host_floor_s(b, saved, host_left_s, host_added_s)
     if floor_s <= 0 or b.host_issue_s is None:
         return 0.0
     device_left_s = max(0.0, b.busy_s - sum(v for k, v in saved.items() if k != "overhead"))
@@ -121,33 +129,37 @@ def time_floor_s(b: Budget, saved: dict[str, float], host_left_s: float | None) 
 
 
 def speedup_with_floor(b: Budget, saved: dict[str, float],
-                       host_left_s: float | None = None) -> float | None:
+                       host_left_s: float | None = None,
+                       host_added_s: float = 0.0) -> float | None:
     """T / max(T - saved, the least time left, `time_floor_s`): `speedup_from_saved`
     with the host's issue time and its overlap with the GPU as a floor under the time
     after the remedy."""
     total = sum(saved.values())
-    floor_s = time_floor_s(b, saved, host_left_s)
+    floor_s = time_floor_s(b, saved, host_left_s, host_added_s)
     if floor_s <= b.total_s - total:
         return speedup_from_saved(b.total_s, total)
     return speedup_from_saved(b.total_s, b.total_s - floor_s)
 
 
 def gain_from_saved(b: Budget, saved_by_part: dict[str, float], basis: str,
-                    host_left_s: float | None = None) -> Gain:
+                    host_left_s: float | None = None, host_added_s: float = 0.0) -> Gain:
     """A gain of `saved_by_part` seconds per call (each capped by its part of the budget:
-    a remedy cannot remove more of the overhead than there is), floored by the host's
-    issue time it leaves (module docstring)."""
+    a remedy cannot remove more of the overhead than there is; negative: time it adds),
+    floored by the host's issue time it leaves, `host_added_s` included (module
+    docstring)."""
     parts = part_seconds(b)
-    saved = {p: min(s, parts.get(p, 0.0)) for p, s in saved_by_part.items() if s > 0}
-    speedup = speedup_with_floor(b, saved, host_left_s)
-    floor_s = time_floor_s(b, saved, host_left_s)
+    saved = {p: min(s, parts.get(p, 0.0)) for p, s in saved_by_part.items() if s != 0}
+    if host_left_s is not None:
+        host_added_s = 0.0
+    speedup = speedup_with_floor(b, saved, host_left_s, host_added_s)
+    floor_s = time_floor_s(b, saved, host_left_s, host_added_s)
     if floor_s > b.total_s - sum(saved.values()) and speedup is not None:
-        issue_left_s = host_floor_s(b, saved, host_left_s)
+        issue_left_s = host_floor_s(b, saved, host_left_s, host_added_s)
         basis += (f"; the host issues a call in {_fmt_s(b.host_issue_s or 0.0)} "
                   f"(measured): {_fmt_s(issue_left_s)} of it stays, and with the GPU's "
                   f"time left it overlaps only in part (fit on H200 rows), so a call takes "
                   f"at least {_fmt_s(floor_s)} ({speedup:.2f}x)")
-    return Gain(speedup, basis, saved, host_left_s)
+    return Gain(speedup, basis, saved, host_left_s, host_added_s=host_added_s)
 
 
 def combine(b: Budget, gains: Sequence[Gain], names: Iterable[str] = (),
@@ -159,11 +171,15 @@ def combine(b: Budget, gains: Sequence[Gain], names: Iterable[str] = (),
         gains = [g.under_compile or g for g in gains]
     parts = part_seconds(b)
     remaining = dict.fromkeys(parts, 1.0)
+    adds: dict[str, float] = {}  # negative savings (time a remedy adds) simply add up
     for g in gains:
         for p, s in g.saved_s.items():
-            if parts.get(p, 0.0) > 0:
+            if s < 0:
+                adds[p] = adds.get(p, 0.0) + s
+            elif parts.get(p, 0.0) > 0:
                 remaining[p] *= max(0.0, 1.0 - s / parts[p])
-    saved = {p: parts[p] * (1.0 - remaining[p]) for p in parts}
+    saved = {p: parts.get(p, 0.0) * (1.0 - remaining.get(p, 1.0)) + adds.get(p, 0.0)
+             for p in {*parts, *adds}}
     labels = list(names) or [f"part {i + 1}" for i in range(len(gains))]
     shown = [f"{n} {g.speedup:.2f}x" for n, g in zip(labels, gains, strict=False)
              if g.speedup]
@@ -171,10 +187,13 @@ def combine(b: Budget, gains: Sequence[Gain], names: Iterable[str] = (),
         return Gain.none("no part predicts a gain")
     basis = ("; ".join(shown) + ": savings from different parts of the budget add, "
              "savings from one part each remove their share of what the others leave")
-    kept = {p: s for p, s in saved.items() if s > 0}
+    kept = {p: s for p, s in saved.items() if s != 0}
     lefts = [g.host_left_s for g in gains if g.host_left_s is not None]
     host_left = min(lefts) if lefts else None
-    return Gain(speedup_with_floor(b, kept, host_left), basis, kept, host_left)
+    # a replay issues the added host work too (host_floor_s)
+    added = 0.0 if host_left is not None else sum(g.host_added_s for g in gains)
+    return Gain(speedup_with_floor(b, kept, host_left, added), basis, kept, host_left,
+                host_added_s=added)
 
 
 @dataclass(frozen=True)

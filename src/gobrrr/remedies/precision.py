@@ -19,6 +19,7 @@ from typing import Any
 
 from gobrrr.gains import Gain, gain_from_saved
 from gobrrr.gemm_probe import GemmShape, shape_of
+from gobrrr.remedies.autocast_flow import autocast_flow
 from gobrrr.remedies.base import (
     STAGE_MUTATE,
     STAGE_PRECISION,
@@ -27,7 +28,7 @@ from gobrrr.remedies.base import (
     RemedySpec,
 )
 from gobrrr.settings import tf32, tf32_enabled
-from gobrrr.units import fmt_flops, fmt_s
+from gobrrr.units import fmt_flops, fmt_num, fmt_s
 
 __all__ = ["SPECS", "autocast_wrap", "cast_candidate", "cast_dtype"]
 
@@ -179,18 +180,55 @@ def _bf16_compute(ctx: Context, compiled: bool = False) -> tuple[float, str]:
 
 
 def _autocast_gain(ctx: Context, compiled: bool) -> Gain:
+    """Eager: the matmul time at the bf16 rate, the memory-bound ops that would run in
+    bf16 at half their time, and the casts autocast adds (autocast_flow.py): each a
+    kernel (its bytes at the measured bandwidth, at least the call's shortest
+    memory-bound op) and a dispatch on the host (the calibrated cost of a tiny op).
+    `compiled`: the matmul time only (Inductor fuses the casts into their neighbours,
+    and the compile's own prediction counts the fusion)."""
     if not ctx.diagnosed:
         return Gain.none("no diagnose budget")
     saved_s, basis = _bf16_compute(ctx, compiled)
     if saved_s <= 0:
         return Gain.none(basis)
-    assert ctx.budget is not None
-    return gain_from_saved(ctx.budget, {"compute": saved_s},
-                           basis + "; halves matmul bytes too")
+    b, ceil = ctx.budget, ctx.ceilings
+    assert b is not None and ceil is not None
+    if compiled:
+        return gain_from_saved(b, {"compute": saved_s}, basis + "; halves matmul bytes too")
+    flow = autocast_flow(ctx.records, ctx.param_storages)
+    memory = [c for c in b.per_call if c.regime == "memory" and c.time_s > 0]
+    in_bf16 = [c for c in memory if c.index in flow.halved or c.index in flow.low]
+    halved_s = sum(c.time_s for c in in_bf16) / 2
+    shortest_s = min((c.time_s for c in memory), default=0.0)
+    cast_s = sum(max(n / ceil.bandwidth_bytes_per_s, shortest_s) for n in flow.cast_bytes)
+    host_s = flow.casts * ceil.op_overhead_s
+    saved = {"compute": saved_s, "memory": halved_s - cast_s}
+    parts = [basis]
+    if halved_s > 0:
+        parts.append(f"{len(in_bf16)} memory-bound op(s) with every input in bf16 "
+                     f"under autocast: {fmt_s(2 * halved_s)} halved")
+    if flow.casts:
+        parts.append(f"{flow.casts} cast(s) autocast adds (fp32 inputs of matmuls, bf16 "
+                     f"inputs of fp32 ops: {fmt_num(sum(flow.cast_bytes), 'B')}): "
+                     f"{fmt_s(cast_s)} of kernels, {fmt_s(host_s)} of dispatch "
+                     f"({fmt_s(ceil.op_overhead_s)} each)")
+    if b.host_issue_s is None:  # no issue time measured to raise
+        if ctx.device == "cpu":  # the CPU runs each dispatch itself: it adds time
+            saved["overhead"] = -host_s
+        host_s = 0.0  # a GPU without it: whether the host hides it is not known
+    return gain_from_saved(b, saved, "; ".join(parts), host_added_s=host_s)
 
 
 def _predict_autocast(ctx: Context) -> Gain:
-    return _with_compiled(_autocast_gain(ctx, False), _autocast_gain(ctx, True))
+    """The eager gain (None where the casts cost more than the bf16 math saves), with the
+    compiled one for a stack that compiles (Gain.under_compile)."""
+    eager, compiled = _autocast_gain(ctx, False), _autocast_gain(ctx, True)
+    if compiled.speedup is None:
+        return eager
+    if eager.speedup is None:
+        eager = replace(eager, basis=f"{eager.basis}: no gain in eager (under "
+                        f"torch.compile, without the casts: {compiled.speedup:.2f}x)")
+    return replace(eager, under_compile=compiled)
 
 
 def _fp32_memory_s(ctx: Context) -> float:
