@@ -11,8 +11,10 @@
 #   OUT=$OUT bash benchmarks/run4_x2.sh run      # a user's DDP training scripts (GPT-2,
 #        ResNet-50: run_scripts/train_ddp.py) under `torchrun -m gobrrr run`
 # Each part then reads its kept rank traces with `gobrrr analyze` on the same machine
-# (dist_analyze_check.py: analyze's split against the doctor's of the same run) and
-# drops the traces (large) once read; the comparison stays in analyze_check.json.
+# (dist_analyze_check.py: analyze's split against the doctor's of the same run); the
+# comparison stays in analyze_check.json. At most 8 files come back from $OUT: each
+# part ends by packing its files into run4-PART.tgz and its rank traces into
+# run4-PART-traces.tgz (to read here, not to commit), the log left beside them.
 part=${1:?dist, fsdp or run}
 . benchmarks/gpu_preamble.sh run4 "$part"
 CACHE=${CACHE:-/tmp/run4-cache}; mkdir -p "$CACHE"
@@ -21,7 +23,6 @@ PY=python3
 timeout 90 $PY -m gobrrr calibrate --device cuda -q 2>&1 | tail -2
 check() {  # OUT.json DOCTOR.json:TRACES ...: analyze against doctor, then the traces go
   timeout 240 $PY benchmarks/dist_analyze_check.py "$@" 2>&1 | grep -v USDT | tail -12
-  for spec in "${@:2}"; do rm -rf "${spec#*:}"; done
 }
 case "$part" in
 dist)
@@ -50,3 +51,11 @@ run)
 *) echo "unknown part $part"; exit 2 ;;
 esac
 du -sh "$OUT"/* 2>/dev/null
+cd "$OUT" || exit 1
+traces=$(find . -mindepth 1 -maxdepth 3 -type d -name 'traces_*')
+# shellcheck disable=SC2086
+[ -n "$traces" ] && tar czf "run4-$part-traces.tgz" $traces && rm -rf $traces
+find . -mindepth 1 -maxdepth 1 ! -name "run4-$part*" -print0 \
+  | tar czf "run4-$part.tgz" --null -T - \
+  && find . -mindepth 1 -maxdepth 1 ! -name "run4-$part*" -exec rm -rf {} +
+ls -la
