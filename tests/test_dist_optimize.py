@@ -100,6 +100,24 @@ def test_bf16_hook_prediction_exact():
     assert predict_bf16(_facts(exposed_s=0.004)).speedup is None
 
 
+def test_waiting_for_a_late_rank_is_moved_by_no_bytes_or_buckets():
+    # The H200's ResNet-50 DDP script (run 4): E 41.8 ms a step, of it 41.3 ms rank 0's
+    # waiting for its straggler; halving the bytes halves the 0.5 ms of transfer, and the
+    # casts (3 ms here) cost more: no gain, where E / 2 predicted 1.2x
+    late = dict(step_s=0.066, exposed_s=0.0418, waiting_s=0.0413)
+    g = predict_bf16(_facts(**late))
+    assert g.speedup is None
+    assert "less 41.3 ms of waiting for a late rank" in g.basis
+    assert predict_bf16(_facts(step_s=0.066, exposed_s=0.0418)).speedup == pytest.approx(
+        0.066 / (0.066 - (0.0209 - 0.003)))
+    # a larger batch: the 0.5 ms of transfer stays, the rest (the waiting too) doubles:
+    # 2 x 65.5 + 0.5 = 131.5 ms for 2 x 66: 1.0038x, under the 1.1x worth advising
+    assert predict_batch(_facts(**late)).speedup is None
+    # the bucket cap: with 0.5 ms exposed, buckets of 5 MiB cannot save more than it
+    f = _facts(**late, busbw=lambda _s: 1e11)
+    assert (predict_bucket_cap(f, 5).speedup or 1.0) <= 0.066 / (0.066 - 0.0005) + 1e-12
+
+
 def test_larger_batch_advice_exact():
     # the H200 run: T 7.15 ms, exposed 2.69 ms: 2x batch ~ 2 x 4.46 + 2.69 = 11.61 ms;
     # 2 x 7.15 / 11.61 = 1.2317x samples/s; communication 38% -> 23% of the step

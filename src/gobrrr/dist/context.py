@@ -223,5 +223,8 @@ def comm_facts(modules: list[Any], section: Any, world_size: int,
         if cap_b is not None and cap_b != int(DEFAULT_BUCKET_CAP_MB * 2**20):
             cap = cap_b / 2**20
     grads = grad_bytes_of(modules)
+    # the budget is rank 0's: its waiting for a late rank is in its exposed part
+    waiting = next((r.get("exposed_waiting_s") or 0.0 for r in d.get("ranks", [])
+                    if r.get("rank") == 0), 0.0)
     return CommFacts(kind, world_size, grads, busbw, source,
-                     max(bounds) if bounds else None, cap, sum(grads))
+                     max(bounds) if bounds else None, cap, sum(grads), waiting)

@@ -12,14 +12,14 @@ With T, E, G, W as in comm.py and t(S) the time of one all-reduce of S bytes:
   all-reduce and back after it (torch/csrc/distributed/c10d/reducer.cpp:
   mark_variable_ready copies in, finalize_bucket_dense copies out): 2 copies of G bytes,
   each read and written, 4G / W saved, at most the no_sync bound (which removes them too).
-- bf16_compress_hook: half the bytes on the wire, so half of E, minus the casts
+- bf16_compress_hook: half the bytes on the wire, so half of X, minus the casts
   (fp32 -> bf16 reads 4 and writes 2 bytes per element, bf16 -> fp32 back reads 2 and
   writes 4: 3G bytes / W).
 - bucket_cap_mb: buckets from DDP's rule (parameters in reverse order, a bucket closes
-  once it reaches the cap); the backward hides H = C_now - E of the all-reduces' total
+  once it reaches the cap); the backward hides H = C_now - X of the all-reduces' total
   time C = sum t(S_i) (measured now, assumed unchanged), the last bucket (ready when the
   backward ends) never hides: the model's exposed time m = min(C, max(t(last), C - H)),
-  and the prediction is E - (m_now - m_cap). t(S) holds a per-call latency only through
+  and the prediction is X - (m_now - m_cap). t(S) holds a per-call latency only through
   calibrate --distributed's size-dependent curve; without it, bandwidth alone.
 - static_graph: no budget term (measured only).
 """
@@ -35,8 +35,9 @@ from gobrrr.remedies.comm import (
     CommFacts,
     applies_to,
     comm_gain,
-    exposed_s,
     predict_batch,
+    transfer_s,
+    waiting_note,
 )
 from gobrrr.state import describe, walk
 from gobrrr.units import fmt_num, fmt_s
@@ -84,13 +85,13 @@ def allreduce_s(size_bytes: float, world_size: int, busbw: Callable[[float], flo
 
 def predict_bucket_cap(ctx: Context, cap_mb: float) -> Gain:
     """Module docstring: the model's exposed time m = min(C, max(t(last), C - H)),
-    H = C_now - E; its change from the buckets now to those at `cap_mb` is applied to the
-    measured E (the model need not explain E itself: waiting for a late rank is in it)."""
+    H = C_now - X; its change from the buckets now to those at `cap_mb` is applied to the
+    measured X (E less the waiting for a late rank, which no bucket moves)."""
     f = ctx.comm
     if f is None or f.kind != "ddp" or f.busbw is None:
         return Gain.none("no all-reduce bandwidth from the diagnosis")
     busbw = f.busbw
-    exposed = exposed_s(ctx)
+    exposed = transfer_s(ctx)
     now = ddp_buckets(f.grad_bytes, f.bucket_cap_mb)
     new = ddp_buckets(f.grad_bytes, cap_mb)
 
@@ -107,7 +108,7 @@ def predict_bucket_cap(ctx: Context, cap_mb: float) -> Gain:
              f"({f.busbw_source}): all-reduce time {fmt_s(c_now)} -> {fmt_s(c_new)}, the "
              f"backward hides {fmt_s(hidden)}, the last bucket ({fmt_s(last_now)} -> "
              f"{fmt_s(last_new)}) never hides: exposed {fmt_s(exposed)} -> "
-             f"{fmt_s(max(0.0, exposed - saved))} (approximate)")
+             f"{fmt_s(max(0.0, exposed - saved))}{waiting_note(ctx)} (approximate)")
     return comm_gain(ctx, min(saved, exposed), "communication", basis)
 
 
@@ -135,16 +136,17 @@ def predict_bucket_view(ctx: Context) -> Gain:
 
 
 def predict_bf16(ctx: Context) -> Gain:
-    """E / 2 - 3G / W (module docstring)."""
+    """X / 2 - 3G / W (module docstring)."""
     known = _ddp_and_bandwidth(ctx)
     if known is None:
         return Gain.none("no memory bandwidth calibrated")
     f, w = known
     g = f.total_grad_bytes
     casts = 3 * g / w
-    exposed = exposed_s(ctx)
-    basis = (f"half the bytes on the wire: half of the exposed {fmt_s(exposed)}, minus "
-             f"the casts ({fmt_num(3 * g, 'B')} at {fmt_num(w, 'B/s')} = {fmt_s(casts)})")
+    exposed = transfer_s(ctx)
+    basis = (f"half the bytes on the wire: half of the exposed {fmt_s(exposed)}"
+             f"{waiting_note(ctx)}, minus the casts ({fmt_num(3 * g, 'B')} at "
+             f"{fmt_num(w, 'B/s')} = {fmt_s(casts)})")
     return comm_gain(ctx, exposed / 2 - casts, "communication", basis)
 
 

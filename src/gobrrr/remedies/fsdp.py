@@ -3,10 +3,10 @@ prefetching, and a larger per-GPU batch (advice). RemedySpecs like every other (
 says how they predict and apply); a candidate is a fresh build from the factory (FSDP2
 modules cannot be deep-copied) whose settings are changed in place.
 
-With T, E, G as in comm.py and P the unsharded parameter bytes:
+With T, X, G as in comm.py and P the unsharded parameter bytes:
 - reshard_after_forward=False: the backward's all-gather goes; with exposure
   proportional to bytes (two all-gathers of the parameters P, one reduce-scatter of G),
-  E x P / (2P + G).
+  X x P / (2P + G).
 - explicit prefetching: no budget term (measured only).
 """
 
@@ -17,22 +17,23 @@ from typing import Any
 
 from gobrrr.gains import Gain
 from gobrrr.remedies.base import PREP_FLAG, STAGE_MUTATE, Candidate, Context, RemedySpec
-from gobrrr.remedies.comm import applies_to, comm_gain, exposed_s, predict_batch
+from gobrrr.remedies.comm import applies_to, comm_gain, predict_batch, transfer_s, waiting_note
 from gobrrr.units import fmt_num, fmt_s
 
 __all__ = ["SPECS", "predict_reshard", "find_fsdp", "apply_fsdp"]
 
 
 def predict_reshard(ctx: Context) -> Gain:
-    """E x P / (2P + G): the backward's all-gather (module docstring)."""
+    """X x P / (2P + G): the backward's all-gather (module docstring)."""
     f = ctx.comm
     if f is None or f.kind != "fsdp" or f.param_bytes + f.total_grad_bytes <= 0:
         return Gain.none("no FSDP2 parameters")
     p, g = f.param_bytes, f.total_grad_bytes
-    exposed = exposed_s(ctx)
+    exposed = transfer_s(ctx)
     saved = exposed * p / (2 * p + g)
     basis = (f"the backward's all-gather of {fmt_num(p, 'B')} goes: its share of the "
-             f"exposed {fmt_s(exposed)} by bytes, P/(2P+G) = {p / (2 * p + g):.2f}; "
+             f"exposed {fmt_s(exposed)}{waiting_note(ctx)} by bytes, P/(2P+G) = "
+             f"{p / (2 * p + g):.2f}; "
              "keeps the unsharded parameters from forward to backward (memory)")
     return comm_gain(ctx, saved, "communication", basis)
 
