@@ -163,12 +163,20 @@ def run(ctx: LabContext) -> RepeatResult:
                                 check.compile_s)
             if check.compiled:
                 timing = _time_checked(ctx, fn, x, check)
-                t = timing.median_s
                 # An eager chain costs ~k single multiplies; a compiled one is far below
                 # that once k >= 16 on any device whose ridge is above 1 FLOP/byte. Minimum
                 # times and half of k eager multiplies: a scheduler stall cannot fake it.
-                if check.recompiled_while_timing or (
-                        k >= 16 and timing.min_s > 0.5 * k * eager.min_s):
+                slow = k >= 16 and timing.min_s > 0.5 * k * eager.min_s
+                if slow and not check.recompiled_while_timing:
+                    # Other work on the machine since eager was timed slows the compiled
+                    # kernel alone (a 2-core CI machine: 120 ms at k=32): both again, side
+                    # by side, before calling it a fall back
+                    eager_now = ctx.time(lambda: x * CHAIN_FACTOR)
+                    again = _time_checked(ctx, fn, x, check)
+                    timing = min(timing, again, key=lambda tm: tm.min_s)
+                    slow = timing.min_s > 0.5 * k * max(eager.min_s, eager_now.min_s)
+                t = timing.median_s
+                if check.recompiled_while_timing or slow:
                     point.compiled = False
                     point.compile_status = (check.status() if check.recompiled_while_timing
                                             else f"as slow as eager ({t * 1e3:.3g} ms)")
