@@ -21,7 +21,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "benchmarks" / "results" / "h200"
 PACKAGE = ROOT / "src" / "gobrrr" / "remedies" / "prediction_record.json"
-SOURCE = "the H200 validation suite (optimize --budget-s 60, nine models, 2026-12-04)"
+SOURCE = ("the H200 validation suite (optimize --budget-s 60, nine models, 2026-12-04; its "
+          "bf16 autocast predictions were made before autocast's casts were counted)")
 # The newest sitting of each row, as optimize-budget60.md's table takes them.
 ROWS = {
     "hf:gpt2 --batch-size 1 --seq-len 1": "session-2026-12-04m/rows2/models/gobrrr_gpt2_1x1.json",
