@@ -12,10 +12,15 @@ against the model's communication time), with each one's relative error.
 
 The FSDP2 pair (issue 27, item 2: examples:fsdp_comm and fsdp_compute's shapes, every
 Linear a `fully_shard` unit and the root one too, SGD): on rank 0 alone the plain step
-(compute_s) and the FSDP2 step on a one-rank mesh, whose difference is FSDP2's host work
-(its collectives are copies there); on both ranks the FSDP2 step. Projected with the FSDP
-model (two all-gathers and one reduce-scatter per unit, the host work in every step) at
-overlap 0 and 1.
+(compute_s) and the FSDP2 step on a one-rank mesh, whose difference is FSDP2's host work;
+on both ranks the FSDP2 step. Projected with the FSDP model (two all-gathers and one
+reduce-scatter per unit, the host work in every step) at overlap 0 and 1. On a one-rank
+mesh FSDP2 skips its collectives' paths (torch's _fsdp_param_group.py: `if world_size ==
+1`, no all-gather copy-in or copy-out, no collective call), so that host work is short of
+a real job's (run 4 on two H200s: -25% on fsdp_comm). So the FSDP2 step is also timed on
+rank 0's GPU alone in a process of its own under torch's fake process group of the job's
+world size (`--fake-world N`: every collective a no-op, FSDP2's own work around each
+one as in the job, each rank's shard): the check "... fake world N" projects from that.
 
     torchrun --standalone --nproc-per-node 2 benchmarks/dist_projection_check.py OUT.json
 Works on CPU (gloo) with --small, for a smoke test.
@@ -127,6 +132,66 @@ def _fsdp_model(width: int, depth: int, device: torch.device, mesh) -> nn.Module
     return m
 
 
+def _fsdp_step_s(depth: int, width: int, batch: int, device: torch.device, mesh,
+                 n_steps: int) -> float:
+    """The FSDP2 step's median seconds on `mesh`."""
+    x = torch.randn(batch, width, device=device)
+    m = _fsdp_model(width, depth, device, mesh)
+    opt = torch.optim.SGD(m.parameters(), lr=1e-6)
+
+    def one() -> None:
+        opt.zero_grad(set_to_none=True)
+        m(x).square().mean().backward()
+        opt.step()
+
+    return _timed(one, device, n_steps)
+
+
+def fake_world_main(world: int, depth: int, width: int, batch: int, n_steps: int) -> None:
+    """`--fake-world N DEPTH WIDTH BATCH STEPS`: this process alone (rank 0 of a fake
+    world of N: torch's fake process group, whose collectives do nothing) times the FSDP2
+    step and prints {"fsdp_fake_world_s": ...}. The all-gathered parameters hold
+    whatever memory they were given: the time is the point, not the values."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    device = (torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        mesh = init_device_mesh(device.type, (world,))
+        step_s = _fsdp_step_s(depth, width, batch, device, mesh, n_steps)
+    finally:
+        dist.destroy_process_group()
+    print(json.dumps({"fsdp_fake_world_s": step_s}))
+
+
+def _fake_world_s(world: int, depth: int, width: int, batch: int, device: torch.device,
+                  n_steps: int) -> float | None:
+    """`fake_world_main` in a child on this rank's GPU; None where it failed (said)."""
+    import subprocess
+
+    env = dict(os.environ)
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+              "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK"):
+        env.pop(k, None)
+    if device.type == "cuda":  # this rank's GPU, through any mask the job was given
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        index = device.index or 0
+        env["CUDA_VISIBLE_DEVICES"] = (visible[index] if len(visible) > index and
+                                       visible[index] else str(index))
+    cmd = [sys.executable, os.path.abspath(__file__), "--fake-world", str(world),
+           str(depth), str(width), str(batch), str(n_steps)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        return float(json.loads(p.stdout.strip().splitlines()[-1])["fsdp_fake_world_s"])
+    except (IndexError, KeyError, ValueError):
+        print(f"fake world {world}: failed (rc {p.returncode}): {p.stderr[-800:]}",
+              file=sys.stderr)
+        return None
+
+
 def _fsdp_case(name: str, depth: int, width: int, batch: int, device: torch.device,
                ceil, n_steps: int) -> dict:
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -135,6 +200,7 @@ def _fsdp_case(name: str, depth: int, width: int, batch: int, device: torch.devi
     x = torch.randn(batch, width, device=device)
     solo = dist.new_group([0])  # every rank takes part in making it
     compute_s = fsdp1_s = 0.0
+    fake_s: float | None = None
     if rank == 0:
         plain = _model(depth, width, device)
         opt = torch.optim.SGD(plain.parameters(), lr=1e-6)
@@ -145,46 +211,45 @@ def _fsdp_case(name: str, depth: int, width: int, batch: int, device: torch.devi
             opt.step()
 
         compute_s = _timed(one, device, n_steps)
-        m1 = _fsdp_model(width, depth, device, DeviceMesh.from_group(solo, device.type))
-        opt1 = torch.optim.SGD(m1.parameters(), lr=1e-6)
-
-        def one_fsdp() -> None:
-            opt1.zero_grad(set_to_none=True)
-            m1(x).square().mean().backward()
-            opt1.step()
-
-        fsdp1_s = _timed(one_fsdp, device, n_steps)
-        del plain, m1, opt, opt1
+        del plain, opt
+        fsdp1_s = _fsdp_step_s(depth, width, batch, device,
+                               DeviceMesh.from_group(solo, device.type), n_steps)
+        fake_s = _fake_world_s(dist.get_world_size(), depth, width, batch, device, n_steps)
     dist.barrier()
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    m = _fsdp_model(width, depth, device, mesh)
-    opt = torch.optim.SGD(m.parameters(), lr=1e-6)
-
-    def synced() -> None:
-        opt.zero_grad(set_to_none=True)
-        m(x).square().mean().backward()
-        opt.step()
-
-    dist.barrier()
-    t_sync = _timed(synced, device, n_steps)
+    # the warm-up steps' collectives bring the ranks into step before the timed ones
+    t_sync = _fsdp_step_s(depth, width, batch, device,
+                          init_device_mesh(device.type, (dist.get_world_size(),)), n_steps)
     param_bytes = width * width * depth * 4 + width * depth * 4
     out = {"case": name, "strategy": "fsdp", "layers": depth, "width": width,
            "batch": batch, "grad_bytes": param_bytes, "compute_1gpu_s": compute_s,
            "fsdp_1gpu_s": fsdp1_s, "host_work_1gpu_s": fsdp1_s - compute_s,
+           "fsdp_fake_world_s": fake_s,
+           "host_work_fake_world_s": None if fake_s is None else fake_s - compute_s,
            "step_2gpu_s": t_sync}
     if rank == 0:
         links = pj.links_from_ceilings(ceil)
         host = max(0.0, fsdp1_s - compute_s)
         out["checks"] = {}
-        for label, ov in (("overlap 0", 0.0), ("overlap 1", 1.0)):
-            step = pj.StepInputs(compute_s, param_bytes, param_bytes, ov,
-                                 fsdp_units=depth, fsdp_host_s=host)
-            out["checks"][label] = pj.check_projection(step, links, t_sync, strategy="fsdp")
+        hosts = [("", host)]
+        if fake_s is not None:
+            hosts.append((f", fake world {dist.get_world_size()}",
+                          max(0.0, fake_s - compute_s)))
+        for suffix, h in hosts:
+            for label, ov in (("overlap 0", 0.0), ("overlap 1", 1.0)):
+                step = pj.StepInputs(compute_s, param_bytes, param_bytes, ov,
+                                     fsdp_units=depth, fsdp_host_s=h)
+                out["checks"][label + suffix] = pj.check_projection(step, links, t_sync,
+                                                                    strategy="fsdp")
         out["model_comm_s"] = out["checks"]["overlap 0"]["comm_s"]
     return out
 
 
 def main() -> None:
+    if "--fake-world" in sys.argv:
+        i = sys.argv.index("--fake-world")
+        world, depth, width, batch, n = (int(v) for v in sys.argv[i + 1:i + 6])
+        fake_world_main(world, depth, width, batch, n)
+        return
     small = "--small" in sys.argv
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     out_path = args[0] if args else "projection_check.json"
@@ -214,9 +279,12 @@ def main() -> None:
         with open(out_path, "w") as f:
             json.dump(doc, f, indent=2)
         for r in results:
+            fake = r.get("fsdp_fake_world_s")
             extra = (f"no_sync {1e3 * r['step_2gpu_no_sync_s']:.2f} ms"
                      if "step_2gpu_no_sync_s" in r else
-                     f"FSDP2 on one GPU {1e3 * r['fsdp_1gpu_s']:.2f} ms")
+                     f"FSDP2 on one GPU {1e3 * r['fsdp_1gpu_s']:.2f} ms"
+                     + ("" if fake is None else
+                        f", in a fake world of {dist.get_world_size()} {1e3 * fake:.2f} ms"))
             print(f"{r['case']}: 1-GPU {1e3 * r['compute_1gpu_s']:.2f} ms, 2-GPU "
                   f"{1e3 * r['step_2gpu_s']:.2f} ms ({extra}), model comm "
                   f"{1e3 * r['model_comm_s']:.2f} ms")
