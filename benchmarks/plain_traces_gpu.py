@@ -11,7 +11,13 @@ GPT-2 small training step 4 x 256 (AdamW), and the compiled versions of the firs
 Usage (GPU machine): python3 benchmarks/plain_traces_gpu.py OUT_DIR [NAME ...]
 Writes OUT_DIR/NAME.json.gz (the traces) and OUT_DIR/plain_traces.json: a list of
 {"workload", "doctor": {regime, fractions, t_wall_ms}, "analyze": {regime, fractions,
-step_ms, steps, step_rule, check}, "max_diff_points"}.
+step_ms, steps, step_rule, check}, "max_diff_points", "user_step_ms"}.
+
+`user_step_ms` is the step time a user's own loop would log, timed after the recording
+with plain torch (`user_timer`: calls in a loop, synchronized at the end of each batch of
+calls, the median batch's mean call): what `gobrrr analyze --step-ms` takes, checked
+against doctor when the traces are read again (the trace alone carries the profiler's
+host cost in its steps' span).
 """
 
 from __future__ import annotations
@@ -123,6 +129,30 @@ def record(fn, args, path: Path) -> None:
     raw.unlink()
 
 
+def user_timer(fn, args, batches: int = 7, min_batch_s: float = 0.05) -> float:
+    """The mean call of the median batch, in ms: `for _ in range(n): fn(*args)` then
+    `torch.cuda.synchronize()`, as a training loop's steps-per-second meter sees it."""
+    torch.cuda.synchronize()
+    n, t = 1, 0.0
+    while True:  # calls per batch: enough for min_batch_s
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn(*args)
+        torch.cuda.synchronize()
+        t = time.perf_counter() - t0
+        if t >= min_batch_s or n >= 1024:
+            break
+        n *= 2
+    per_call = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn(*args)
+        torch.cuda.synchronize()
+        per_call.append((time.perf_counter() - t0) / n)
+    return sorted(per_call)[len(per_call) // 2] * 1e3
+
+
 def main() -> None:
     import gobrrr
     from gobrrr.analyze import analyze
@@ -139,6 +169,7 @@ def main() -> None:
             fn, args = build(name)
             path = out / f"{name.replace('@', '-')}.json.gz"
             record(fn, args, path)
+            user_ms = user_timer(fn, args)
             a = analyze([path])
             d = gobrrr.diagnose(fn, *args, time_budget_s=1.0, experiments=False)
             ad, dd = a.to_dict(), d.to_dict()
@@ -156,6 +187,7 @@ def main() -> None:
                                "check": [c for c in ad["workload"]["trace"].get("check", [])
                                          if not c["ok"]]},
                    "max_diff_points": round(100 * diff, 1),
+                   "user_step_ms": round(user_ms, 4),
                    "trace_bytes": path.stat().st_size,
                    "seconds": round(time.perf_counter() - t0, 1)}
         except Exception as e:  # one workload's failure is a row, the rest still run
@@ -165,6 +197,9 @@ def main() -> None:
         print(json.dumps({k: v for k, v in row.items() if k != "traceback"}), flush=True)
         (out / "plain_traces.json").write_text(json.dumps(rows, indent=1))
         torch.cuda.empty_cache()
+    from gobrrr.hardware import cache_dir
+    for cal in cache_dir().glob("ceilings-cuda-*.json"):  # the sitting's ceilings, for
+        shutil.copy(cal, out / "calibrate.json")  # reading the traces again elsewhere
 
 
 if __name__ == "__main__":

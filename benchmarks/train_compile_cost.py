@@ -15,7 +15,11 @@ the cold compile should not grow with depth; PyTorch's "regional compilation" re
 the workload as given (fp32, the optimizer unfused: the optimize table's baseline).
 `--graph` captures the whole step (compiled regions included) in one CUDA graph after
 the warm calls, the optimizer capturable, and times its replays (session p: regional
-compilation's fusion with the host work gone). Prints one JSON line: the seconds to
+compilation's fusion with the host work gone). `--nested` marks the repeated block
+class's forward as `torch.compiler.nested_compile_region` before a `step` or `model`
+compile (session s): the whole step is still one compile, but Inductor compiles the
+block's graph once and stamps it out for every layer (hierarchical compilation, torch's
+answer to regional compilation's lost fusion). Prints one JSON line: the seconds to
 import, to build, of the first call and of three more (CUDA graph recording), and the
 graphs dynamo compiled; `--times` also prints dynamo's compile-phase seconds.
 """
@@ -36,6 +40,8 @@ def main() -> None:
     p.add_argument("--mode", default="reduce-overhead")
     p.add_argument("--graph", action="store_true")
     p.add_argument("--plain", action="store_true")
+    p.add_argument("--nested", action="store_true",
+                   help="the repeated block class's forward as a nested compile region")
     p.add_argument("--times", action="store_true",
                    help="print dynamo's compile-phase seconds (compile_times) to stderr")
     a = p.parse_args()
@@ -55,6 +61,14 @@ def main() -> None:
         if isinstance(obj, torch.optim.Optimizer) and not a.plain:
             for g in obj.param_groups:
                 g["fused"], g["foreach"] = True, False
+    if a.nested:
+        for c in fn.__closure__ or ():
+            if isinstance(c.cell_contents, torch.nn.Module):
+                for mod in c.cell_contents.modules():
+                    if isinstance(mod, torch.nn.ModuleList) and len(mod) > 1:
+                        cls = type(mod[0])
+                        cls.forward = torch.compiler.nested_compile_region(cls.forward)
+                        break
     if a.what == "regional":
         for c in fn.__closure__ or ():
             if isinstance(c.cell_contents, torch.nn.Module):
@@ -74,7 +88,7 @@ def main() -> None:
            else torch.autocast("cuda", dtype=torch.bfloat16))
     t1 = time.perf_counter()
     with amp:
-        fn(*w.args, **w.kwargs)
+        first = fn(*w.args, **w.kwargs)
         torch.cuda.synchronize()
         t_first = time.perf_counter() - t1
         for _ in range(3):
@@ -113,12 +127,15 @@ def main() -> None:
         from torch._dynamo.utils import counters
         graphs = int(counters["stats"]["unique_graphs"])
     print(json.dumps({"what": a.what, "mode": a.mode, "graph": a.graph, "plain": a.plain,
+                      "nested": a.nested,
                       "capture_s": capture_s,
                       "total_s": round(time.perf_counter() - T0, 2),
                       "import_s": round(t_import, 2),
                       "build_s": round(t_build, 2), "first_call_s": round(t_first, 2),
                       "three_more_s": round(t_more, 2), "step_ms": round(step_ms, 3),
-                      "graphs": graphs, "cells": sorted(cells)}))
+                      "graphs": graphs, "cells": sorted(cells),
+                      "first_out": (float(first.float().mean())
+                                    if isinstance(first, torch.Tensor) else repr(first)[:80])}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session s's GPU runs, one device call (600 s at most; carry .gpu_wheels):
+#   OUT=$OUT bash benchmarks/session_s_gpu.sh all
+# 1. plain: issue 23's eleven plain traces recorded again (plain_traces_gpu.py), each with
+#    doctor after it and the step time a user's own loop logs (user_step_ms), the
+#    sitting's calibration kept; packed into plain.tgz (8 files come back from a call).
+# 2. nested: issue 24's training row: the GPT-2 training step (8x256, fused AdamW, bf16
+#    autocast) compiled whole (reduce-overhead) from a cold Inductor cache, without and
+#    with its GPT2Block as a nested compile region (train_compile_cost.py --nested),
+#    each its own process: the cold compile's seconds and the step's ms.
+part=${1:-all}
+. benchmarks/gpu_preamble.sh session_s "$part"
+cold() {  # a fresh Inductor and Triton cache for one process
+  local d; d=$(mktemp -d)
+  TORCHINDUCTOR_CACHE_DIR=$d/inductor TRITON_CACHE_DIR=$d/triton "$@"
+}
+if [[ $part == all || $part == plain ]]; then
+  timeout ${PLAIN_S:-300} python3 benchmarks/plain_traces_gpu.py "$OUT/plain" \
+    2>&1 | grep -v USDT | cut -c1-400 | tail -30
+  tar czf "$OUT/plain.tgz" -C "$OUT" plain && rm -rf "$OUT/plain"
+fi
+if [[ $part == all || $part == nested ]]; then
+  for v in "step --nested" "step" "step --nested --mode default" "model --nested"; do
+    # shellcheck disable=SC2086
+    cold timeout 120 python3 benchmarks/train_compile_cost.py $v \
+      2> >(grep -v -e USDT -e Warn | tail -5 >&2) | tee -a "$OUT/nested.jsonl"
+  done
+fi
