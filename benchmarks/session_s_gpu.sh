@@ -20,9 +20,10 @@ if [[ $part == all || $part == plain ]]; then
   tar czf "$OUT/plain.tgz" -C "$OUT" plain && rm -rf "$OUT/plain"
 fi
 if [[ $part == all || $part == nested ]]; then
-  for v in "step --nested" "step" "step --nested --mode default" "model --nested"; do
+  variants=${VARIANTS:-$'step --nested\nstep\nstep --nested --mode default\nmodel --nested'}
+  while read -r v; do  # one variant a line
     # shellcheck disable=SC2086
     cold timeout 120 python3 benchmarks/train_compile_cost.py $v \
       2> >(grep -v -e USDT -e Warn | tail -5 >&2) | tee -a "$OUT/nested.jsonl"
-  done
+  done <<< "$variants"
 fi
