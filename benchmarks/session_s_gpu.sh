@@ -8,6 +8,8 @@
 #    autocast) compiled whole (reduce-overhead) from a cold Inductor cache, without and
 #    with its GPT2Block as a nested compile region (train_compile_cost.py --nested),
 #    each its own process: the cold compile's seconds and the step's ms.
+# 3. timers (part `timers`): train_timer_check.py, the training step by a plain loop and
+#    by doctor's timer around a profile() block, an analysis and a doctor run.
 part=${1:-all}
 . benchmarks/gpu_preamble.sh session_s "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
@@ -26,4 +28,8 @@ if [[ $part == all || $part == nested ]]; then
     cold timeout 120 python3 benchmarks/train_compile_cost.py $v \
       2> >(grep -v -e USDT -e Warn | tail -5 >&2) | tee -a "$OUT/nested.jsonl"
   done <<< "$variants"
+fi
+if [[ $part == timers ]]; then  # 3. why a plain loop and doctor's timer disagree
+  timeout 300 python3 benchmarks/train_timer_check.py "$OUT/timers.jsonl" \
+    2>&1 | grep -v -e USDT -e Warn | cut -c1-300 | tail -40
 fi
