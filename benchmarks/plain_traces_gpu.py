@@ -11,7 +11,8 @@ GPT-2 small training step 4 x 256 (AdamW), and the compiled versions of the firs
 Usage (GPU machine): python3 benchmarks/plain_traces_gpu.py OUT_DIR [NAME ...]
 Writes OUT_DIR/NAME.json.gz (the traces) and OUT_DIR/plain_traces.json: a list of
 {"workload", "doctor": {regime, fractions, t_wall_ms}, "analyze": {regime, fractions,
-step_ms, steps, step_rule, check}, "max_diff_points", "user_step_ms"}.
+step_ms, steps, step_rule, check}, "max_diff_points", "user_step_ms",
+"user_step_ms_after_doctor", "trace"}. A name given twice is recorded twice (NAME-2).
 
 `user_step_ms` is the step time a user's own loop would log, timed after the recording
 with plain torch (`user_timer`: calls in a loop, synchronized at the end of each batch of
@@ -167,11 +168,14 @@ def main() -> None:
         t0 = time.perf_counter()
         try:
             fn, args = build(name)
-            path = out / f"{name.replace('@', '-')}.json.gz"
+            stem = name.replace('@', '-')
+            seen = sum(r["workload"] == name for r in rows)  # a name given again: -2, -3
+            path = out / f"{stem}{f'-{seen + 1}' if seen else ''}.json.gz"
             record(fn, args, path)
             user_ms = user_timer(fn, args)
             a = analyze([path])
             d = gobrrr.diagnose(fn, *args, time_budget_s=1.0, experiments=False)
+            user_after_ms = user_timer(fn, args)  # the host's speed can drift in seconds
             ad, dd = a.to_dict(), d.to_dict()
             diff = max(abs(ad["fractions"].get(k, 0) - dd["fractions"].get(k, 0))
                        for k in ("compute", "memory", "overhead"))
@@ -188,6 +192,8 @@ def main() -> None:
                                          if not c["ok"]]},
                    "max_diff_points": round(100 * diff, 1),
                    "user_step_ms": round(user_ms, 4),
+                   "user_step_ms_after_doctor": round(user_after_ms, 4),
+                   "trace": path.name,
                    "trace_bytes": path.stat().st_size,
                    "seconds": round(time.perf_counter() - t0, 1)}
         except Exception as e:  # one workload's failure is a row, the rest still run

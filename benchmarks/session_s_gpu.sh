@@ -10,6 +10,8 @@
 #    each its own process: the cold compile's seconds and the step's ms.
 # 3. timers (part `timers`): train_timer_check.py, the training step by a plain loop and
 #    by doctor's timer around a profile() block, an analysis and a doctor run.
+# 4. again (part `again`): the host-bound plain traces (training step, compiled chain)
+#    three times each in one process, the user's loop timed before and after doctor.
 part=${1:-all}
 . benchmarks/gpu_preamble.sh session_s "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
@@ -32,4 +34,10 @@ fi
 if [[ $part == timers ]]; then  # 3. why a plain loop and doctor's timer disagree
   timeout 300 python3 benchmarks/train_timer_check.py "$OUT/timers.jsonl" \
     2>&1 | grep -v -e USDT -e Warn | cut -c1-300 | tail -40
+fi
+if [[ $part == again ]]; then  # 4. the host-bound rows three times each, one process
+  timeout 400 python3 benchmarks/plain_traces_gpu.py "$OUT/plain2" gpt2_train_4x256 \
+    gpt2_train_4x256 gpt2_train_4x256 pointwise@default pointwise@default pointwise@default \
+    2>&1 | grep -v USDT | cut -c1-400 | tail -30
+  tar czf "$OUT/plain2.tgz" -C "$OUT" plain2 && rm -rf "$OUT/plain2"
 fi
