@@ -149,6 +149,26 @@ def test_gloo_ranks_merge_into_one_report(gloo_ranks):
     assert "rank0.json" in html and "all_reduce" in html
 
 
+def test_a_given_step_is_every_ranks_t_wall(gloo_ranks):
+    # `analyze --step-ms` on a job's ranks: the job's unprofiled step is each rank's T_wall
+    # (its ranks step together); each rank's ops keep the trace's times, and on CPU its
+    # communication is its share of the traced window times T_wall (accounting.py), so
+    # it scales with the given step; overhead is the rest
+    traced = analyze(list(gloo_ranks), ceilings=ceilings()).to_dict()["distributed"]
+    step_s = 2 * max(r["wall_s"] for r in traced["ranks"])
+    d = analyze(list(gloo_ranks), ceilings=ceilings(), step_s=step_s).to_dict()
+    assert d["budget"]["wall_s"] == step_s
+    assert d["workload"]["trace"]["step_given_s"] == step_s
+    for before, r in zip(traced["ranks"], d["distributed"]["ranks"], strict=True):
+        assert r["wall_s"] == step_s
+        assert sum(r["fractions"].values()) == pytest.approx(1.0)
+        for part in ("compute", "memory"):
+            assert r["seconds"][part] == pytest.approx(before["seconds"][part])
+        assert r["seconds"]["communication"] == pytest.approx(
+            before["seconds"]["communication"] * step_s / before["wall_s"])
+        assert sum(r["seconds"].values()) == pytest.approx(step_s)
+
+
 def test_each_rank_trace_is_streamed_once(gloo_ranks, monkeypatch):
     # The communication pass reads the columns the per-op pass streamed: one pass over
     # each file, and no json.load of a whole trace (ranks' traces can be gigabytes).

@@ -58,14 +58,16 @@ def check_traces(paths: Sequence[str | Path]) -> list[TraceHeader]:
 
 
 def analyze(paths: Sequence[str | Path], *, ceilings: Ceilings | None = None,
-            progress: Progress | None = None) -> Report:
+            progress: Progress | None = None, step_s: float | None = None) -> Report:
     """The Report of one profiler trace (module docstring), or of the ranks of one job
-    merged (dist/analyze.py); `ceilings` overrides the choice of traceceilings (tests, or
-    ceilings measured elsewhere)."""
+    merged (dist/analyze.py); `ceilings` overrides the choice of trace ceilings (tests, or
+    ceilings measured elsewhere); `step_s`: the step's time measured without the
+    profiler, T_wall of every rank in place of the traced span
+    (tracefile/given_step.py)."""
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
     headers = check_traces(paths)
     if len(headers) > 1:
-        return analyze_ranks(headers, ceilings=ceilings, progress=say)
-    a = analyse_trace(headers[0], ceilings, say)
+        return analyze_ranks(headers, ceilings=ceilings, progress=say, step_s=step_s)
+    a = analyse_trace(headers[0], ceilings, say, step_s=step_s)
     return report_for(a.run, a.ceilings, started_s=t0)

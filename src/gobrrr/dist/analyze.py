@@ -146,12 +146,15 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
                   progress: Progress | None = None,
                   run_of: Callable[[int, MeasuredRun], MeasuredRun] | None = None,
                   facts_for: Callable[[Any], dict[str, Any]] | None = None,
-                  first_notes: Sequence[str] = (FROM_TRACES_NOTE,)) -> Report:
+                  first_notes: Sequence[str] = (FROM_TRACES_NOTE,),
+                  step_s: float | None = None) -> Report:
     """The merged Report of the ranks' traces (module docstring); `headers` in rank
     order, already checked to be one job's (analyze.check_traces). A source that timed
     the ranks itself (`gobrrr run` under torchrun: script.py) passes `run_of` (rank, the
     trace's run -> the run with its own timing, read before the accounting), `facts_for`
-    (the merged section -> the remedies' facts) and its own `first_notes`."""
+    (the merged section -> the remedies' facts) and its own `first_notes`. `step_s`:
+    the job's step time measured without the profiler (`analyze --step-ms`), every rank's
+    T_wall (a synchronous job's ranks step together)."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     info0 = headers[0].distributed or {}
@@ -170,7 +173,7 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
         spans.append((rank, h.path.name, _span_s(h, cols)))
         _check_one_job(spans)
         a = analyse_trace(h, ceilings, say, prepare=without_communication, cols=cols,
-                          files=files)
+                          files=files, step_s=step_s)
         ceilings = ceilings or a.ceilings  # one job, one kind of GPU: rank 0's choice
         analyses.append(a)
         say(f"rank {rank}: communication in the profiled steps")

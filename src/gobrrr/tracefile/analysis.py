@@ -27,11 +27,12 @@ from gobrrr.timing import from_samples
 from gobrrr.tracefile.ceilings import ceilings_for_trace
 from gobrrr.tracefile.columns import TraceColumns, stream_trace
 from gobrrr.tracefile.cpu_dispatch import empty_op_us
+from gobrrr.tracefile.given_step import with_given_step
 from gobrrr.tracefile.health import trace_check
 from gobrrr.tracefile.loading import data_loading_in
 from gobrrr.tracefile.read import TraceHeader
 from gobrrr.tracefile.stepfind import find_steps
-from gobrrr.tracefile.steps import TraceRun, analyse_steps
+from gobrrr.tracefile.steps import MEDIAN_WALL_NOTE, TraceRun, analyse_steps
 
 __all__ = ["TraceAnalysis", "analyse_trace", "PROFILED_WALL_NOTE"]
 
@@ -63,13 +64,14 @@ class TraceAnalysis:
 def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
                   prepare: Callable[[TraceColumns], TraceColumns] | None = None,
                   cols: TraceColumns | None = None,
-                  files: Sequence[str] | None = None, one_step: bool = False
-                  ) -> TraceAnalysis:
+                  files: Sequence[str] | None = None, one_step: bool = False,
+                  step_s: float | None = None) -> TraceAnalysis:
     """Stream one trace (unless `cols`, its columns, are given), find its steps
     (stepfind.py; `one_step`: one, for a source that profiled one call of its own), pick
     its ceilings (unless given), average its profiled steps. `prepare` transforms the
     columns first (dist/analyze.py takes communication out); `files`: every trace named,
-    for the report's workload entry (the ranks of one job)."""
+    for the report's workload entry (the ranks of one job); `step_s`: the step's time
+    measured without the profiler, T_wall in place of the traced span (given_step.py)."""
     if cols is None:
         say(f"reading {header.path.name}")
         cols = stream_trace(header.path)
@@ -109,14 +111,21 @@ def analyse_trace(header: TraceHeader, ceilings: Ceilings | None, say: Progress,
         notes.append(f"data loading: {loading.source}")
     workload = _workload(header, tr.steps, device, tr.kernels_per_step, files)
     workload["trace"] |= {"step_rule": cols.step_rule.kind if cols.step_rule else "window",
-                          "check": [r.to_dict() for r in trace_check(cols, tr)]}
+                          "check": [r.to_dict() for r in trace_check(cols, tr, step_s)]}
     run = MeasuredRun(
         source="trace", workload=workload,
         device=device, timing=from_samples(tr.samples_s), wall_s=tr.wall_s, profile=tr.run,
         steps=[Step(name, wall_s) for name, wall_s in zip(tr.step_names, tr.samples_s,
                                                           strict=True)],
         notes=notes, data_loading=loading)
+    if step_s is not None:
+        run = with_given_step(run, step_s, _about_traced_wall, header.path.name)
     return TraceAnalysis(header, tr, run, ceil)
+
+
+def _about_traced_wall(note: str) -> bool:
+    """A note on T_wall as the traced span (replaced where the user gave the step)."""
+    return note == PROFILED_WALL_NOTE or note.startswith(MEDIAN_WALL_NOTE)
 
 
 def _flow_notes(records: Sequence[Any]) -> list[str]:

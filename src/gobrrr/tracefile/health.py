@@ -41,8 +41,10 @@ def _names(ops: Any, most: int = 3) -> str:
     return ", ".join(distinct[:most]) + (", ..." if len(distinct) > most else "")
 
 
-def trace_check(cols: TraceColumns, tr: TraceRun) -> list[CheckRow]:
-    """The check of a trace whose steps `tr` averaged (module docstring)."""
+def trace_check(cols: TraceColumns, tr: TraceRun,
+                step_s: float | None = None) -> list[CheckRow]:
+    """The check of a trace whose steps `tr` averaged (module docstring); `step_s`: the
+    step time the user gave (--step-ms), T_wall in place of the traced span."""
     run = tr.run
     busy_s = sum(run.op_time_s.values()) + run.unattributed_s
     where = "device time" if tr.device == "cuda" else "op time"
@@ -126,10 +128,17 @@ def trace_check(cols: TraceColumns, tr: TraceRun) -> list[CheckRow]:
     compiled = ("; torch.compile's calls more so (their host time about doubled under "
                 "the profiler in a measurement on an H200's host)"
                 if any(n.startswith(COMPILED_GRAPH_RANGES) for n in cols.names) else "")
-    rows.append(CheckRow("profiler cost", True,
-                         f"{n_ops} op calls per step, each recorded with the profiler's own "
-                         "host time: the overhead share is an upper bound on the program's "
-                         f"unprofiled one{compiled}"))
+    if step_s is None:
+        cost = (f"{n_ops} op calls per step, each recorded with the profiler's own host "
+                "time: the overhead share is an upper bound on the program's unprofiled "
+                f"one{compiled}; --step-ms (the step's time without the profiler) reads "
+                "it as the program runs")
+    else:
+        cost = (f"{n_ops} op calls per step, each recorded with the profiler's own host "
+                f"time{compiled}: the traced steps took {fmt_s(tr.wall_s)}, "
+                f"{tr.wall_s / step_s:.2f}x the {fmt_s(step_s)} given (--step-ms), which "
+                "is T_wall")
+    rows.append(CheckRow("profiler cost", True, cost))
     rows.append(CheckRow("events", cols.malformed == 0,
                          f"{cols.events} read" + (f"; {cols.malformed} malformed, left out"
                                                   if cols.malformed else "")))

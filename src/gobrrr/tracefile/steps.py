@@ -275,6 +275,10 @@ def _after_completion(span_lo: np.ndarray, span_hi: np.ndarray, lead_us: float) 
         prev = span_hi[k]
 
 
+# how the note on a median T_wall begins (a T_wall given by the user drops it)
+MEDIAN_WALL_NOTE = "T_wall per step is the median of the"
+
+
 def _median_step_us(times_us: np.ndarray, busy_us_per_step: float, notes: list[str]
                     ) -> float:
     """T_wall of found steps (back to back, each counted from the one before it): the
@@ -287,7 +291,7 @@ def _median_step_us(times_us: np.ndarray, busy_us_per_step: float, notes: list[s
     mean_us = float(times_us.mean())
     step_us = max(median_us, busy_us_per_step)
     if abs(step_us - mean_us) > 0.01 * mean_us:
-        notes.append(f"T_wall per step is the median of the {len(times_us)} calls' times "
+        notes.append(f"{MEDIAN_WALL_NOTE} {len(times_us)} calls' times "
                      f"({step_us / 1e3:.3f} ms; their mean {mean_us / 1e3:.3f} ms), as "
                      "doctor takes the median of its calls: the profiler slows calls "
                      "unevenly")
