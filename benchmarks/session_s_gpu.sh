@@ -12,6 +12,8 @@
 #    by doctor's timer around a profile() block, an analysis and a doctor run.
 # 4. again (part `again`): the host-bound plain traces (training step, compiled chain)
 #    three times each in one process, the user's loop timed before and after doctor.
+# 5. rows (part `rows`, ROWS="case ..."): optimize at --budget-s 60 (optimize_models.sh,
+#    gobrrr's side, cold caches) on the rows whose winner stacks reduce-overhead + freezing.
 part=${1:-all}
 . benchmarks/gpu_preamble.sh session_s "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
@@ -40,4 +42,13 @@ if [[ $part == again ]]; then  # 4. the host-bound rows three times each, one pr
     gpt2_train_4x256 gpt2_train_4x256 pointwise@default pointwise@default pointwise@default \
     2>&1 | grep -v USDT | cut -c1-400 | tail -30
   tar czf "$OUT/plain2.tgz" -C "$OUT" plain2 && rm -rf "$OUT/plain2"
+fi
+if [[ $part == rows ]]; then  # 5. budget-60 rows whose winner stacks reduce-overhead and
+  # freezing, after fusion counts once in a stack (gains.combine, Gain.by_mechanism)
+  timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
+  BUDGET=60 SIDES=gobrrr timeout 540 bash benchmarks/optimize_models.sh ${ROWS:?cases}
+  if ls "$OUT"/models/*.log > /dev/null 2>&1; then
+    tar czf "$OUT/models/logs.tgz" -C "$OUT/models" $(cd "$OUT/models" && ls *.log)
+    rm -f "$OUT"/models/*.log
+  fi
 fi

@@ -11,6 +11,7 @@ basis says why.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
@@ -61,7 +62,11 @@ def gain_of(ctx: Context, *mechanisms: Callable[[Context], Saving],
     used = [basis for seconds, basis in savings if seconds]
     if not used:
         return Gain.none("; ".join(basis for _, basis in savings))
-    return gain_from_saved(ctx.budget, total, "; ".join(used), host_left_s)
+    gain = gain_from_saved(ctx.budget, total, "; ".join(used), host_left_s)
+    # by mechanism, so a stack of two remedies sharing one (reduce-overhead and freezing:
+    # fusion) counts it once (gains.combine)
+    return replace(gain, by_mechanism={m.__name__: dict(seconds) for m, (seconds, _)
+                                       in zip(mechanisms, savings, strict=True) if seconds})
 
 
 def dispatch(ctx: Context, *, launch: bool) -> Saving:
