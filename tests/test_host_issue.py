@@ -160,6 +160,31 @@ def test_a_replay_leaves_what_it_says_and_combines():
     assert alone.speedup == pytest.approx(100 / floor_ms(10, 44))
 
 
+def test_a_replay_with_no_idle_time_still_lifts_the_floor():
+    # a device-bound call (no GPU-idle time) gives a replay nothing to save alone, but it
+    # still leaves no issue time: beside bf16 (80 ms of kernels gone) the kernels left
+    # are the call. On the H200 BERT-base's bf16 cast + CUDA graphs was predicted 2.57x
+    # (the cast's alone) and measured 4.03x; CUDA graphs alone 0.99x
+    from gobrrr.remedies import savings
+
+    b = budget(0.0, 0.0, 100e-3, host_issue_s=44e-3)
+
+    class Ctx:  # what gain_of reads of a Context
+        diagnosed = True
+        budget = b
+
+    def replay(_ctx):
+        return {}, "no GPU-idle time in the budget for a replay to remove"
+
+    graphs = savings.gain_of(Ctx(), replay, host_left_s=0.0)
+    assert graphs.speedup is None and graphs.host_left_s == 0.0
+    assert graphs.basis == "no GPU-idle time in the budget for a replay to remove"
+    bf16 = gain_from_saved(b, {"compute": 80e-3}, "bf16")
+    assert bf16.speedup == pytest.approx(100 / floor_ms(20, 44, 100, 100, 44))
+    both = combine(b, [bf16, graphs], ["bf16", "graphs"])
+    assert both.speedup == pytest.approx(100 / 20) and both.host_left_s == 0.0
+
+
 def test_a_host_bound_call_keeps_maxs_answer():
     # GPT-2 at batch 1 on the H200: issued in 8.17 of 8.23 ms, 1 ms of kernels; halving
     # them changes nothing (hypot(1, 8.17) = 8.23 as it ran; hypot(0.5, 8.17) = 8.19)

@@ -27,7 +27,8 @@ remedy of gobrrr.remedies.catalog predicts through it):
   bf16 cast was predicted 6.67x by T - saved and measured 2.28x; with CUDA graphs, which
   remove the issuing, 4.02x); one that removes host work (dispatch, autograd, optimizer
   ops: its overhead saving) leaves the issue time less that saving; a CUDA-graph replay
-  leaves what `Gain.host_left_s` says.
+  leaves what `Gain.host_left_s` says, also where it has no idle time to save alone (a
+  device-bound call: beside a remedy that shortens the kernels it still lifts the floor).
 - Host and GPU overlap less than `max` says when their times are close: the time after is
   at least (D'^p + H'^p)^(1/p) (OVERLAP_P), D' the GPU's busy time left and H' the issue
   time left, scaled so that the call as measured is not predicted slower than it ran.

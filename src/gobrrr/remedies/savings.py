@@ -61,7 +61,12 @@ def gain_of(ctx: Context, *mechanisms: Callable[[Context], Saving],
             total[part] = total.get(part, 0.0) + s
     used = [basis for seconds, basis in savings if seconds]
     if not used:
-        return Gain.none("; ".join(basis for _, basis in savings))
+        # A replay with no GPU-idle time to remove still leaves no issue time: beside a
+        # remedy that shortens the kernels it lifts the host's floor (gains.combine). On
+        # the H200 BERT-base's bf16 cast + CUDA graphs was predicted 2.57x, the cast's
+        # alone (fp32 eager is device-bound: CUDA graphs alone 0.99x), and measured 4.03x.
+        return Gain(None, "; ".join(basis for _, basis in savings),
+                    host_left_s=host_left_s)
     gain = gain_from_saved(ctx.budget, total, "; ".join(used), host_left_s)
     # by mechanism, so a stack of two remedies sharing one (reduce-overhead and freezing:
     # fusion) counts it once (gains.combine)
