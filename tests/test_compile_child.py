@@ -79,3 +79,37 @@ def test_a_measuring_child_verifies_and_times_its_candidate_when_told():
     got = run.wait(300.0)
     assert got.compile_s is not None and got.run is None
     assert run.proc.returncode is not None
+
+
+def test_a_prestarted_child_builds_then_compiles_what_it_is_told():
+    # started before the diagnosis (issue 24, session s: BERT-base's child spent its
+    # first 10-18 s importing and building), told its remedies later; its wait and its
+    # compile count from then
+    import time
+
+    from gobrrr.remedies.compile_child import prestart_child
+
+    spec = reload_spec("examples:mlp", "cpu", 8, ModelOptions())
+    run = prestart_child(spec, None, measure_ab_s=0.2)
+    try:
+        time.sleep(0.2)
+        assert run.proc.poll() is None  # building, then waiting for its remedies
+        run.begin(["inference_mode"])
+        assert run.remedies == ("inference_mode",) and run.elapsed_s() < 1.0
+        got = run.wait(300.0)  # generous: a loaded CI machine starts Python slowly
+        assert got.error is None and got.compile_s is not None and got.run is run
+        assert got.remedies == ("inference_mode",)
+        row = run.measure(120.0)
+    finally:
+        run.stop()
+    assert row is not None and row["name"] == "inference_mode" and row["verified"]
+    # never told (the search needed no child): stopped, it ends without a word
+    run = prestart_child(spec, None)
+    run.stop()
+    assert run.proc.returncode is not None
+    # its input closed before any remedies: it ends on its own, nothing printed
+    run = prestart_child(spec, None)
+    run.proc.stdin.close()
+    assert run.proc.wait(timeout=300) == 0
+    got = run.wait(5.0)  # its output ended with no compile: no figure, not a timeout
+    assert got.compile_s is None and not got.timed_out

@@ -632,8 +632,21 @@ class _FakeRun:
         self.stopped = True
 
 
+class _FakePrestarted(_FakeRun):
+    """A pre-started child (compile_child.prestart_child): built, told its remedies by
+    `begin`."""
+
+    def __init__(self, events, got):
+        self.remedies, self.cores, self.got, self.events = (), [4, 5, 6, 7], got, events
+        self.stopped, self.measured = False, None
+
+    def begin(self, names):
+        self.remedies = tuple(names)
+        self.events.append(("begin", tuple(names)))
+
+
 def _background_search(monkeypatch, got, cores=(4, 5, 6, 7), deadline_s=15.0,
-                       measured=None):
+                       measured=None, prestarted=None):
     """A search of a flag remedy (1.2x) and a compile remedy (3x, its prior-guessed
     30 s compile not fitting in `deadline_s`) through a ChildProber whose children are
     _FakeRun answering `got`: (rows by name, events in order, the prober, notes)."""
@@ -670,8 +683,10 @@ def _background_search(monkeypatch, got, cores=(4, 5, 6, 7), deadline_s=15.0,
             row.measured_speedup, row.compile_s = 2.0, 1.5
         return row, None
 
+    if prestarted is not None:
+        prestarted.events = events
     prober = runner.ChildProber({"target": "t"}, list(cores) if cores else None,
-                                0.2 if measured is not None else None)
+                                0.2 if measured is not None else None, prestarted)
     notes = []
     rows, _, best = runner.search([flag, comp], Context("cpu"), run_one, call_s=1e-3,
                                ab_budget_s=0.2, deadline=time.perf_counter() + deadline_s,
@@ -736,6 +751,38 @@ def test_the_first_compile_probe_compiles_in_the_background_while_the_flags_are_
         monkeypatch, ChildCompile(4.0, waited_s=6.0), cores=None)
     assert events.index(("run", "flag")) < events.index(("start", ("comp",), None))
     assert rows["comp"].status == "verified" and not any("background" in n for n in notes)
+
+
+def test_a_child_started_before_the_diagnosis_is_the_background_one(monkeypatch):
+    # issue 24, the H200 at --budget-s 60 (session s): BERT-base's background child,
+    # started after an 18 s build and the diagnosis, had not finished its compile after
+    # 29-30 s; started before the diagnosis it builds meanwhile, and is told its remedies
+    from gobrrr.remedies.compile_child import ChildCompile
+
+    early = _FakePrestarted([], ChildCompile(4.0, waited_s=6.0))
+    rows, events, prober, notes = _background_search(
+        monkeypatch, ChildCompile(4.0, waited_s=6.0), prestarted=early)
+    assert not [e for e in events if e[0] == "start"]  # no other child started
+    assert events.index(("begin", ("comp",))) < events.index(("run", "flag"))
+    assert rows["comp"].status == "verified" and rows["comp"].checks[
+        "child_compile_s"] == 4.0
+    assert any(n.endswith("the child had built the workload while the diagnosis ran")
+               for n in notes)
+    assert prober.prestarted is None
+    prober.close()
+    assert early.stopped
+    # no cores to spare: no background start, so the probe's turn takes it
+    early = _FakePrestarted([], ChildCompile(4.0, waited_s=6.0))
+    rows, events, prober, _ = _background_search(
+        monkeypatch, ChildCompile(4.0, waited_s=6.0), cores=None, prestarted=early)
+    assert events.index(("run", "flag")) < events.index(("begin", ("comp",)))
+    assert not [e for e in events if e[0] == "start"]
+    # never needed: closing the prober stops it
+    unused = _FakePrestarted([], ChildCompile(4.0, waited_s=6.0))
+    from gobrrr.remedies import runner
+
+    runner.ChildProber({"target": "t"}, [4, 5], None, unused).close()
+    assert unused.stopped
 
 
 def test_a_child_stopped_unfinished_keeps_a_later_one_with_less_time_from_starting(

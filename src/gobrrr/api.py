@@ -22,7 +22,7 @@ from gobrrr.generation_detect import find_generation
 from gobrrr.live import measure_live
 from gobrrr.remedies import catalog
 from gobrrr.remedies.plan import DIAGNOSE_SHARE, diagnose_budget
-from gobrrr.remedies.runner import search_workload
+from gobrrr.remedies.runner import prestart, search_workload
 from gobrrr.report import Report
 from gobrrr.state import preserved_state
 from gobrrr.workload import Workload, from_callable
@@ -132,19 +132,25 @@ def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bo
                          "spent before the search began, with no time left to measure a "
                          "remedy")
             say(notes[-1].removeprefix(WARNING))
-    if report is None and diagnose:
-        per_measurement_s, experiments = diagnose_budget(left_s)
-        of = (f"of --budget-s {budget_s:g} s" if started_s is None
-              else f"of the {left_s:.0f} s left of --budget-s {budget_s:g}")
-        say(f"diagnosing first (~{DIAGNOSE_SHARE:.0%} {of}): the predictions come from its "
-            "budget")
-        report = diagnose_workload(
-            w, experiments=experiments, progress=say,
-            time_budget_s=per_measurement_s if time_budget_s is None else time_budget_s)
-    diagnose_s = time.perf_counter() - t0
-    result = search_workload(w, deadline=deadline, report=report, only=only,
-                             ab_budget_s=ab_budget_s, compile_backend=compile_backend,
-                             extra_specs=extra_specs, progress=say)
+    # the background compile's child builds the workload while the diagnosis runs
+    child = prestart(w, only, ab_budget_s, extra_specs) if left_s > 0 else None
+    try:
+        if report is None and diagnose:
+            per_measurement_s, experiments = diagnose_budget(left_s)
+            of = (f"of --budget-s {budget_s:g} s" if started_s is None
+                  else f"of the {left_s:.0f} s left of --budget-s {budget_s:g}")
+            say(f"diagnosing first (~{DIAGNOSE_SHARE:.0%} {of}): the predictions come from "
+                "its budget")
+            report = diagnose_workload(
+                w, experiments=experiments, progress=say,
+                time_budget_s=per_measurement_s if time_budget_s is None else time_budget_s)
+        diagnose_s = time.perf_counter() - t0
+        result = search_workload(w, deadline=deadline, report=report, only=only,
+                                 ab_budget_s=ab_budget_s, compile_backend=compile_backend,
+                                 extra_specs=extra_specs, progress=say, prestarted=child)
+    finally:
+        if child is not None:
+            child.stop()
     result.notes[:0] = notes
     result.diagnose_s, result.budget_s, result.setup_s = diagnose_s, budget_s, setup_s
     result.optimize_s = time.perf_counter() - t0

@@ -35,8 +35,17 @@ the eager reference and, compiled, waits for the search's turn: where the compil
 in the search's process no longer fits, `ChildRun.measure` has it verify and A/B-time
 the candidate there and send the row back, so the compile is paid once (runner.py).
 
+A child started before the diagnosis (`prestart_child`: remedies not yet known) imports
+torch and builds the workload while the search's diagnosis runs, then waits for the
+background compile's remedies (`ChildRun.begin`): its start is off the search's path. On
+the H200 at --budget-s 60 (session s) BERT-base's background compile, started after an
+18 s build and an 8.8 s diagnosis, had not finished after 29-30 s, in two sittings: the
+child's own start (import and build again, 10-18 s) came first. Its build's device work
+(the weights' initialisation) overlaps the diagnosis; nothing more runs there until told.
+
 The child is `python -m gobrrr.remedies.compile_child_main SPEC_JSON` (SPEC: reload +
-remedies [+ measure, ab_budget_s]); it prints JSON lines: {"compile_s": ...} or
+remedies [+ measure, ab_budget_s]; remedies null: pre-started, they come as its first
+input line {"remedies": [...]}); it prints JSON lines: {"compile_s": ...} or
 {"error": "..."}, then for a measuring child told to measure {"result": row}.
 """
 
@@ -54,7 +63,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ChildCompile", "ChildRun", "compile_in_child", "start_child", "background_cores",
+__all__ = ["ChildCompile", "ChildRun", "compile_in_child", "start_child", "prestart_child",
+           "background_cores",
            "reload_spec", "START_S", "RECOMPILE_FACTOR", "BACKGROUND_NICE",
            "CHILD_ANSWER_S"]
 
@@ -127,12 +137,13 @@ class ChildRun:
     measuring child) has it verify and time the candidate, `stop` ends it. Its output is
     read by threads as it comes, so that a child waiting on its input can be answered."""
 
-    def __init__(self, reload: dict[str, Any], remedies: list[str],
+    def __init__(self, reload: dict[str, Any], remedies: list[str] | None,
                  cores: list[int] | None = None, measure_ab_s: float | None = None) -> None:
         spec = dict(reload, remedies=remedies)
         if measure_ab_s is not None:
             spec.update(measure=True, ab_budget_s=measure_ab_s)
-        self.remedies = tuple(remedies)
+        self.remedies = tuple(remedies or ())
+        self.waiting_for_remedies = remedies is None  # pre-started (prestart_child)
         self.cores = cores
         self.measuring = measure_ab_s is not None
         env = dict(os.environ)  # its caches are this process's
@@ -178,6 +189,17 @@ class ChildRun:
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.t0
+
+    def begin(self, remedies: list[str]) -> None:
+        """Tell a pre-started child what to compile; its wait counts from now (its
+        start, spent while the search diagnosed, is not this compile's)."""
+        assert self.waiting_for_remedies and self.proc.stdin is not None
+        self.waiting_for_remedies = False
+        self.remedies = tuple(remedies)
+        self.t0 = time.perf_counter()
+        with contextlib.suppress(OSError):  # a child that died: its wait says why
+            self.proc.stdin.write(json.dumps({"remedies": remedies}) + "\n")
+            self.proc.stdin.flush()
 
     def _failed(self, got: dict[str, Any] | None) -> ChildCompile:
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -239,6 +261,13 @@ def start_child(reload: dict[str, Any], remedies: list[str],
     """Start the child (module docstring); `cores`: confine it there, at BACKGROUND_NICE;
     `measure_ab_s`: a measuring child (compile_child_main.py) with that A/B budget."""
     return ChildRun(reload, remedies, cores, measure_ab_s)
+
+
+def prestart_child(reload: dict[str, Any], cores: list[int] | None,
+                   measure_ab_s: float | None = None) -> ChildRun:
+    """A child that builds the workload now and waits for `ChildRun.begin` (module
+    docstring), confined to `cores` at BACKGROUND_NICE as a background child."""
+    return ChildRun(reload, None, cores, measure_ab_s)
 
 
 def compile_in_child(reload: dict[str, Any], remedies: list[str],

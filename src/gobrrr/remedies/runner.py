@@ -45,6 +45,7 @@ from gobrrr.remedies.compile_child import (
     ChildCompile,
     ChildRun,
     background_cores,
+    prestart_child,
     start_child,
 )
 from gobrrr.remedies.evaluate import Reference, evaluate, make_reference
@@ -77,7 +78,7 @@ from gobrrr.state import (
 from gobrrr.workload import Workload
 
 __all__ = ["search_workload", "search", "best_callable", "INTERRUPTED", "base_copy", "prime",
-           "context_of"]
+           "prestart", "context_of"]
 
 # The reason of every candidate a Ctrl-C left unmeasured (and the note that says it).
 INTERRUPTED = "interrupted (Ctrl-C)"
@@ -125,10 +126,12 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
                     only: list[str] | None = None, ab_budget_s: float = 1.5,
                     compile_backend: str = "inductor",
                     extra_specs: list[RemedySpec] | None = None,
-                    progress: Progress | None = None) -> OptimizeResult:
+                    progress: Progress | None = None,
+                    prestarted: ChildRun | None = None) -> OptimizeResult:
     """Predict, apply, verify and rank the remedies for `w` until `deadline` (a
     time.perf_counter() value), in the order plan.py gives. `report`: the diagnosis
-    (gobrrr.api runs it first); None: no predictions."""
+    (gobrrr.api runs it first); None: no predictions. `prestarted`: a compile child
+    started before the diagnosis (`prestart`), stopped here when done."""
     import torch
 
     say = progress or (lambda _m: None)
@@ -146,7 +149,7 @@ def search_workload(w: Workload, *, deadline: float, report: Any = None,
         ref = make_reference(base, w.device)
         if ref.nonfinite:
             say(f"{WARNING}{NONFINITE_REFERENCE}: {ref.nonfinite}")
-        child = _child_probe(w, ab_budget_s)
+        child = _child_probe(w, ab_budget_s, prestarted)
         try:
             results, best_cand, best_res, compiled_here = _search(
                 specs, base, ref, ctx, ab_budget_s, deadline, say, notes, child)
@@ -266,7 +269,8 @@ class ChildProber:
     compile of this workload takes longer: a later child given less is not started)."""
 
     def __init__(self, reload: dict[str, Any], cores: list[int] | None,
-                 measure_ab_s: float | None = None) -> None:
+                 measure_ab_s: float | None = None,
+                 prestarted: ChildRun | None = None) -> None:
         self.reload = reload
         self.cores = cores
         # its children can verify and time their candidate themselves (ChildRun.measure)
@@ -274,44 +278,72 @@ class ChildProber:
         self.background: ChildRun | None = None
         self.waited_on = False
         self.stopped_after_s: float | None = None
+        # built while the diagnosis ran (prestart), waiting for its remedies: the first
+        # child the search needs
+        self.prestarted = prestarted
+
+    def _child(self, names: list[str], cores: list[int] | None) -> ChildRun:
+        if self.prestarted is not None:
+            run, self.prestarted = self.prestarted, None
+            run.begin(names)
+            return run
+        return start_child(self.reload, names, cores, self.measure_ab_s)
 
     def start(self, combo: list[RemedySpec]) -> str | None:
         """Start `combo`'s compile in the background; what to say, or None (not
         started: no cores to spare, or one already was)."""
         if self.cores is None or self.background is not None:
             return None
-        self.background = start_child(self.reload, [s.name for s in combo], self.cores,
-                                      self.measure_ab_s)
+        early = self.prestarted is not None
+        self.background = self._child([s.name for s in combo], self.cores)
         span = f"{self.cores[0]}-{self.cores[-1]}" if len(self.cores) > 1 else self.cores[0]
         return (f"{'+'.join(s.name for s in combo)} compiled in a child process in the "
                 f"background (cores {span}, nice {BACKGROUND_NICE}) while the other "
-                "candidates were measured: their timings shared the machine with it")
+                "candidates were measured: their timings shared the machine with it"
+                + ("; the child had built the workload while the diagnosis ran"
+                   if early else ""))
 
     def __call__(self, combo: list[RemedySpec], timeout_s: float) -> ChildCompile:
         if self.background is not None and not self.waited_on:
             self.waited_on = True
             run = self.background
         else:
-            run = start_child(self.reload, [s.name for s in combo],
-                              measure_ab_s=self.measure_ab_s)
+            run = self._child([s.name for s in combo], None)
         got = run.wait(timeout_s)
         if got.timed_out:
             self.stopped_after_s = max(self.stopped_after_s or 0.0, got.waited_s)
         return got
 
     def close(self) -> None:
-        if self.background is not None:
-            self.background.stop()
+        for run in (self.background, self.prestarted):
+            if run is not None:
+                run.stop()
 
 
-def _child_probe(w: Workload, ab_budget_s: float) -> ChildProber | None:
+def _child_probe(w: Workload, ab_budget_s: float,
+                 prestarted: ChildRun | None = None) -> ChildProber | None:
     """The compile probes' children (ChildProber), where the workload can be built again
-    in a child (a CLI target); None for a callable."""
+    in a child (a CLI target); None for a callable. `prestarted`: the child `prestart`
+    started, its first."""
     reload = w.reload
     if reload is None:
         return None
     return ChildProber(reload, background_cores() if w.device == "cuda" else None,
-                       ab_budget_s)
+                       ab_budget_s, prestarted)
+
+
+def prestart(w: Workload, only: list[str] | None, ab_budget_s: float,
+             extra_specs: list[RemedySpec] | None = None) -> ChildRun | None:
+    """The background child started before the diagnosis (compile_child.py), where the
+    search would start one (a CLI target on CUDA with cores to spare) and may compile
+    (a remedy that compiles is selected); None elsewhere. The caller stops it."""
+    cores = background_cores() if w.device == "cuda" else None
+    if w.reload is None or cores is None:
+        return None
+    specs = catalog.select(only) + list(extra_specs or [])
+    if not any(s.prep == PREP_COMPILE for s in specs):
+        return None
+    return prestart_child(w.reload, cores, ab_budget_s)
 
 
 def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
