@@ -14,6 +14,8 @@
 #    three times each in one process, the user's loop timed before and after doctor.
 # 5. rows (part `rows`, ROWS="case ..."): optimize at --budget-s 60 (optimize_models.sh,
 #    gobrrr's side, cold caches) on the rows whose winner stacks reduce-overhead + freezing.
+# 6. rowtests (part `rowtests`, ROWS=...): rows after the child starts before the diagnosis,
+#    then every CUDA-marked test.
 part=${1:-all}
 . benchmarks/gpu_preamble.sh session_s "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
@@ -51,4 +53,15 @@ if [[ $part == rows ]]; then  # 5. budget-60 rows whose winner stacks reduce-ove
     tar czf "$OUT/models/logs.tgz" -C "$OUT/models" $(cd "$OUT/models" && ls *.log)
     rm -f "$OUT"/models/*.log
   fi
+fi
+if [[ $part == rowtests ]]; then  # 6. the rows again after the background child starts
+  # before the diagnosis, then every CUDA-marked test on this code
+  timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
+  BUDGET=60 SIDES=gobrrr timeout 200 bash benchmarks/optimize_models.sh ${ROWS:?cases}
+  if ls "$OUT"/models/*.log > /dev/null 2>&1; then
+    tar czf "$OUT/models/logs.tgz" -C "$OUT/models" $(cd "$OUT/models" && ls *.log)
+    rm -f "$OUT"/models/*.log
+  fi
+  timeout ${TESTS_S:-160} python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 \
+    | grep -v USDT | grep -e "^E " -e "^FAILED" -e passed -e failed -e error | tail -30
 fi
