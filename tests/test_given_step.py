@@ -80,6 +80,12 @@ def test_cli_step_ms(h200_calibration):
                                    "--json", "-q"])
     assert run.exit_code == 0, run.output
     assert '"regime": "memory"' in run.output
+    # the terminal says where T_wall came from
+    run = CliRunner().invoke(cli, ["analyze", str(COMPILED), "--step-ms", "0.0354", "-q"])
+    assert run.exit_code == 0, run.output
+    assert "MEMORY-BOUND: 94% of 35.4 us per step" in run.output
+    assert ("T_wall: 35.4 us per step as given (--step-ms); the trace's 3 profiled steps "
+            "took 135 us") in " ".join(run.output.split())
     for bad in ("0", "-1", "fast", "nan", "inf"):
         run = CliRunner().invoke(cli, ["analyze", str(COMPILED), "--step-ms", bad, "-q"])
         assert run.exit_code == 2 and "--step-ms" in run.output

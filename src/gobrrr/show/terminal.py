@@ -503,6 +503,12 @@ def print_report(report: dict[str, Any]) -> None:
     if d.get("distributed") is not None:
         print_distributed(d["distributed"])
     t = d["timing"]
+    if trace and trace.get("step_given_s") is not None:
+        out.print(f"[dim]T_wall: {fmt_s(trace['step_given_s'])} per step as given "
+                  f"(--step-ms); the trace's {trace['steps']} profiled steps took "
+                  f"{fmt_s(trace['traced_step_s'])}; ceilings {machine['source']}; "
+                  f"analysed in {d['diagnose_s']:.1f} s[/dim]")
+        return
     if trace:
         out.print(f"[dim]T_wall: mean span of {t['n_samples']} profiled steps (median "
                   f"{fmt_s(t['median_s'])}, IQR {100 * t['rel_iqr']:.1f}%); "
