@@ -22,6 +22,7 @@ __all__ = ["register"]
                    "activity, shapes, kernel links, graphs, the steps found) and what each "
                    "gap costs the analysis.")
 @click.option("--step-ms", "step_ms", type=FiniteFloat(min=0, min_open=True),
+              metavar="MS",
               help="The step's time measured without the profiler, in ms (your loop's "
                    "1000 / it/s): T_wall becomes it, so overhead is read as the program "
                    "runs rather than as the profiler slowed its host; kernel and op times "
