@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session s's GPU runs, one device call (600 s at most; carry .gpu_wheels):
-#   OUT=$OUT bash benchmarks/session_s_gpu.sh all
+# Session s's GPU runs, one part per device call (600 s at most; carry .gpu_wheels):
+#   OUT=$OUT [ROWS="case ..."] [VARIANTS=$'...'] bash benchmarks/session_s_gpu.sh PART
+# PART: plain, nested (or all: both), timers, again, rows, rowtests.
 # 1. plain: issue 23's eleven plain traces recorded again (plain_traces_gpu.py), each with
 #    doctor after it and the step time a user's own loop logs (user_step_ms), the
 #    sitting's calibration kept; packed into plain.tgz (8 files come back from a call).
