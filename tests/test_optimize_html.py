@@ -80,6 +80,23 @@ def test_the_conclusion_says_whether_anything_was_measured():
     # nothing applied at all: said so, not "nothing could be measured"
     assert conclusion(None, [row("not applicable"), row("advice")], 60) == (
         "no remedy applies to this workload (each row says why): keep it as it is")
+    # a best, and a skipped candidate predicted far above it: the budget that reaches it
+    # (the H200's GPT-2 training step at --budget-s 60: 3.02x measured, the compiled
+    # stack predicted 8.60x, skipped for its ~66 s compile)
+    best = RemedyResult("fused_optimizer+bf16_autocast+cuda_graphs", "overhead", "verified",
+                        "")
+    best.measured_speedup, best.tolerance = 3.02, "rel. L2 <= 5e-2"
+    stack = row("skipped", 65.8)
+    stack.name, stack.predicted_speedup = "compile_stack", 8.60
+    small = row("skipped", 20.0)
+    small.predicted_speedup = 4.0  # under 1.5 x 3.02: no hint
+    assert conclusion(best, [best, small, stack], 60) == (
+        "best verified: fused_optimizer+bf16_autocast+cuda_graphs, 3.02x measured, outputs "
+        "verified (rel. L2 <= 5e-2); compile_stack, predicted 8.60x, was skipped: ~66 s by "
+        "its estimate, --budget-s 126 would reach it")
+    assert conclusion(best, [best, small], 60) == (
+        "best verified: fused_optimizer+bf16_autocast+cuda_graphs, 3.02x measured, outputs "
+        "verified (rel. L2 <= 5e-2)")
     d = result()
     d["best"] = {"name": "eager", "status": "baseline", "measured_speedup": 1.0}
     d["conclusion"] = conclusion(None, [row("skipped", 45.2)], 60)
