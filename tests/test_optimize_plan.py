@@ -612,6 +612,8 @@ class _FakeRun:
     """A child (compile_child.ChildRun) that answers `got` at once; `measured`: a
     measuring child's row (ChildRun.measure) for its candidate."""
 
+    speculating: tuple[str, ...] = ()  # what it compiles on its own guess
+
     def __init__(self, events, names, cores, got, measured=None):
         self.remedies, self.cores, self.got, self.events = tuple(names), cores, got, events
         self.stopped, self.measured = False, measured
@@ -783,6 +785,24 @@ def test_a_child_started_before_the_diagnosis_is_the_background_one(monkeypatch)
 
     runner.ChildProber({"target": "t"}, [4, 5], None, unused).close()
     assert unused.stopped
+
+
+def test_a_child_compiling_its_guess_is_the_background_one_and_says_so(monkeypatch):
+    # issue 24 (session t): a training step's child compiles speculation.py's guess from
+    # the CLI's start; the search's first compile probe waits on it like any background
+    # child, and the note says the guess ran beside the diagnosis
+    from gobrrr.remedies.compile_child import ChildCompile
+
+    early = _FakePrestarted([], ChildCompile(4.0, waited_s=6.0))
+    early.speculating = ("comp",)
+    rows, events, prober, notes = _background_search(
+        monkeypatch, ChildCompile(4.0, waited_s=6.0), prestarted=early)
+    assert not [e for e in events if e[0] == "start"]
+    assert rows["comp"].status == "verified"
+    assert prober.speculating == ("comp",)
+    assert any(n.startswith("comp compiled in a child process in the background") and
+               "the child began it before the diagnosis, a guess" in n for n in notes)
+    prober.close()
 
 
 def test_a_child_stopped_unfinished_keeps_a_later_one_with_less_time_from_starting(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gobrrr.diagnosis import report_for
 from gobrrr.dist.diagnose import DistOptions, diagnose_distributed
@@ -23,9 +23,13 @@ from gobrrr.live import measure_live
 from gobrrr.remedies import catalog
 from gobrrr.remedies.plan import DIAGNOSE_SHARE, diagnose_budget
 from gobrrr.remedies.runner import prestart, search_workload
+from gobrrr.remedies.verify import AB_BUDGET_S
 from gobrrr.report import Report
 from gobrrr.state import preserved_state
 from gobrrr.workload import Workload, from_callable
+
+if TYPE_CHECKING:
+    from gobrrr.remedies.compile_child import ChildRun
 
 __all__ = ["diagnose", "diagnose_workload", "optimize", "optimize_workload"]
 
@@ -101,11 +105,12 @@ def diagnose_workload(w: Workload, *, experiments: bool = True, time_budget_s: f
 
 def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bool = True,
                       budget_s: float = 120.0, only: list[str] | None = None,
-                      ab_budget_s: float = 1.5, time_budget_s: float | None = None,
+                      ab_budget_s: float = AB_BUDGET_S, time_budget_s: float | None = None,
                       compile_backend: str = "inductor",
                       extra_specs: list[Any] | None = None,
                       started_s: float | None = None,
-                      progress: Progress | None = None) -> Any:
+                      progress: Progress | None = None,
+                      prestarted: ChildRun | None = None) -> Any:
     """Diagnose `w` (unless `report` is given or diagnose=False), then search the
     remedies until `budget_s` after the run began: the whole run, diagnosis included,
     ends near that deadline (no candidate starts that cannot finish before it, one still
@@ -114,7 +119,8 @@ def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bo
     part of the budget before this call (the CLI: its imports and the workload's build,
     the result's `setup_s`); None: this call. The diagnosis's share is of what is left.
     time_budget_s: the diagnosis's sampling seconds per measurement (default: from
-    the budget left, diagnose_budget)."""
+    the budget left, diagnose_budget). prestarted: the background compile's child
+    (runner.prestart) a caller started before building `w` (the CLI); stopped here."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     setup_s = 0.0 if started_s is None else max(0.0, t0 - started_s)
@@ -133,7 +139,9 @@ def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bo
                          "remedy")
             say(notes[-1].removeprefix(WARNING))
     # the background compile's child builds the workload while the diagnosis runs
-    child = prestart(w, only, ab_budget_s, extra_specs) if left_s > 0 else None
+    child = prestarted
+    if child is None and left_s > 0:
+        child = prestart(w.reload, w.device, only, ab_budget_s, extra_specs)
     try:
         if report is None and diagnose:
             per_measurement_s, experiments = diagnose_budget(left_s)

@@ -35,7 +35,8 @@ __all__ = ["FORWARD", "BACKWARD", "OPTIMIZER", "COMPILED", "DATA_LOADING", "PREF
            "launches_collective", "AUTOGRAD_RANGE", "OPTIMIZER_RANGE", "OPTIMIZER_STEP_RANGE",
            "DATA_LOADER_RANGE",
            "range_label", "OTHER_HOST", "GENERATION_RANGES",
-           "dispatched_ops", "working_ops", "is_inference"]
+           "dispatched_ops", "working_ops", "is_inference",
+           "is_training"]
 
 FORWARD = "forward"
 BACKWARD = "backward"
@@ -111,6 +112,11 @@ def working_ops(records: Iterable[Any]) -> int:
     at least one kernel, and a compiler lowers about one graph node per such op (the
     compile-time estimate, remedies/plan.py; the launch-bound reading of the verdict)."""
     return sum(1 for r in records if r.op_class != "view" and r.phase != DATA_LOADING)
+
+
+def is_training(records: Iterable[Any]) -> bool:
+    """A call that runs a backward: a training step (an optimizer step may follow)."""
+    return any(r.phase == BACKWARD for r in records)
 
 
 def is_inference(records: Iterable[Any]) -> bool:

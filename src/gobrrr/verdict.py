@@ -235,7 +235,8 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
                  module_types: set[str] | None = None, optimizers: list[Any] | None = None,
                  param_storages: frozenset[int] = frozenset(),
                  comm: Any | None = None, loaders: list[Any] | None = None,
-                 data_loading: Any | None = None) -> list[Remedy]:
+                 data_loading: Any | None = None,
+                 repeated_blocks: tuple[str, ...] = ()) -> list[Remedy]:
     """The catalog's remedies that apply to this workload and for which the budget
     predicts a gain, sorted by predicted gain. Each prediction is its remedy's own
     (`RemedySpec.predict`), the very number `gobrrr optimize` starts from.
@@ -243,12 +244,13 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     that apply only to some (a cast needs a module, a fused optimizer an optimizer);
     comm: a torchrun job's communication facts (remedies/comm.py), for the DDP and FSDP2
     remedies; loaders, data_loading: the DataLoaders a script iterated and its measured
-    wait for data (remedies/data.py)."""
+    wait for data (remedies/data.py); repeated_blocks: the modules' repeated blocks
+    (remedies/nested.py), which a CUDA training step's compile snippet marks."""
 
     ctx = Context(device, b, ceil, counts.records, batch, graph,
                   module_types=module_types or set(), optimizers=optimizers or [],
                   param_storages=param_storages, comm=comm, loaders=loaders or [],
-                  data_loading=data_loading)
+                  data_loading=data_loading, repeated_blocks=repeated_blocks)
     return [Remedy(spec.title or spec.name, spec.regime, gain.speedup, gain.basis,
                    spec.snippet_in(ctx) if spec.snippet_for else spec.how or spec.snippet,
                    spec.name)

@@ -5,11 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gobrrr.cli.common import BATCH, TARGET_HELP, FiniteFloat, load_announced, model_options
+
+if TYPE_CHECKING:
+    from gobrrr.models import ModelOptions
+    from gobrrr.remedies.compile_child import ChildRun
 
 __all__ = ["register"]
 
@@ -89,18 +93,37 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
     distributed = world is not None and world.size > 1
 
     def body() -> None:
-        from gobrrr.api import optimize_workload
         from gobrrr.models import ModelOptions
+        from gobrrr.remedies.compile_child import early_child, reload_spec
+        from gobrrr.remedies.verify import AB_BUDGET_S
+
+        opts = ModelOptions(seq_len, image_size, dtype, train)
+        # the background compile's child first, before this process imports torch: it
+        # imports and builds the workload beside this process (a training step's then
+        # compiles its guess at once: remedies/speculation.py)
+        early = None if distributed or generate is not None else early_child(
+            reload_spec(target, device, batch_size, opts), device, list(only) or None,
+            AB_BUDGET_S)
+        try:
+            run_body(early, opts)
+        finally:
+            if early is not None:
+                early.stop()
+
+    def run_body(early: ChildRun | None, opts: ModelOptions) -> None:
+        from gobrrr.api import optimize_workload
         from gobrrr.remedies import catalog
         from gobrrr.remedies.compile_child import reload_spec
-        from gobrrr.remedies.runner import INTERRUPTED
+        from gobrrr.remedies.runner import INTERRUPTED, wants_child
 
         if not distributed:
             catalog.select(list(only))  # unknown names: one line, exit 2, before any work
         check_writable(html_path)
         dev = resolve_device(device)
+        if early is not None and not wants_child(dev, list(only) or None):
+            early.stop()  # not CUDA after all, or nothing selected compiles
+            early = None
         say = progress_printer(quiet or rank != 0)  # one rank speaks
-        opts = ModelOptions(seq_len, image_size, dtype, train)
         if generate is not None:
             _generation(target, dev, batch_size, opts, generate, budget_s, started_s, as_json,
                         html_path, only, distributed, say)
@@ -116,7 +139,7 @@ def optimize(target: str | None, device: str, batch_size: int | None, seq_len: i
             w.reload = reload_spec(target, dev, batch_size, opts)
             res = optimize_workload(w, diagnose=not no_diagnose, budget_s=budget_s,
                                     only=list(only) or None, started_s=started_s,
-                                    progress=say)
+                                    progress=say, prestarted=early)
             if world is not None:  # torchrun with one process
                 res.notes.append("torchrun world of 1 process: the single-process "
                                  "optimize (no communication to change)")

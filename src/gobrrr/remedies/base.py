@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gobrrr.gains import Gain
-from gobrrr.phases import is_inference
+from gobrrr.phases import is_inference, is_training
 from gobrrr.state import Copied, walk
 
 __all__ = ["Context", "Candidate", "RemedySpec", "RemedyResult", "STATUSES",
@@ -75,6 +75,9 @@ class Context:
     # first seen) and the measured wait for data (run.DataLoading): a script run in place
     loaders: list[Any] = field(default_factory=list)
     data_loading: Any | None = None
+    # the modules' repeated blocks ("GPT2Block x12": remedies/nested.py), which a
+    # training step's compile marks as nested compile regions
+    repeated_blocks: tuple[str, ...] = ()
 
     @classmethod
     def from_report(cls, device: str, report: Any | None, records: list[Any],
@@ -95,6 +98,11 @@ class Context:
         makes, so inference-only remedies (no autograd, a model cast) may apply."""
         return is_inference(self.records)
 
+    @property
+    def training(self) -> bool:
+        """The counted call runs a backward: a training step."""
+        return is_training(self.records)
+
 
 def reached_facts(w: Any) -> dict[str, Any]:
     """`workload_facts` of what the workload `w` reaches (read only, nothing runs): which
@@ -105,8 +113,10 @@ def reached_facts(w: Any) -> dict[str, Any]:
 
 def workload_facts(modules: list[Any], optimizers: list[Any]) -> dict[str, Any]:
     """The Context fields that describe what a workload reaches (its modules' class
-    names, its optimizers, its parameters' and buffers' storages), read without running
-    anything."""
+    names and repeated blocks, its optimizers, its parameters' and buffers' storages),
+    read without running anything."""
+    from gobrrr.remedies.nested import repeated_blocks
+
     storages = set()
     for top in modules:
         for t in [*top.parameters(), *top.buffers()]:
@@ -115,7 +125,8 @@ def workload_facts(modules: list[Any], optimizers: list[Any]) -> dict[str, Any]:
             except (RuntimeError, NotImplementedError):  # meta, sparse: nothing to fold
                 continue
     return {"module_types": {type(m).__name__ for top in modules for m in top.modules()},
-            "optimizers": list(optimizers), "param_storages": frozenset(storages)}
+            "optimizers": list(optimizers), "param_storages": frozenset(storages),
+            "repeated_blocks": repeated_blocks(modules)}
 
 
 @dataclass

@@ -41,7 +41,9 @@ background compile's remedies (`ChildRun.begin`): its start is off the search's 
 the H200 at --budget-s 60 (session s) BERT-base's background compile, started after an
 18 s build and an 8.8 s diagnosis, had not finished after 29-30 s, in two sittings: the
 child's own start (import and build again, 10-18 s) came first. Its build's device work
-(the weights' initialisation) overlaps the diagnosis; nothing more runs there until told.
+(the weights' initialisation) overlaps the diagnosis; nothing more runs there until told,
+except in a training step's child told to speculate (`speculate`: speculation.py), which
+compiles its guess at once. The CLI starts it before its own build (runner.prestart).
 
 The child is `python -m gobrrr.remedies.compile_child_main SPEC_JSON` (SPEC: reload +
 remedies [+ measure, ab_budget_s]; remedies null: pre-started, they come as its first
@@ -64,7 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ChildCompile", "ChildRun", "compile_in_child", "start_child", "prestart_child",
-           "background_cores",
+           "background_cores", "likely_cuda", "early_child",
            "reload_spec", "START_S", "RECOMPILE_FACTOR", "BACKGROUND_NICE",
            "CHILD_ANSWER_S"]
 
@@ -96,6 +98,9 @@ class ChildCompile:
     waited_s: float = 0.0  # since the child started
     error: str | None = None  # the child failed: its last line
     remedies: tuple[str, ...] = ()  # what it compiled
+    # seconds after the child was spawned: its workload built ("built_s"), its compile
+    # begun ("compile_from_s"), its compile line read here ("answered_s")
+    timeline: dict[str, float] | None = None
     # a measuring child (start_child(measure_ab_s=...)), compiled and waiting for its
     # turn: ChildRun.measure verifies and times it there
     run: ChildRun | None = field(default=None, compare=False, repr=False)
@@ -138,18 +143,24 @@ class ChildRun:
     read by threads as it comes, so that a child waiting on its input can be answered."""
 
     def __init__(self, reload: dict[str, Any], remedies: list[str] | None,
-                 cores: list[int] | None = None, measure_ab_s: float | None = None) -> None:
+                 cores: list[int] | None = None, measure_ab_s: float | None = None,
+                 speculate: bool = False, only: list[str] | None = None) -> None:
         spec = dict(reload, remedies=remedies)
         if measure_ab_s is not None:
             spec.update(measure=True, ab_budget_s=measure_ab_s)
+        if speculate and remedies is None:
+            spec.update(speculate=True, only=only)
         self.remedies = tuple(remedies or ())
         self.waiting_for_remedies = remedies is None  # pre-started (prestart_child)
+        # what a speculating child announced it compiles before being told (speculation.py)
+        self.speculating: tuple[str, ...] = ()
+        self.speculating_at_s: float | None = None  # since its spawn: the guess began
         self.cores = cores
         self.measuring = measure_ab_s is not None
         env = dict(os.environ)  # its caches are this process's
         if cores:
             env["TORCHINDUCTOR_COMPILE_THREADS"] = str(len(cores))
-        self.t0 = time.perf_counter()
+        self.t0 = self.spawned = time.perf_counter()
         # its own process group: stopping it stops Inductor's compile workers with it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gobrrr.remedies.compile_child_main", json.dumps(spec)],
@@ -171,7 +182,12 @@ class ChildRun:
         for line in self.proc.stdout:
             if line.startswith("{"):
                 with contextlib.suppress(json.JSONDecodeError):
-                    self._lines.put(json.loads(line))
+                    got = json.loads(line)
+                    if "speculating" in got:
+                        self.speculating = tuple(got["speculating"])
+                        self.speculating_at_s = time.perf_counter() - self.spawned
+                    else:
+                        self._lines.put(got)
         self._lines.put(None)  # end of its output
 
     def _read_err(self) -> None:
@@ -220,8 +236,11 @@ class ChildRun:
             got = self._next(timeout_s)
         except TimeoutError:
             self.stop()
+            timeline = {"stopped_s": round(time.perf_counter() - self.spawned, 2)}
+            if self.speculating_at_s is not None:
+                timeline["compile_from_s"] = round(self.speculating_at_s, 2)
             return ChildCompile(None, timed_out=True, waited_s=self.elapsed_s(),
-                                remedies=self.remedies)
+                                remedies=self.remedies, timeline=timeline)
         except BaseException:  # a Ctrl-C in the search: the child goes with it
             self.stop()
             raise
@@ -230,8 +249,14 @@ class ChildRun:
         waiting = self.measuring and self.proc.poll() is None
         if not waiting:
             self.stop()
+        # a speculating child's own guess, where it differs from what it was told
+        self.remedies = tuple(got.get("remedies") or self.remedies)
+        timeline = {k: round(float(got[k]), 2) for k in ("built_s", "compile_from_s")
+                    if isinstance(got.get(k), (int, float))}
+        timeline["answered_s"] = round(time.perf_counter() - self.spawned, 2)
         return ChildCompile(float(got["compile_s"]), waited_s=self.elapsed_s(),
-                            remedies=self.remedies, run=self if waiting else None)
+                            remedies=self.remedies, run=self if waiting else None,
+                            timeline=timeline)
 
     def measure(self, time_left_s: float) -> dict[str, Any] | None:
         """Have the waiting child verify and time its candidate within `time_left_s`:
@@ -264,10 +289,35 @@ def start_child(reload: dict[str, Any], remedies: list[str],
 
 
 def prestart_child(reload: dict[str, Any], cores: list[int] | None,
-                   measure_ab_s: float | None = None) -> ChildRun:
+                   measure_ab_s: float | None = None,
+                   speculate: bool = False, only: list[str] | None = None) -> ChildRun:
     """A child that builds the workload now and waits for `ChildRun.begin` (module
-    docstring), confined to `cores` at BACKGROUND_NICE as a background child."""
-    return ChildRun(reload, None, cores, measure_ab_s)
+    docstring), confined to `cores` at BACKGROUND_NICE as a background child.
+    `speculate`: a training step's child compiles speculation.py's guess (from the
+    remedies `only` selects) without waiting for `begin`."""
+    return ChildRun(reload, None, cores, measure_ab_s, speculate, only)
+
+
+def likely_cuda(device: str) -> bool:
+    """Whether --device (auto, cpu or cuda) will resolve to CUDA, told before torch is
+    imported: asked for, or auto where NVIDIA's kernel driver is loaded. The search's
+    process checks again once torch is in (cli/optimize.py stops a child started in
+    vain)."""
+    return device == "cuda" or (device == "auto"
+                                and os.path.exists("/proc/driver/nvidia/version"))
+
+
+def early_child(reload: dict[str, Any], device: str, only: list[str] | None,
+                measure_ab_s: float) -> ChildRun | None:
+    """The background child (`prestart_child`, told to speculate), started by the CLI
+    before it imports torch itself: on the H200's host that import took 4-5 s, which the
+    child's own start then waited for. Where --device is likely CUDA (`likely_cuda`)
+    with cores to spare; None elsewhere. Its reload spec's device is "cuda"."""
+    cores = background_cores()
+    if not likely_cuda(device) or cores is None:
+        return None
+    return prestart_child(dict(reload, device="cuda"), cores, measure_ab_s,
+                          speculate=True, only=only)
 
 
 def compile_in_child(reload: dict[str, Any], remedies: list[str],

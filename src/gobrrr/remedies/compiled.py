@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from gobrrr.gains import Gain
-from gobrrr.remedies import savings
+from gobrrr.remedies import nested, savings
 from gobrrr.remedies.base import (
     PREP_COMPILE,
     STAGE_AFTER_EXECUTION,
@@ -38,8 +38,15 @@ __all__ = ["SPECS", "compile_candidate", "predict_default"]
 
 def compile_candidate(cand: Candidate, ctx: Context, mode: str | None) -> Candidate:
     """Compile the candidate's function (whatever wraps it: autocast) at prepare time,
-    from a clean dynamo state."""
+    from a clean dynamo state; a CUDA training step's repeated blocks as nested compile
+    regions (remedies/nested.py)."""
     target = cand.fn
+    if nested.applies(ctx):
+        marked = nested.nest_blocks(cand.modules)
+        if marked:
+            cand.compile_info["nested_regions"] = list(marked)
+            cand.notes.append(f"{', '.join(marked)} compiled as a nested compile region "
+                              "(once, reused for every block)")
 
     def prepare(c: Candidate) -> None:
         import torch
@@ -124,28 +131,48 @@ def _apply_freezing(cand: Candidate, ctx: Context) -> Candidate:
     return cand
 
 
+_DEFAULT = "step = torch.compile(step)"
+_REDUCE_OVERHEAD = 'step = torch.compile(step, mode="reduce-overhead")'
+_MAX_AUTOTUNE = 'step = torch.compile(step, mode="max-autotune")'
+
+
+def _snippet(code: str) -> Any:
+    """The compile's snippet, a training step's repeated blocks marked first (as
+    compile_candidate marks them)."""
+
+    def write(ctx: Context) -> str:
+        if not nested.applies(ctx):
+            return code
+        return nested.snippet_lines(ctx.repeated_blocks) + code
+
+    return write
+
+
 SPECS = [
     RemedySpec("compile", "compile", "memory", STAGE_EXECUTION, "execution",
                _applies_any, predict_default,
                lambda c, x: compile_candidate(c, x, None),
-               "step = torch.compile(step)", title="torch.compile",
+               _DEFAULT, title="torch.compile",
                how="torch.compile(model): Inductor fuses pointwise and reduction chains",
-               prep=PREP_COMPILE, compile_mode="default"),
+               prep=PREP_COMPILE, compile_mode="default",
+               snippet_for=_snippet(_DEFAULT)),
     RemedySpec("compile_reduce_overhead", "compile", "overhead", STAGE_EXECUTION,
                "execution", _applies_cuda, _predict_graphs,
                lambda c, x: compile_candidate(c, x, "reduce-overhead"),
-               'step = torch.compile(step, mode="reduce-overhead")',
+               _REDUCE_OVERHEAD,
                title="torch.compile(mode='reduce-overhead')",
                how="torch.compile(model, mode='reduce-overhead'): fusion and CUDA graphs",
-               prep=PREP_COMPILE, compile_mode="reduce-overhead"),
+               prep=PREP_COMPILE, compile_mode="reduce-overhead",
+               snippet_for=_snippet(_REDUCE_OVERHEAD)),
     RemedySpec("compile_max_autotune", "compile", "compute", STAGE_EXECUTION, "execution",
                _applies_cuda, _predict_autotune,
                lambda c, x: compile_candidate(c, x, "max-autotune"),
-               'step = torch.compile(step, mode="max-autotune")',
+               _MAX_AUTOTUNE,
                title="torch.compile(mode='max-autotune')",
                how="torch.compile(model, mode='max-autotune'): also autotuned GEMM kernels "
                    "(minutes of compile)",
-               prep=PREP_COMPILE, compile_mode="max-autotune"),
+               prep=PREP_COMPILE, compile_mode="max-autotune",
+               snippet_for=_snippet(_MAX_AUTOTUNE)),
     RemedySpec("freezing", "compile", "memory", STAGE_AFTER_EXECUTION, "freezing",
                _applies_freezing, _predict_freezing, _apply_freezing,
                "# inference only: parameters become constants of the compiled graph\n"

@@ -27,7 +27,7 @@ from gobrrr.counting import count
 from gobrrr.errors import WARNING
 from gobrrr.gains import Gain, combine
 from gobrrr.phases import working_ops
-from gobrrr.remedies import catalog, compile_record
+from gobrrr.remedies import catalog, compile_record, verify
 from gobrrr.remedies.base import (
     PREP_COMPILE,
     Candidate,
@@ -78,7 +78,7 @@ from gobrrr.state import (
 from gobrrr.workload import Workload
 
 __all__ = ["search_workload", "search", "best_callable", "INTERRUPTED", "base_copy", "prime",
-           "prestart", "context_of"]
+           "prestart", "context_of", "wants_child"]
 
 # The reason of every candidate a Ctrl-C left unmeasured (and the note that says it).
 INTERRUPTED = "interrupted (Ctrl-C)"
@@ -123,7 +123,7 @@ def prime(base: Copied, w: Workload) -> list[bool]:
 
 
 def search_workload(w: Workload, *, deadline: float, report: Any = None,
-                    only: list[str] | None = None, ab_budget_s: float = 1.5,
+                    only: list[str] | None = None, ab_budget_s: float = verify.AB_BUDGET_S,
                     compile_backend: str = "inductor",
                     extra_specs: list[RemedySpec] | None = None,
                     progress: Progress | None = None,
@@ -297,11 +297,23 @@ class ChildProber:
         early = self.prestarted is not None
         self.background = self._child([s.name for s in combo], self.cores)
         span = f"{self.cores[0]}-{self.cores[-1]}" if len(self.cores) > 1 else self.cores[0]
-        return (f"{'+'.join(s.name for s in combo)} compiled in a child process in the "
-                f"background (cores {span}, nice {BACKGROUND_NICE}) while the other "
-                "candidates were measured: their timings shared the machine with it"
-                + ("; the child had built the workload while the diagnosis ran"
-                   if early else ""))
+        guess = self.background.speculating
+        tail = ""
+        if guess:
+            tail = ("; the child began it before the diagnosis, a guess (a training step's "
+                    "usual best stack, remedies/speculation.py), and ran the step meanwhile "
+                    "to count it: the diagnosis's timings shared the device with those "
+                    "calls")
+        elif early:
+            tail = "; the child had built the workload while the diagnosis ran"
+        return (f"{'+'.join(guess or [s.name for s in combo])} compiled in a child process "
+                f"in the background (cores {span}, nice {BACKGROUND_NICE}) while the other "
+                "candidates were measured: their timings shared the machine with it" + tail)
+
+    @property
+    def speculating(self) -> tuple[str, ...]:
+        """What the background child compiles on its own guess (speculation.py)."""
+        return self.background.speculating if self.background is not None else ()
 
     def __call__(self, combo: list[RemedySpec], timeout_s: float) -> ChildCompile:
         if self.background is not None and not self.waited_on:
@@ -332,18 +344,28 @@ def _child_probe(w: Workload, ab_budget_s: float,
                        ab_budget_s, prestarted)
 
 
-def prestart(w: Workload, only: list[str] | None, ab_budget_s: float,
-             extra_specs: list[RemedySpec] | None = None) -> ChildRun | None:
-    """The background child started before the diagnosis (compile_child.py), where the
-    search would start one (a CLI target on CUDA with cores to spare) and may compile
-    (a remedy that compiles is selected); None elsewhere. The caller stops it."""
-    cores = background_cores() if w.device == "cuda" else None
-    if w.reload is None or cores is None:
-        return None
+def wants_child(device: str, only: list[str] | None,
+                extra_specs: list[RemedySpec] | None = None) -> bool:
+    """Whether the search starts a background compile child (compile_child.py): on CUDA
+    with cores to spare, where a remedy that compiles is selected."""
+    if device != "cuda" or background_cores() is None:
+        return False
     specs = catalog.select(only) + list(extra_specs or [])
-    if not any(s.prep == PREP_COMPILE for s in specs):
+    return any(s.prep == PREP_COMPILE for s in specs)
+
+
+def prestart(reload: dict[str, Any] | None, device: str, only: list[str] | None,
+             ab_budget_s: float, extra_specs: list[RemedySpec] | None = None
+             ) -> ChildRun | None:
+    """The background child started before the diagnosis (compile_child.py), where the
+    search would start one (`wants_child`, a CLI target: `reload`); None elsewhere. A
+    training step's child compiles speculation.py's guess at once (not for a script's
+    extra remedies, which a child could not apply). The caller stops it. The CLI starts
+    its own before it imports torch (compile_child.early_child)."""
+    if reload is None or not wants_child(device, only, extra_specs):
         return None
-    return prestart_child(w.reload, cores, ab_budget_s)
+    return prestart_child(reload, background_cores(), ab_budget_s,
+                          speculate=not extra_specs, only=only)
 
 
 def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
@@ -456,8 +478,15 @@ def _start_background(now: Plan, state: SearchState, child: ChildProber,
         return
     note = child.start([by_name[n] for n in first.components])
     if note is not None:
-        say(f"compiling {first.name} in a child process in the background, while the "
-            "candidates before it are measured")
+        ahead = child.speculating
+        if ahead and set(ahead) != set(first.components):
+            say(f"the child started before the diagnosis compiles {'+'.join(ahead)} (its "
+                f"guess); the plan's first compile, {first.name}, will use it where its "
+                "own no longer fits")
+        else:
+            say(f"compiling {first.name} in a child process in the background, while the "
+                "candidates before it are measured"
+                + (" (begun before the diagnosis: the guess it made)" if ahead else ""))
         notes.append(note)
 
 
@@ -543,6 +572,7 @@ class Instead:
     remedies: tuple[str, ...]
     compile_s: float  # the child's cold compile
     run: ChildRun | None = field(default=None, compare=False)
+    timeline: dict[str, float] | None = None  # ChildCompile.timeline
 
 
 def _measured_in_child(opt: Option, pre: Instead, deadline: float,
@@ -564,6 +594,8 @@ def _measured_in_child(opt: Option, pre: Instead, deadline: float,
     row.compile_s = pre.compile_s
     row.checks["child_compile_s"] = pre.compile_s
     row.checks["measured_in_child"] = True
+    if pre.timeline:
+        row.checks["child_timeline"] = pre.timeline
     return row
 
 
@@ -623,6 +655,8 @@ def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildPr
             f"again in this process (~{RECOMPILE_FACTOR:g}x the child's time) and measure "
             "it (stopped there: a compile in this process could not have been)")
         row.checks["child_compile_s"] = None
+        if got.timeline:
+            row.checks["child_timeline"] = got.timeline
         return row
     if got.compile_s is None:
         say(f"  the child failed ({got.error}): compiling in this process")
@@ -641,11 +675,12 @@ def _compile_first_in_child(opt: Option, combo: list[RemedySpec], child: ChildPr
             say(f"  compiled {done} in {got.compile_s:.1f} s in a child process; "
                 f"compiling {opt.name} again here (~{again_s:.0f} s) does not fit: "
                 f"{done} is measured in the child")
-            return Instead(got.remedies or opt.components, got.compile_s, got.run)
+            return Instead(got.remedies or opt.components, got.compile_s, got.run,
+                           got.timeline)
         if of and RECOMPILE_FACTOR * got.compile_s + opt.measure_s <= left_s:
             say(f"  compiled {done} in {got.compile_s:.1f} s in the background; "
                 f"{opt.name} (~{again_s:.0f} s to compile here) no longer fits")
-            return Instead(got.remedies, got.compile_s)
+            return Instead(got.remedies, got.compile_s, timeline=got.timeline)
     if got.run is not None:
         got.run.stop()  # compiled again here, or skipped
     if again_s + opt.measure_s > left_s:

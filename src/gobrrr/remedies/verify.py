@@ -41,7 +41,7 @@ __all__ = ["Comparison", "ABResult", "Tolerance", "compare", "tolerance_for",
            "tolerance_given_noise", "ab_time", "DynamoSnapshot", "dynamo_snapshot",
            "compile_problems", "bootstrap_median", "SAME_PRECISION_RTOL",
            "LOWER_PRECISION_RTOL", "NOISE_CEILING", "MIN_CHANGE", "MIN_COSINE",
-           "OutOfTime", "AB_MIN_ROUNDS", "AB_BLOCK_S"]
+           "OutOfTime", "AB_MIN_ROUNDS", "AB_BLOCK_S", "AB_BUDGET_S"]
 
 SAME_PRECISION_RTOL = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2,
                        "bfloat16": 2e-2}  # bf16: 1 ulp = 2^-7 relative, twice that
@@ -68,6 +68,8 @@ MIN_CHANGE = 0.02  # below 2% a "win" is within timer drift, whatever the interv
 # enough that a sync and the clock are noise; CPU blocks longer, so one OS/OpenMP stall
 # (~8 ms on a busy 2-core machine) is diluted in one round only.
 AB_MIN_ROUNDS = 8
+# Each candidate's A/B timing in `gobrrr optimize`, seconds (at least AB_MIN_ROUNDS rounds).
+AB_BUDGET_S = 1.5
 AB_BLOCK_S = {"cpu": 10e-3, "cuda": 2e-3}
 
 
