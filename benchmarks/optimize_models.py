@@ -293,7 +293,12 @@ def run_gobrrr(case_name: str, out: Path, budget_s: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - t0
-    (out / f"gobrrr_{case_name}.log").write_text(proc.stderr[-20000:])
+    # a case run again in one sitting keeps both (-2, -3, ...)
+    stem = f"gobrrr_{case_name}"
+    n = 2
+    while (out / f"{stem}.json").exists():
+        stem, n = f"gobrrr_{case_name}-{n}", n + 1
+    (out / f"{stem}.log").write_text(proc.stderr[-20000:])
     res: dict[str, Any] = {"case": case_name, "target": case.target,
                            "options": list(case.options), "side": "gobrrr",
                            "command": " ".join(cmd[1:]), "budget_s": budget_s,
@@ -305,18 +310,20 @@ def run_gobrrr(case_name: str, out: Path, budget_s: float) -> dict[str, Any]:
         res |= {"best": d["best"]["name"], "speedup": d["best"]["measured_speedup"],
                 "predicted_speedup": d["best"].get("predicted_speedup"),
                 "diagnose_s": d["diagnose_s"], "optimize_s": d["optimize_s"],
+                "setup_s": d.get("setup_s"),
                 "remedies": [{k: r.get(k) for k in ("name", "status", "predicted_speedup",
                                                     "measured_speedup", "compile_s",
                                                     "reason")}
-                             # the plan's tier and estimate, and a child's compile time
+                             # the plan's tier and estimate, a child's compile time and
+                             # when (since its spawn) it built, began and answered
                              | {k: (r.get("checks") or {}).get(k)
-                                for k in ("plan", "child_compile_s")}
+                                for k in ("plan", "child_compile_s", "child_timeline")}
                              for r in d["remedies"]]}
     else:
         res |= {"best": "error", "speedup": None, "error": proc.stderr[-2000:]}
     print(f"{case_name}: GOBRRR BEST {res['best']} {res['speedup']} in {seconds:.0f} s "
           f"(budget {budget_s:g} s, limit {1.15 * budget_s + 10:.0f} s)", file=sys.stderr)
-    (out / f"gobrrr_{case_name}.json").write_text(json.dumps(res, indent=1))
+    (out / f"{stem}.json").write_text(json.dumps(res, indent=1))
     return res
 
 
