@@ -22,23 +22,22 @@ ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "benchmarks" / "results" / "h200"
 PACKAGE = ROOT / "src" / "gobrrr" / "remedies" / "prediction_record.json"
 SOURCE = ("the H200 validation suite (optimize --budget-s 60, nine models, 2026-12-04; seven "
-          "rows from session s, after autocast's casts were counted and one mechanism "
-          "counts once in a stack)")
-S = "session-2026-12-04s"
+          "rows from session t, the newest sitting of each)")
+T = "session-2026-12-04t"
 # The newest sitting of each row, as optimize-budget60.md's table takes them.
 ROWS = {
     "hf:gpt2 --batch-size 1 --seq-len 1": "session-2026-12-04m/rows2/models/gobrrr_gpt2_1x1.json",
-    "hf:gpt2 --batch-size 8 --seq-len 512": f"{S}/rows/models/gobrrr_gpt2_8x512.json",
-    "torchvision:resnet50 --batch-size 1": f"{S}/rows2/models/gobrrr_resnet50_b1.json",
-    "torchvision:resnet50 --batch-size 256": f"{S}/rows/models/gobrrr_resnet50_b256.json",
-    "torchvision:vit_b_16 --batch-size 32": f"{S}/rows2/models/gobrrr_vit_b16_b32.json",
+    "hf:gpt2 --batch-size 8 --seq-len 512": f"{T}/rows_a/models/gobrrr_gpt2_8x512.json",
+    "torchvision:resnet50 --batch-size 1": f"{T}/rows_a/models/gobrrr_resnet50_b1.json",
+    "torchvision:resnet50 --batch-size 256": f"{T}/rows_b/models/gobrrr_resnet50_b256.json",
+    "torchvision:vit_b_16 --batch-size 32": f"{T}/rows_b/models/gobrrr_vit_b16_b32.json",
     "hf:gpt2 --batch-size 8 --seq-len 256 --train":
-        f"{S}/rowtests/models/gobrrr_gpt2_train_8x256.json",
+        f"{T}/rows_d/models/gobrrr_gpt2_train_8x256.json",
     "optimize_targets.py:mlp_16k --batch-size 16384":
         "session-2026-12-04m/rows3/models/gobrrr_mlp_16k.json",
     "hf:bert-base-uncased --batch-size 32 --seq-len 128":
-        f"{S}/rowtests/models/gobrrr_bert_base_b32x128.json",
-    "timm:convnext_tiny --batch-size 64": f"{S}/rows/models/gobrrr_convnext_tiny_b64.json",
+        f"{T}/rows_a/models/gobrrr_bert_base_b32x128.json",
+    "timm:convnext_tiny --batch-size 64": f"{T}/rows_c/models/gobrrr_convnext_tiny_b64.json",
 }
 
 
