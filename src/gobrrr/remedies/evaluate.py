@@ -1,8 +1,15 @@
 """One candidate through the harness: copy, apply, prepare (compile / capture, timed
 apart), restore the starting state, compare outputs, time A/B, check compile health.
 
-Every failure (an exception while applying, compiling or capturing, out of memory, a
-recompile while timing) becomes a RemedyResult with its reason; the run goes on.
+A training step is also judged on its gradients: each trained parameter's gradient
+after the first of the two compared calls, tensor by tensor, by relative L2 at the
+tolerance of its precision grown for eager's own noise (verify.grad_tolerance). The
+outputs see a gradient only through one optimizer step's change to the second call's
+loss: at a learning rate as small as real training's that change is below the outputs'
+tolerance whatever the gradient was (tests/test_grad_verification.py: a doubled
+gradient at lr 1e-5). A compile with nested compile regions on this project's CPU
+(torch 2.13) gave a toy's first block wrong gradients
+(benchmarks/results/cpu/nested_grad_check.jsonl).
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ import gc
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gobrrr.compiled import dynamo_counts, graph_breaks_between
@@ -32,6 +39,7 @@ from gobrrr.remedies.verify import (
     compare,
     compile_problems,
     dynamo_snapshot,
+    grad_tolerance,
     tolerance_given_noise,
 )
 from gobrrr.state import (
@@ -46,7 +54,7 @@ from gobrrr.state import (
 from gobrrr.timing import device_sync, time_call
 
 __all__ = ["Reference", "make_reference", "evaluate", "out_dtype", "SEED", "WARM_CALLS",
-           "all_zero", "warm_up"]
+           "all_zero", "warm_up", "trained_params", "grad_pairs"]
 
 SEED = 1234  # every compared call sequence starts from this RNG state (dropout & co.)
 WARM_CALLS = 3  # after preparation: compile happens on the first, autotuning after
@@ -61,17 +69,47 @@ class Reference:
     nonfinite: str | None = None  # where the reference has NaN/inf: nothing to verify
     call_s: float = 0.0  # one eager call, warm (what the search plan's estimates scale)
     all_zero: bool = False  # every floating output is zero: a comparison proves nothing
+    # each trained parameter's gradient after the first call (None: it has none; empty:
+    # nothing trained), and eager against eager on them, per measure
+    grads: list[Any] = field(default_factory=list)
+    grad_nondeterminism: dict[str, float] = field(default_factory=dict)
+    grad_names: list[str] = field(default_factory=list)  # "GPT2LMHeadModel.lm_head.weight"
 
 
-def _two_calls(call: Callable[[], Any], device: str) -> list[Any]:
+def trained_params(modules: list[Any]) -> list[Any]:
+    """The parameters a step can update (requires_grad), each once, in module order."""
+    return [p for _, p in _named_trained(modules)]
+
+
+def _named_trained(modules: list[Any]) -> list[tuple[str, Any]]:
+    seen: dict[int, tuple[str, Any]] = {}
+    for m in modules:
+        for name, p in m.named_parameters():
+            if p.requires_grad:
+                seen.setdefault(id(p), (f"{type(m).__name__}.{name}", p))
+    return list(seen.values())
+
+
+def grad_pairs(ref: list[Any], cand: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The gradients both sides have, paired by position."""
+    pairs = [(x, y) for x, y in zip(ref, cand, strict=True)
+             if x is not None and y is not None]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _two_calls(call: Callable[[], Any], device: str, params: list[Any] | None = None
+               ) -> tuple[list[Any], list[Any]]:
+    """Two calls from SEED: their outputs, and `params`' gradients after the first."""
     import torch
 
     torch.manual_seed(SEED)
     if device == "cuda":
         torch.cuda.manual_seed_all(SEED)
-    outs = [clone_tree(call()), clone_tree(call())]
+    first = clone_tree(call())
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in params or []]
+    outs = [first, clone_tree(call())]
     device_sync(device)()
-    return outs
+    return outs, grads
 
 
 def out_dtype(outputs: list[Any]) -> str:
@@ -103,9 +141,11 @@ def make_reference(base: Copied, device: str) -> Reference:
     """Two eager copies from the base state: one is the reference (and A side), the
     other tells how much eager differs from itself."""
     ref = copy_workload(base.fn, base.args, base.kwargs)
-    outs = _two_calls(_eager_call(ref, "running the eager reference"), device)
+    outs, grads = _two_calls(_eager_call(ref, "running the eager reference"), device,
+                             trained_params(ref.modules))
     twin = copy_workload(base.fn, base.args, base.kwargs)
-    again = _two_calls(_eager_call(twin, "running the eager reference again"), device)
+    again, grads_again = _two_calls(_eager_call(twin, "running the eager reference again"),
+                                    device, trained_params(twin.modules))
     dtype = out_dtype(outs)
     # the first of the two calls whose output is not finite, named as the user counts
     nonfinite = next((f"call {i + 1} {found}" for i, out in enumerate(outs)
@@ -116,7 +156,14 @@ def make_reference(base: Copied, device: str) -> Reference:
         return Reference(ref, outs, dtype, {}, nonfinite, call_s)
     nondet = {m: compare(outs, again, m, 0.0).max_error
               for m in ("elementwise", "relative_l2")}
-    return Reference(ref, outs, dtype, nondet, call_s=call_s, all_zero=all_zero(outs))
+    if not any(g is not None for g in grads):
+        grads = []
+    rg, tg = grad_pairs(grads, grads_again) if grads else ([], [])
+    grad_nondet = {m: compare([rg], [tg], m, 0.0).max_error
+                   for m in ("elementwise", "relative_l2")} if rg else {}
+    return Reference(ref, outs, dtype, nondet, call_s=call_s, all_zero=all_zero(outs),
+                     grads=grads, grad_nondeterminism=grad_nondet,
+                     grad_names=[n for n, _ in _named_trained(ref.modules)] if grads else [])
 
 
 def all_zero(outputs: list[Any]) -> bool:
@@ -156,6 +203,43 @@ def warm_up(cand: Candidate, sync: Callable[[], None], deadline: float, t0: floa
             # the first call compiles (or autotunes): it cannot be interrupted
             _in_time(deadline, f"preparing (warm call {i + 1} of {WARM_CALLS}, "
                                f"{time.perf_counter() - t0:.1f} s in)")
+
+
+def _grads_wrong(ref: Reference, grads: list[Any], precision: str | None,
+                 res: RemedyResult) -> str:
+    """Why the candidate's gradients (after its first call) are not the reference's,
+    tensor by tensor (module docstring); "" where they are, or where there is nothing to
+    compare (no trained parameter, a different set of them, eager too noisy to judge:
+    the check's row in res.checks says which)."""
+    if not ref.grads:
+        return ""
+    if len(grads) != len(ref.grads):
+        res.checks["grads"] = {"skipped": f"{len(grads)} trained parameters, the "
+                                          f"reference has {len(ref.grads)}"}
+        return ""
+    rg, cg = grad_pairs(ref.grads, grads)
+    if not rg:
+        res.checks["grads"] = {"skipped": "no parameter has a gradient on both sides"}
+        return ""
+    tol = grad_tolerance(out_dtype(rg), precision, ref.grad_nondeterminism)
+    if tol.unverifiable:
+        res.checks["grads"] = {"unverifiable": tol.unverifiable}
+        return ""
+    got = compare([rg], [cg], tol.measure, tol.rtol, tol.min_cosine)
+    res.checks["grads"] = {"ok": got.ok, "tensors": len(rg), "max_error": got.max_error,
+                           "tolerance": got.tolerance, "cosine_min": got.cosine}
+    if got.ok:
+        return ""
+    return f"gradients after the first call: {got.reason}{_worst(ref, grads, tol.measure)}"
+
+
+def _worst(ref: Reference, grads: list[Any], measure: str) -> str:
+    """" (furthest off: NAME, error E)" for the message."""
+    errors = [(compare([[r]], [[c]], measure, math.inf).max_error, name)
+              for name, r, c in zip(ref.grad_names, ref.grads, grads, strict=True)
+              if r is not None and c is not None]
+    err, name = max(errors)
+    return f" (furthest off: {name}, {err:.3g})"
 
 
 def _abandoned(res: RemedyResult, exc: OutOfTime) -> tuple[RemedyResult, None]:
@@ -221,7 +305,8 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
         restore(start)
         put_back(plain)
         with switches_on(cand):
-            outs = _two_calls(cand.call, ctx.device)
+            outs, grads = _two_calls(cand.call, ctx.device,
+                                     trained_params(cand.modules) if ref.grads else None)
     except OutOfTime as exc:
         return _abandoned(res, exc)
     except Exception as exc:  # noqa: BLE001
@@ -240,6 +325,11 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
             res.checks["cosine_min"] = cmp.cosine
         if not cmp.ok:
             res.status, res.reason = "rejected", "; ".join([cmp.reason, *notes])
+            return res, None
+        wrong = _grads_wrong(ref, grads, cand.precision or ctx.reference_precision, res)
+        if wrong:
+            res.verified = False
+            res.status, res.reason = "rejected", wrong
             return res, None
     try:
         ab = ab_time(lambda: ref.work.fn(*ref.work.args, **ref.work.kwargs), cand.call,

@@ -18,8 +18,9 @@ Measured on the H200 (torch 2.11):
 Only on CUDA with torch 2.11, where those gradients were checked (CHECKED_TORCH): with
 this project's torch 2.13.0+cpu the toy's first block came back with its gradients
 wrong (each of its four tensors off by 100% of its largest value; exact without the
-region; `benchmarks/results/cpu/nested_grad_check.jsonl`). The search's check of a
-candidate compares all gradients as one, so one layer's wrong ones could pass it.
+region; `benchmarks/results/cpu/nested_grad_check.jsonl`). The search also checks each
+trained parameter's gradient against eager's (evaluate.py): a layer's wrong gradients
+reject the candidate.
 Inference compiles are left as they were: their compile fits, and what the lost fusion
 across block boundaries costs them was not measured.
 

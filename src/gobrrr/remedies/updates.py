@@ -15,13 +15,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gobrrr.remedies.evaluate import SEED
+from gobrrr.remedies.evaluate import SEED, grad_pairs, trained_params
 from gobrrr.remedies.verify import Comparison, compare, tolerance_given_noise
 from gobrrr.state import clone_tree
 from gobrrr.timing import device_sync
 
-__all__ = ["RunOut", "run_calls", "update_error", "nondeterminism", "judge",
-           "trained_params"]
+__all__ = ["RunOut", "run_calls", "update_error", "nondeterminism", "judge"]
 
 
 @dataclass
@@ -40,16 +39,6 @@ class RunOut:
 def _local(t: Any) -> Any:
     """A DTensor's local shard (FSDP2: each rank compares its own; no collective)."""
     return t.to_local() if hasattr(t, "to_local") else t
-
-
-def trained_params(modules: list[Any]) -> list[Any]:
-    """The parameters a step can update (requires_grad), each once, in module order."""
-    seen: dict[int, Any] = {}
-    for m in modules:
-        for p in m.parameters():
-            if p.requires_grad:
-                seen.setdefault(id(p), p)
-    return list(seen.values())
 
 
 def run_calls(c: Any, device: str) -> RunOut:
@@ -105,9 +94,7 @@ def update_error(ref: RunOut, cand: RunOut, measure: str) -> float:
 
 
 def _grad_pairs(a: RunOut, b: RunOut) -> tuple[list[Any], list[Any]]:
-    pairs = [(x, y) for x, y in zip(a.grads, b.grads, strict=True)
-             if x is not None and y is not None]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
+    return grad_pairs(a.grads, b.grads)
 
 
 def nondeterminism(ref: RunOut, twin: RunOut) -> dict[str, dict[str, float]]:

@@ -1,0 +1,94 @@
+"""A training step's candidate is judged on its gradients too (remedies/evaluate.py):
+the outputs of two calls see a wrong gradient only through one step's update."""
+
+import torch
+from torch import nn
+
+from gobrrr.gains import Gain
+from gobrrr.remedies.base import STAGE_MUTATE, Context, RemedySpec
+from gobrrr.remedies.evaluate import evaluate, make_reference
+from gobrrr.state import copy_workload
+
+
+def _adam_step():
+    """A two-layer MLP's training step with Adam, from a fixed state."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    # a learning rate as small as real training's: the second call's loss moves by
+    # about lr, below what the outputs' tolerance can see
+    opt = torch.optim.Adam(model.parameters(), lr=1e-5)
+    x, y = torch.randn(64, 16), torch.randn(64, 4)
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = (model(x) - y).square().mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+def _spec(name: str, apply) -> RemedySpec:
+    return RemedySpec(name, "test", "overhead", STAGE_MUTATE, "test", lambda ctx: None,
+                      lambda ctx: Gain(1.0, "none"), apply, "")
+
+
+def _scaled_first_weight(factor: float):
+    """A remedy that scales the first layer's weight gradient by `factor` (on the copy)."""
+
+    def apply(cand, ctx):
+        first = cand.modules[0][0].weight
+        first.register_hook(lambda g: g * factor)
+        return cand
+
+    return apply
+
+
+def test_a_gradient_the_outputs_cannot_see_is_rejected():
+    base = copy_workload(_adam_step(), (), {})
+    base.fn()  # primed, as the search primes its base copy: Adam's state exists
+    ref = make_reference(base, "cpu")
+    assert len(ref.grads) == 4 and all(g is not None for g in ref.grads)
+    assert ref.grad_names[0] == "Sequential.0.weight"
+    assert ref.grad_nondeterminism == {"elementwise": 0.0, "relative_l2": 0.0}
+    # doubled: the two losses agree within the outputs' tolerance; the gradients do not
+    got, cand = evaluate([_spec("doubled", _scaled_first_weight(2.0))], base, ref,
+                         Context("cpu"), 0.2)
+    assert got.status == "rejected" and cand is None and not got.verified
+    # doubled: ||2g - g|| / ||g|| = 1
+    assert got.reason == ("gradients after the first call: error 1 over the tolerance "
+                          "0.0001 (furthest off: Sequential.0.weight, 1)")
+    assert got.checks["grads"]["ok"] is False and got.checks["grads"]["tensors"] == 4
+    assert got.max_error is not None and got.max_error < 1e-4  # the outputs agreed
+    # unchanged: the gradients pass, and the check says so
+    got, _ = evaluate([_spec("same", _scaled_first_weight(1.0))], base, ref,
+                      Context("cpu"), 0.2)
+    assert got.status != "rejected" and got.verified
+    assert got.checks["grads"]["ok"] is True and got.checks["grads"]["max_error"] == 0.0
+
+
+def test_an_inference_call_has_no_gradients_to_check():
+    torch.manual_seed(0)
+    model = nn.Linear(8, 8)
+    base = copy_workload(model, (torch.randn(2, 8),), {})
+    ref = make_reference(base, "cpu")
+    assert ref.grads == [] and ref.grad_nondeterminism == {}
+    got, _ = evaluate([_spec("same", lambda c, x: c)], base, ref, Context("cpu"), 0.2)
+    assert got.verified and "grads" not in got.checks
+
+
+def test_gradients_are_judged_by_relative_l2_at_their_precision():
+    from gobrrr.remedies.verify import grad_tolerance
+
+    # same precision: fp32's 1e-4, by relative L2, never elementwise
+    tol = grad_tolerance("float32", None, {})
+    assert (tol.measure, tol.rtol, tol.min_cosine, tol.unverifiable) == (
+        "relative_l2", 1e-4, None, "")
+    # a bf16 autocast candidate: 5e-2 and every tensor's cosine >= 0.99
+    tol = grad_tolerance("float32", "bf16", {})
+    assert (tol.measure, tol.rtol, tol.min_cosine) == ("relative_l2", 5e-2, 0.99)
+    # grown to twice eager's own noise; beyond the ceiling nothing can be judged
+    assert grad_tolerance("float32", None, {"relative_l2": 1e-3}).rtol == 2e-3
+    assert grad_tolerance("float32", None, {"relative_l2": 1.0}).unverifiable.startswith(
+        "eager's gradients differ from themselves by 1 (relative L2)")
