@@ -230,3 +230,36 @@ def test_the_cli_starts_its_child_before_torch_only_where_cuda_is_likely(monkeyp
     monkeypatch.setattr(compile_child, "background_cores", lambda: None)
     assert compile_child.early_child(spec, "cuda", None, 1.5) is None
     assert len(started) == 2
+
+
+def test_the_cli_stops_a_child_it_started_in_vain(monkeypatch):
+    # started before torch could say where the workload runs; the device resolved to
+    # something else (or the build fails): the child is stopped, none left behind
+    from click.testing import CliRunner
+
+    from gobrrr.cli import cli
+    from gobrrr.remedies import compile_child
+
+    class Child:
+        stops = 0
+
+        def stop(self):
+            Child.stops += 1
+
+    from gobrrr.cli import optimize as cli_optimize
+    from gobrrr.errors import UserError
+
+    asked, at_build = [], []
+
+    def build(*args, **kwargs):
+        at_build.append(Child.stops)
+        raise UserError("unknown example 'nope'")
+
+    monkeypatch.setattr(compile_child, "early_child",
+                        lambda reload, device, only, ab: asked.append(device) or Child())
+    monkeypatch.setattr(cli_optimize, "load_announced", build)
+    res = CliRunner().invoke(cli, ["optimize", "examples:nope", "--device", "cpu", "-q"])
+    assert res.exit_code == 2 and "unknown example 'nope'" in res.output
+    # the device is the CPU: stopped before the build, and the command's end stops it
+    # again (idempotent)
+    assert asked == ["cpu"] and at_build == [1] and Child.stops == 2
