@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session t's GPU runs, one part per device call (600 s at most; carry .gpu_wheels):
-#   OUT=$OUT [ROWS="case ..."] bash benchmarks/session_t_gpu.sh PART
+#   OUT=$OUT [TAG=session_u] [ROWS="case ..."] bash benchmarks/session_t_gpu.sh PART
 # PART:
 # 1. grads: are a training step's gradients right with its repeated blocks as nested
 #    compile regions (nested_grad_check.py; on the CPU's torch 2.13 the toy's first
@@ -11,7 +11,7 @@
 #    step's compiling its guess at once: remedies/speculation.py), then every CUDA-marked
 #    test (TESTS_S seconds; 0: none).
 part=${1:?part}
-. benchmarks/gpu_preamble.sh session_t "$part"
+. benchmarks/gpu_preamble.sh "${TAG:-session_t}" "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
   local d; d=$(mktemp -d)
   TORCHINDUCTOR_CACHE_DIR=$d/inductor TRITON_CACHE_DIR=$d/triton "$@"

@@ -92,3 +92,49 @@ def test_gradients_are_judged_by_relative_l2_at_their_precision():
     assert grad_tolerance("float32", None, {"relative_l2": 1e-3}).rtol == 2e-3
     assert grad_tolerance("float32", None, {"relative_l2": 1.0}).unverifiable.startswith(
         "eager's gradients differ from themselves by 1 (relative L2)")
+
+
+def _dropout_step():
+    """An MLP with dropout's training step: its gradients hang on the masks drawn. It
+    returns nothing, so that only the gradients can tell two candidates apart."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.5), nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-5)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        (model(x) - y).square().mean().backward()
+        opt.step()
+
+    return step
+
+
+def _draws_first(cand, ctx):
+    """A remedy that draws one random number before the step (on the copy): every mask
+    after it differs from eager's, as Inductor's own RNG's would."""
+    cand.modules[0][0].register_forward_pre_hook(lambda m, args: torch.rand(1) and None)
+    return cand
+
+
+def test_gradients_that_hang_on_random_draws_made_otherwise_are_not_judged():
+    base = copy_workload(_dropout_step(), (), {})
+    base.fn()
+    ref = make_reference(base, "cpu")
+    assert ref.grad_nondeterminism["relative_l2"] == 0.0  # same seed, same masks
+    assert ref.grad_seed_noise > 0.1  # another seed: other masks, other gradients
+    got, _ = evaluate([_spec("draws", _draws_first)], base, ref, Context("cpu"), 0.2)
+    assert got.status != "rejected" and got.verified  # its (absent) outputs judged it
+    grads = got.checks["grads"]
+    assert grads["ok"] is False and grads["max_error"] > 1e-4
+    assert grads["unverifiable"].startswith("the step's gradients hang on its random draws")
+    # drawn as eager draws: held to the tolerance and passed
+    got, _ = evaluate([_spec("same", _scaled_first_weight(1.0))], base, ref,
+                      Context("cpu"), 0.2)
+    assert got.checks["grads"]["ok"] is True and "unverifiable" not in got.checks["grads"]
+
+
+def test_a_step_without_random_draws_has_no_seed_noise():
+    base = copy_workload(_adam_step(), (), {})
+    base.fn()
+    assert make_reference(base, "cpu").grad_seed_noise == 0.0
