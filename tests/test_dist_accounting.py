@@ -188,3 +188,47 @@ def _validate_distributed(d):
         (s["$id"], Resource.from_contents(s)) for s in map(load_schema, SCHEMAS))
     part = root["properties"]["distributed"] | {"$defs": root["$defs"]}
     jsonschema.Draft202012Validator(part, registry=registry).validate(d)
+
+
+def _skewed_pair():
+    """Two steps, one all-reduce each. Step 0: rank 1 issues 60 us after rank 0 (rank 0
+    waits 60 us); step 1: rank 0 issues 50 us after rank 1 (rank 1 waits 50 us). Each
+    transfer 40 us, no compute: a profiler's skew, no rank late in every step."""
+    r0 = RankTrace(0, 2, 1000, [Collective("0", 0, "all_reduce", 4000, 0, 100, step=0),
+                                Collective("0", 1, "all_reduce", 4000, 550, 40, step=1)],
+                   source="cuda")
+    r1 = RankTrace(1, 2, 1000, [Collective("0", 0, "all_reduce", 4000, 60, 40, step=0),
+                                Collective("0", 1, "all_reduce", 4000, 500, 90, step=1)],
+                   source="cuda")
+    return r0, r1, match_collectives([r0, r1])[0]
+
+
+def test_waiting_without_paces_is_the_least_of_the_profiled_steps():
+    r0, r1, matched = _skewed_pair()
+    a0, a1 = account(r0, matched, wall_s=0.5), account(r1, matched, wall_s=0.5)
+    # profiled: rank 0 waited 60 us in 2 steps (30 per step), rank 1 50 (25 per step);
+    # each waited 0 in one of its steps: that is what is taken
+    assert a0.waiting_profiled_s == pytest.approx(30e-6)
+    assert a1.waiting_profiled_s == pytest.approx(25e-6)
+    assert (a0.waiting_s, a1.waiting_s) == (0.0, 0.0)
+    assert a0.waiting_source == "the least of the profiled steps"
+    assert a0.transfer_s == pytest.approx(40e-6)  # 2 x 40 us over 2 steps
+    # the no_sync paces, where measured, still decide
+    assert account(r0, matched, 0.5, {0: 0.001, 1: 0.0013}).waiting_s == pytest.approx(3e-4)
+
+
+def test_a_rank_late_in_every_step_keeps_its_peer_waiting():
+    r0 = RankTrace(0, 2, 1000, [Collective("0", 0, "all_reduce", 4000, 0, 100, step=0),
+                                Collective("0", 1, "all_reduce", 4000, 500, 80, step=1)],
+                   source="cuda")
+    r1 = RankTrace(1, 2, 1000, [Collective("0", 0, "all_reduce", 4000, 60, 40, step=0),
+                                Collective("0", 1, "all_reduce", 4000, 540, 40, step=1)],
+                   source="cuda")
+    matched = match_collectives([r0, r1])[0]
+    a0 = account(r0, matched, wall_s=0.5)
+    # rank 0 waited 60 and 40 us: the least step, 40 us, against 50 on average
+    assert a0.waiting_profiled_s == pytest.approx(50e-6)
+    assert a0.waiting_s == pytest.approx(40e-6)
+    # steps not known (a trace read before the steps were recorded): the average
+    r0.collectives = [Collective(**{**c.__dict__, "step": -1}) for c in r0.collectives]
+    assert account(r0, matched, wall_s=0.5).waiting_s == pytest.approx(50e-6)

@@ -60,7 +60,9 @@ FROM_TRACES_NOTE = (
     "steps. The profiler slows each rank's CPU side by its own amount, which can make one "
     "rank look late: on two H200s (examples:ddp_comm) each all-reduce started 300-450 us "
     "later on rank 1 in the profile, while the unprofiled paces differed by 0.41 ms per "
-    "step (gobrrr doctor under torchrun estimates waiting from those paces)")
+    "step (gobrrr doctor under torchrun estimates waiting from those paces); of several "
+    "profiled steps, the one that waited least is taken: a late rank is late in every "
+    "step")
 
 
 def without_communication(cols: TraceColumns) -> TraceColumns:

@@ -58,8 +58,8 @@ def read_columns(cols: TraceColumns, rank: int, steps: int, device: str,
                  window: str = WINDOW, group: str = "0") -> RankTrace:
     """The RankTrace inside the `window` range (a name ending in "#", such as
     "ProfilerStep#", takes every range with that prefix: the window runs from the first
-    one's start to the last one's end, on the thread of the first; the device-side copies
-    of the ranges count, as a step's kernels can end after its CPU range)."""
+    one's start to the last one's end, or to the end of the device work launched inside
+    them, whichever is later, on the thread of the first)."""
     lo, hi, main_thread = _window(cols, window, rank)
     if device == "cuda":
         return _read_cuda(cols, rank, steps, lo, hi, group)
@@ -106,7 +106,26 @@ def _window(cols: TraceColumns, window: str, rank: int) -> tuple[float, float, i
                 break
     if not ranges:
         raise ValueError(f"rank {rank}: the profiled trace has no {window} range")
-    return ranges[0][0], max(r[1] for r in ranges), ranges[0][2]
+    lo, hi = ranges[0][0], max(r[1] for r in ranges)
+    if window.endswith("#"):
+        hi = max(hi, _launched_work_end(cols, lo, hi))
+    return lo, hi, ranges[0][2]
+
+
+def _launched_work_end(cols: TraceColumns, lo: float, hi: float) -> float:
+    """The end of the device work launched (by correlation id) in [lo, hi]; lo where
+    none. The steps' device-side copies do not reach it: Kineto sizes each to the kernels
+    launched directly in the step range, so a step whose kernels come from a module's
+    range (DDP's forward) has a copy of a few microseconds, while its all-reduces end
+    tens of milliseconds after the host's step range (two H200s, ddp_straggler's rank 0:
+    the window ended 37 ms early and read 8 of the profiled steps' 12 all-reduces).
+    tracefile/steps.py's spans end at the same point."""
+    launch, dev = cols.launch, cols.device
+    if not len(launch.get("corr", [])) or not len(dev.get("corr", [])):
+        return lo
+    inside = (launch["ts_us"] >= lo) & (launch["ts_us"] <= hi) & (launch["corr"] >= 0)
+    mine = np.isin(dev["corr"], launch["corr"][inside]) & (dev["corr"] >= 0)
+    return float((dev["ts_us"][mine] + dev["dur_us"][mine]).max()) if mine.any() else lo
 
 
 def _args(cols: TraceColumns, part: dict[str, np.ndarray], row: int) -> dict[str, Any]:
@@ -201,6 +220,7 @@ def _read_cuda(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
             for r in np.flatnonzero(is_comm).tolist()]
     ts, end = dev["ts_us"], dev["ts_us"] + dev["dur_us"]
     comm.sort(key=lambda p: float(ts[p[0]]))
+    step_of = _launch_steps(cols)
     order: dict[str, int] = {}
     out: list[Collective] = []
     for r, meta in comm:
@@ -216,9 +236,25 @@ def _read_cuda(cols: TraceColumns, rank: int, steps: int, lo: float, hi: float,
                    else meta.get("In msg nelems"))
         size = element_bytes(meta.get("dtype"))
         out.append(Collective(g, seq if seq is not None else n_order, name,
-                              nel * size if nel is not None and size else None, s, t - s))
+                              nel * size if nel is not None and size else None, s, t - s,
+                              step_of.get(int(corr[r]), -1)))
     return RankTrace(rank, steps, hi - lo, out, _window_union(ts, end, ~is_comm, lo, hi),
                      "cuda", notes, bucket_copy=_window_union(ts, end, is_copy, lo, hi))
+
+
+def _launch_steps(cols: TraceColumns) -> dict[int, int]:
+    """correlation id -> the index of the ProfilerStep# range its launch call was made
+    in (ranges on any thread: the backward's launches come from autograd's)."""
+    launch = cols.launch
+    if not cols.steps or not len(launch.get("corr", [])):
+        return {}
+    starts = np.array([ts for _, ts, _ in cols.steps])
+    ends = starts + np.array([dur for _, _, dur in cols.steps])
+    t = launch["ts_us"]
+    k = np.searchsorted(starts, t, side="right") - 1
+    ok = (k >= 0) & (launch["corr"] >= 0)
+    ok &= t <= ends[np.maximum(k, 0)]
+    return dict(zip(launch["corr"][ok].tolist(), k[ok].tolist(), strict=True))
 
 
 def _window_union(start: np.ndarray, end: np.ndarray, rows: np.ndarray, lo: float,

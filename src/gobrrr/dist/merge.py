@@ -226,7 +226,7 @@ def merge(summaries: list[RankSummary], *, world_size: int, backend: str, device
             no_sync_comparison(a.to_dict(), no_sync)))
         notes += g.trace.notes
     accounts = [g.account for g in summaries]
-    if any(a.waiting_source == "profiled steps" and a.waiting_profiled_s > 0
+    if any(a.waiting_source != "no_sync paces" and a.waiting_profiled_s > 0
            and a.time_basis == "kernel seconds" for a in accounts):
         notes.append(PROFILED_WAITING_NOTE)
     paces = {g.rank: g.no_sync.no_sync_s for g in summaries
@@ -316,12 +316,15 @@ def _grouped(matched: list[Any], steps: int, ceilings: Any | None
 def evidence(d: dict[str, Any], rank: int = 0) -> list[str]:
     """The verdict's lines from the distributed section (every number from it)."""
     r = next(x for x in d["ranks"] if x["rank"] == rank)
-    est = r.get("waiting_source") == "no_sync paces"
+    source = r.get("waiting_source")
+    est = {"no_sync paces": "from the ranks' no_sync paces",
+           "the least of the profiled steps": "in the profiled step that waited least"
+           }.get(source or "")
     lines = [f"exposed communication {fmt_pct(r['fractions'].get('communication', 0))} "
              f"of the step on rank {rank} ({fmt_s(r['exposed_transfer_s'])} transfer, "
              f"{fmt_s(r['exposed_waiting_s'])} waiting for a late rank"
-             + (f" from the ranks' no_sync paces ({fmt_s(r['exposed_waiting_profiled_s'])}"
-                " in the profiled steps, where the profiler delays CPU launches)"
+             + (f" {est} ({fmt_s(r['exposed_waiting_profiled_s'])} in the profiled steps"
+                " on average, where the profiler delays CPU launches)"
                 if est else "") + "; "
              f"{fmt_s(r['communication_total_s'])} of collectives in all, the rest hidden "
              "behind compute)"]
