@@ -41,6 +41,7 @@ from gobrrr.remedies.base import (
     RemedySpec,
     switches_on,
 )
+from gobrrr.remedies.guard_repr import short_tensor_repr
 from gobrrr.remedies.result import ALL_ZERO_REFERENCE
 from gobrrr.remedies.verify import (
     OutOfTime,
@@ -220,8 +221,10 @@ def _in_time(deadline: float, doing: str) -> None:
 
 def warm_up(cand: Candidate, sync: Callable[[], None], deadline: float, t0: float) -> None:
     """Prepare (compile options, capture) and make the WARM_CALLS warm calls, checking
-    the deadline between calls; `t0`: when the preparation began (for the message)."""
-    with switches_on(cand):
+    the deadline between calls; `t0`: when the preparation began (for the message).
+    Tensors print short meanwhile (guard_repr.py: dynamo 2.10-2.11 formats each tensor
+    it guards, seconds of a training step's compile)."""
+    with switches_on(cand), short_tensor_repr():
         for prep in cand.prepare:
             prep(cand)
         for i in range(WARM_CALLS):
