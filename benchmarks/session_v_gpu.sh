@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Session v's GPU runs (issue 24: the training row's background compile), one part per
+# device call (600 s at most; carry .gpu_wheels):
+#   OUT=$OUT bash benchmarks/session_v_gpu.sh PART
+# Every gobrrr process is stack-sampled (benchmarks/sampler/sitecustomize.py) into
+# $OUT/samples-*/.
+# 1. alone: the optimize search's background child for the GPT-2 training step with no
+#    search beside it (child_alone.py), from a cold cache: as confined (12 cores, nice
+#    10), then with every core; then the row itself (optimize_models.sh, gobrrr's side,
+#    --budget-s 60) with its child sampled (ROW=0: not). REPEAT=n: each alone run n
+#    times; ALONE_ARGS: child_alone.py's (--measure-s S: then verified and timed there);
+#    NOSAMPLE=1: nothing sampled; TESTS_S=s: then every CUDA-marked test.
+part=${1:?part}
+. benchmarks/gpu_preamble.sh "${TAG:-session_v}" "$part"
+cold() {  # a fresh Inductor and Triton cache for one process
+  local d; d=$(mktemp -d)
+  TORCHINDUCTOR_CACHE_DIR=$d/inductor TRITON_CACHE_DIR=$d/triton "$@"
+}
+sampled() {  # sampled NAME CMD...: the processes of CMD sampled into $OUT/samples-NAME
+  local name=$1; shift
+  if [[ ${NOSAMPLE:-0} == 1 ]]; then "$@"; return; fi
+  GOBRRR_SAMPLE_DIR="$OUT/samples-$name" GOBRRR_SAMPLE_ARGV=child_alone.py \
+    PYTHONPATH="$PWD/benchmarks/sampler:$PYTHONPATH" "$@"
+}
+nproc; uptime
+if [[ $part == alone ]]; then
+  timeout 60 python3 -m gobrrr calibrate --device cuda 2>&1 | grep -v USDT | tail -1
+  for how in ${HOW:-confined all}; do
+   for _ in $(seq "${REPEAT:-1}"); do
+    flag=""; [[ $how == all ]] && flag=--all-cores
+    # shellcheck disable=SC2086
+    sampled "alone-$how" cold timeout 170 python3 benchmarks/child_alone.py $flag ${ALONE_ARGS:-} \
+      2> >(grep -v -e USDT -e Warn | tail -3 >&2) | tee -a "$OUT/child_alone.jsonl"
+   done
+  done
+  if [[ ${ROW:-1} == 1 ]]; then
+    sampled row env BUDGET=60 SIDES=gobrrr timeout ${ROWS_S:-150} \
+      bash benchmarks/optimize_models.sh ${ROW_CASES:-gpt2_train_8x256}
+    if ls "$OUT"/models/*.log > /dev/null 2>&1; then
+      tar czf "$OUT/models/logs.tgz" -C "$OUT/models" $(cd "$OUT/models" && ls *.log)
+      rm -f "$OUT"/models/*.log
+    fi
+  fi
+fi
+if [[ ${TESTS_S:-0} != 0 ]]; then
+  timeout "$TESTS_S" python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 \
+    | grep -v USDT | grep -e "^E " -e "^FAILED" -e passed -e failed -e error | tail -30
+fi
+tar czf "$OUT/samples.tgz" -C "$OUT" $(cd "$OUT" && ls -d samples-* 2>/dev/null) && rm -rf "$OUT"/samples-*
