@@ -293,6 +293,39 @@ def test_h200_comm_pass_inside_profiler_steps_equals_the_window(tmp_path):
     assert all(m.late_rank == 1 for m in matched)
 
 
+def test_profiler_steps_window_reaches_the_work_its_steps_launched(monkeypatch):
+    """A step range ends when the host is done; the all-reduces it launched may run long
+    after (DDP's: launched from the backward's hooks, queued behind the compute). On
+    two H200s (ddp_straggler, rank 0) a window ending with the steps read 8 of 12.
+    The trimmed H200 trace keeps no NCCL launch calls: each all-reduce kernel gets one
+    here, on the host before its kernel, the last four's before the step range ends and
+    their kernels after it."""
+    from gobrrr.dist import commread
+
+    doc = json.loads(gzip.open(DIST / "h200_ddp_comm_rank0.json.gz", "rt").read())
+    win = next(e for e in doc["traceEvents"] if e.get("name") == WINDOW)
+    events = [e for e in doc["traceEvents"] if e is not win]
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"
+                      and e["name"].startswith("ncclDevKernel")), key=lambda e: e["ts"])
+    cut = kernels[-4]["ts"] - 1.0  # the host's step range ends here
+    launches = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernelExC",
+                 "pid": win["pid"], "tid": win["tid"],
+                 "ts": min(k["ts"] - 50.0, cut - 10.0 + i), "dur": 5.0,
+                 "args": {"correlation": k["args"]["correlation"]}}
+                for i, k in enumerate(kernels)]
+    doc["traceEvents"] = [*events, *launches,
+                          win | {"name": "ProfilerStep#7", "dur": cut - win["ts"]}]
+    whole = read_trace(json.loads(gzip.open(DIST / "h200_ddp_comm_rank0.json.gz", "rt")
+                                  .read()), 0, 3, "cuda")
+    got = read_trace(doc, 0, 3, "cuda", window="ProfilerStep#")
+    assert len(got.collectives) == len(whole.collectives) == 36
+    assert got.collectives[-1] == whole.collectives[-1]
+    # the window of the host's step range alone (the code before) misses the four
+    monkeypatch.setattr(commread, "_launched_work_end", lambda cols, lo, hi: lo)
+    short = read_trace(doc, 0, 3, "cuda", window="ProfilerStep#")
+    assert len(short.collectives) == 32
+
+
 def test_h200_trimmed_traces_have_no_ops_to_count(tmp_path):
     # The committed copies keep no aten ops (trimmed to the communication's evidence):
     # the whole merge cannot run on them, and says so in one line.
