@@ -15,9 +15,10 @@ read by the caller (diagnose.py), nothing here measures.
   the FSDP model: its reduce-scatters per step are the units, its all-gathers per unit
   the passes, and FSDP2's host work = the step - its exposed communication - the
   unsharded step (the unsharded step removes that work with the wire; it goes with the
-  sharding, so it stays in every projected FSDP step). grad_bytes = the bytes of the parameters that take a
-  gradient, param_bytes = all parameters' bytes (of the DDP module, else of every module
-  the workload reaches, each parameter once: an FSDP2 DTensor counts its full size);
+  sharding, so it stays in every projected FSDP step). grad_bytes = the bytes of the
+  parameters that take a gradient, param_bytes = all parameters' bytes (of the DDP
+  module, else of every module the workload reaches, each parameter once: an FSDP2
+  DTensor counts its full size);
   overlap = 1 - exposed / total communication of rank 0's profiled steps (the same
   profiled seconds on both sides of the ratio); DDP all-reduces per step = those the
   profiled steps recorded. Intra-node bandwidth: the calibrated curve, else the median

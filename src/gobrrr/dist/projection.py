@@ -50,8 +50,8 @@ from gobrrr import datasheet
 
 __all__ = ["StepInputs", "Links", "ProjectionRow", "Projection", "project",
            "collective_time_s", "step_time_s", "strategy_step_s", "base_s",
-           "check_projection", "overlap_from", "comm_time_s", "links_from_ceilings", "GPU_COUNTS", "DDP_BUCKET_BYTES",
-           "INTER_HOP_LATENCY_S", "gbps_to_bytes_per_s"]
+           "check_projection", "overlap_from", "comm_time_s", "links_from_ceilings",
+           "GPU_COUNTS", "DDP_BUCKET_BYTES", "INTER_HOP_LATENCY_S", "gbps_to_bytes_per_s"]
 
 SCHEMA_VERSION = 1
 GPU_COUNTS: tuple[int, ...] = tuple(2**k for k in range(1, 11))  # 2 .. 1024
