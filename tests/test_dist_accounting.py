@@ -5,15 +5,18 @@ unprofiled timings of the same run (its report: T_wall and no_sync per rank)."""
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from gobrrr.dist.accounting import (
     PROFILED_WAITING_NOTE,
+    TRACE_PACES,
     account,
     caused_waiting,
     no_sync_comparison,
+    trace_paces,
     waiting_from_paces,
 )
 from gobrrr.dist.comm import Collective, RankTrace, match_collectives
@@ -232,3 +235,76 @@ def test_a_rank_late_in_every_step_keeps_its_peer_waiting():
     # steps not known (a trace read before the steps were recorded): the average
     r0.collectives = [Collective(**{**c.__dict__, "step": -1}) for c in r0.collectives]
     assert account(r0, matched, wall_s=0.5).waiting_s == pytest.approx(50e-6)
+
+
+def _host_bound_pair(host0_us=1900.0, host1_us=2000.0):
+    """Two host-bound ranks (examples:fsdp_comm on two H200s, scaled down): rank 0
+    launches each step's all-gather early and its kernel spins until rank 1 launches
+    its own, 400 us later in both profiled steps; each GPU has 100 us of other work a
+    step; the hosts' own time per 2 steps is host0_us and host1_us."""
+    r0 = RankTrace(0, 2, 2000, [Collective("0", 0, "all_gather", 4000, 100, 420, step=0),
+                                Collective("0", 1, "all_gather", 4000, 1100, 420, step=1)],
+                   compute=[(0, 100), (1000, 1100)], source="cuda", host_us=host0_us)
+    r1 = RankTrace(1, 2, 2000, [Collective("0", 0, "all_gather", 4000, 500, 20, step=0),
+                                Collective("0", 1, "all_gather", 4000, 1500, 20, step=1)],
+                   compute=[(0, 100), (1000, 1100)], source="cuda", host_us=host1_us)
+    return r0, r1, match_collectives([r0, r1])[0]
+
+
+def test_trace_paces_take_the_host_where_it_is_slower():
+    r0, r1, matched = _host_bound_pair()
+    # per step: host 950 / 1000 us against the device's 100 us of work + 20 us of
+    # exposed transfer
+    assert trace_paces([r0, r1], matched) == pytest.approx({0: 950e-6, 1: 1000e-6})
+    # a device-bound rank: its device's pace
+    fast = replace(r1, host_us=20.0)
+    assert trace_paces([r0, fast], matched)[1] == pytest.approx(120e-6)
+    # a trace without its host time (doctor's window, a CPU trace): no paces
+    assert trace_paces([r0, replace(r1, host_us=None)], matched) is None
+    assert trace_paces([r0, replace(r1, source="cpu")], matched) is None
+
+
+def test_a_host_bound_ranks_spinning_kernels_are_not_its_waiting():
+    r0, r1, matched = _host_bound_pair()
+    paces = trace_paces([r0, r1], matched)
+    a0 = account(r0, matched, wall_s=1e-3, paces_s=paces)
+    # the profiled steps: 400 us of spinning in each; the paces: 1000 - 950 us a step
+    assert a0.waiting_profiled_s == pytest.approx(400e-6)
+    assert a0.waiting_s == pytest.approx(50e-6)
+    assert a0.waiting_source == TRACE_PACES
+    assert account(r1, matched, wall_s=1e-3, paces_s=paces).waiting_s == 0.0
+    # the paces never raise the waiting: the profiled steps' stays where it is smaller
+    # (both steps waited 400 us: the least step's is the same, the profiled one named)
+    a0 = account(r0, matched, wall_s=1e-3, paces_s={0: 50e-6, 1: 1000e-6})
+    assert a0.waiting_s == pytest.approx(400e-6)
+    assert a0.waiting_source == "profiled steps"
+    # measured no_sync paces still decide
+    assert account(r0, matched, 1e-3, {0: 0.001, 1: 0.0011},
+                   paces_s=paces).waiting_s == pytest.approx(1e-4)
+
+
+def test_host_time_leaves_out_the_calls_that_wait_for_the_device():
+    from gobrrr.dist.commread import read_trace
+
+    def x(cat, name, ts, dur, tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts,
+                "dur": dur, "args": args}
+
+    meta = {"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000,
+            "dtype": "Float", "Process Group Name": "0"}
+    events = [x("cpu_op", "ProfilerStep#1", 0, 1000), x("cpu_op", "aten::mm", 10, 100),
+              x("cuda_runtime", "cudaLaunchKernel", 20, 5, correlation=1),
+              x("kernel", "gemm", 30, 300, tid=7, correlation=1, device=0, stream=7),
+              x("cuda_runtime", "cudaLaunchKernel", 200, 5, correlation=2),
+              x("kernel", "ncclDevKernel_AllReduce", 400, 100, tid=8, correlation=2,
+                device=0, stream=8, **meta),
+              # the step's end waits for the device: 300 us, not the host's own
+              x("cuda_runtime", "cudaDeviceSynchronize", 600, 300),
+              # another thread's wait is not the step thread's
+              x("cuda_runtime", "cudaStreamSynchronize", 100, 400, tid=2)]
+    t = read_trace({"traceEvents": events}, 0, 1, "cuda", window="ProfilerStep#")
+    assert t.host_us == pytest.approx(700.0)
+    assert [c.name for c in t.collectives] == ["all_reduce"]
+    # doctor's own window (a user annotation) reads it the same way
+    ann = [*events[1:], x("user_annotation", "gobrrr:dist-window", 0, 1000)]
+    assert read_trace({"traceEvents": ann}, 0, 1, "cuda").host_us == pytest.approx(700.0)

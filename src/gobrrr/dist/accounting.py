@@ -26,7 +26,15 @@ ranks ran 4.15 ms of compute kernels per profiled step; rank 0's 4.15 ms plus it
   it overstates lateness caused by CPU launch delays; of two or more profiled steps,
   the one that waited least (comm.least_step_waiting_us): a late peer is late in every
   step, the profiler's skew is not (two H200s, ResNet-50 under DDP: rank 1's three
-  profiled steps waited 0, 18.2 and 30.8 ms, its unprofiled step 0.2 ms off rank 0's). On CPU (gloo) the profiler slows every thread
+  profiled steps waited 0, 18.2 and 30.8 ms, its unprofiled step 0.2 ms off rank 0's).
+  Where every rank's trace gives its pace (`trace_paces`: per step, the larger of its
+  host's own time, the step ranges less the calls that wait for the device, and its
+  device's, the non-communication work plus the exposed transfer), a rank waits no
+  longer than the slowest pace minus its own, as with the no_sync paces: a host-bound
+  rank's collective kernel launched early spins while its GPU would be idle anyway (two
+  H200s, examples:fsdp_comm: rank 0's all-gathers spun 37-42 ms in every profiled step,
+  doctor's paces put its waiting at 1.09 ms). The waiting is the smaller of the two.
+  On CPU (gloo) the profiler slows every thread
   of every rank alike, so the waiting, like the transfer, stays a share of the window
   times T_wall (and the no_sync paces of two ranks sharing 2 cores are too noisy to
   subtract). Both figures are reported.
@@ -57,10 +65,14 @@ from typing import Any
 
 from gobrrr.dist.comm import Matched, RankTrace, exposed_split_us, least_step_waiting_us
 from gobrrr.dist.experiments import FSDP_METHOD
+from gobrrr.intervals import total_us
 from gobrrr.units import fmt_pct, fmt_s
 
 __all__ = ["CommAccount", "account", "waiting_from_paces", "caused_waiting",
-           "no_sync_comparison", "PROFILED_WAITING_NOTE"]
+           "no_sync_comparison", "trace_paces", "PROFILED_WAITING_NOTE", "TRACE_PACES"]
+
+# waiting_source of the pace rule from the traces alone (module docstring)
+TRACE_PACES = "the ranks' paces in the profiled steps"
 
 PROFILED_WAITING_NOTE = (
     "waiting for a late rank comes from the profiled steps (no no_sync experiment to time "
@@ -97,12 +109,29 @@ def waiting_from_paces(no_sync_s: Mapping[int, float]) -> dict[int, float]:
     return {r: max(0.0, slowest - s) for r, s in no_sync_s.items()}
 
 
+def trace_paces(traces: Sequence[RankTrace], matched: Sequence[Matched]
+                ) -> dict[int, float] | None:
+    """Each rank's pace per step from its trace (module docstring): the larger of its
+    host's own time and its device's (non-communication work plus exposed transfer), in
+    seconds; None unless every trace is a CUDA one that read its host time."""
+    if not traces or any(t.source != "cuda" or t.host_us is None for t in traces):
+        return None
+    out = {}
+    for t in traces:
+        transfer_us, _ = exposed_split_us(t, matched)
+        device_us = total_us(t.compute) + transfer_us
+        out[t.rank] = max(float(t.host_us or 0.0), device_us) * 1e-6 / max(1, t.steps)
+    return out
+
+
 def account(trace: RankTrace, matched: Sequence[Matched], wall_s: float,
             no_sync_s: Mapping[int, float] | None = None,
-            bound_fraction: float | None = None) -> CommAccount:
+            bound_fraction: float | None = None,
+            paces_s: Mapping[int, float] | None = None) -> CommAccount:
     """This rank's CommAccount. `no_sync_s`: every rank's step under no_sync() (lockstep,
     unprofiled), when the experiment ran on every rank; else None. `bound_fraction`:
-    this rank's (sync - no_sync) / sync step, used on CPU (module docstring)."""
+    this rank's (sync - no_sync) / sync step, used on CPU (module docstring). `paces_s`:
+    every rank's pace from its trace (trace_paces), where no no_sync paces are given."""
     transfer_us, _waiting_us = exposed_split_us(trace, matched)
     # The rest of the exposed communication is waiting: on CUDA the split's own waiting;
     # on CPU it also holds the step's thread blocked in c10d ops (handing work to gloo's
@@ -121,10 +150,14 @@ def account(trace: RankTrace, matched: Sequence[Matched], wall_s: float,
     least_us = least_step_waiting_us(trace, matched) if trace.source == "cuda" else None
     if trace.source == "cuda" and no_sync_s and trace.rank in no_sync_s:
         waiting, source = waiting_from_paces(no_sync_s)[trace.rank], "no_sync paces"
-    elif least_us is not None and least_us * 1e-6 < waiting_profiled:
-        waiting, source = least_us * 1e-6, "the least of the profiled steps"
     else:
-        waiting, source = waiting_profiled, "profiled steps"
+        # the least of the estimates; on a tie the earlier (the profiled steps' own)
+        found = [(waiting_profiled, "profiled steps")]
+        if least_us is not None:
+            found.append((least_us * 1e-6, "the least of the profiled steps"))
+        if trace.source == "cuda" and paces_s and trace.rank in paces_s:
+            found.append((waiting_from_paces(paces_s)[trace.rank], TRACE_PACES))
+        waiting, source = min(found, key=lambda f: f[0])
     transfer = per_step(transfer_us)
     copies = per_step(trace.bucket_copy_us)
     if trace.source != "cuda" and bound_fraction is not None:

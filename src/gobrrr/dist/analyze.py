@@ -15,7 +15,8 @@ Per rank, in rank order:
    columns that step 1 streamed (before the communication was taken out), so each
    rank's trace is read once and never whole into memory;
 3. the collectives matched across ranks (comm.match_collectives: process group and
-   order), each rank's exposed transfer and waiting (accounting.account, the one rule),
+   order), each rank's pace from its trace (accounting.trace_paces), its exposed
+   transfer and waiting (accounting.account, the one rule),
    and its budget with the fourth part (budget.with_communication).
 Then merge.merge, with no no_sync experiment, topology, communication ceilings or
 timeout (a trace from elsewhere has none of them), and the one end (diagnosis.py) with
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from gobrrr.diagnosis import budget_for, report_for
-from gobrrr.dist.accounting import account
+from gobrrr.dist.accounting import account, trace_paces
 from gobrrr.dist.comm import RankTrace, match_collectives
 from gobrrr.dist.commread import group_name, read_columns
 from gobrrr.dist.merge import merge, summarize_rank
@@ -43,9 +44,9 @@ from gobrrr.phases import is_collective
 from gobrrr.report import Report
 from gobrrr.run import MeasuredRun
 from gobrrr.tracefile.analysis import TraceAnalysis, analyse_trace
-from gobrrr.tracefile.stepfind import find_steps
 from gobrrr.tracefile.columns import CPU_OP, STEP_PREFIX, TraceColumns, stream_trace
 from gobrrr.tracefile.read import TraceHeader
+from gobrrr.tracefile.stepfind import find_steps
 
 __all__ = ["analyze_ranks", "without_communication", "rank_comm", "FROM_TRACES_NOTE",
            "SAME_JOB_GAP_S"]
@@ -62,7 +63,9 @@ FROM_TRACES_NOTE = (
     "later on rank 1 in the profile, while the unprofiled paces differed by 0.41 ms per "
     "step (gobrrr doctor under torchrun estimates waiting from those paces); of several "
     "profiled steps, the one that waited least is taken: a late rank is late in every "
-    "step")
+    "step; and no rank is taken to wait longer than the slowest rank's pace in its trace "
+    "(its host's own time or its GPU's work, whichever is longer) minus its own: a "
+    "host-bound rank's collective launched early spins on a GPU that would be idle")
 
 
 def without_communication(cols: TraceColumns) -> TraceColumns:
@@ -189,11 +192,12 @@ def analyze_ranks(headers: list[TraceHeader], *, ceilings: Ceilings | None = Non
         say(f"{len(headers)} of {world_size} ranks given: collectives are matched among "
             "those")
     matched, match_notes = match_collectives(traces)
+    paces = trace_paces(traces, matched) if len(traces) == world_size else None
     runs: list[MeasuredRun] = []
     summaries = []
     for a, t in zip(analyses, traces, strict=True):
         timed = a.run if run_of is None else run_of(t.rank, a.run)
-        acc = account(t, matched, timed.wall_s, None)
+        acc = account(t, matched, timed.wall_s, None, paces_s=paces)
         run = replace(timed, communication_s=acc.communication_s)
         runs.append(run)
         summaries.append(summarize_rank(t.rank, budget_for(run, a.ceilings), t, acc,

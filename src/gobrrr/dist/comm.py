@@ -152,6 +152,10 @@ class RankTrace:
     # DDP's bucket copies (BUCKET_COPY_RANGES): the kernels and memcpys launched inside
     # them (CUDA), the ranges themselves (CPU). Memory work: also inside `compute`.
     bucket_copy: list[Interval] = field(default_factory=list)
+    # CUDA: the host's own time in the window, the steps' thread's span of its step
+    # ranges less its calls that wait for the device (tracefile.columns.BLOCKING_CALLS):
+    # with the device's work, this rank's pace (accounting.trace_paces); None: not read
+    host_us: float | None = None
 
     @property
     def bucket_copy_us(self) -> float:
@@ -185,7 +189,8 @@ class RankTrace:
                          [tuple(i) for i in d["compute"]],  # type: ignore[misc]
                          d["source"], list(d.get("notes", [])),
                          [tuple(i) for i in d.get("blocked", [])],  # type: ignore[misc]
-                         [tuple(i) for i in d.get("bucket_copy", [])])  # type: ignore[misc]
+                         [tuple(i) for i in d.get("bucket_copy", [])],  # type: ignore[misc]
+                         d.get("host_us"))
 
 
 @dataclass(frozen=True)

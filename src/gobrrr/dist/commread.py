@@ -60,9 +60,11 @@ def read_columns(cols: TraceColumns, rank: int, steps: int, device: str,
     "ProfilerStep#", takes every range with that prefix: the window runs from the first
     one's start to the last one's end, or to the end of the device work launched inside
     them, whichever is later, on the thread of the first)."""
-    lo, hi, main_thread = _window(cols, window, rank)
+    lo, hi, main_thread, host_hi = _window(cols, window, rank)
     if device == "cuda":
-        return _read_cuda(cols, rank, steps, lo, hi, group)
+        out = _read_cuda(cols, rank, steps, lo, hi, group)
+        out.host_us = _host_us(cols, main_thread, lo, host_hi)
+        return out
     return _read_cpu(cols, rank, steps, lo, hi, main_thread, group)
 
 
@@ -74,7 +76,21 @@ def _names_where(cols: TraceColumns, pred: Callable[[str], bool]) -> np.ndarray:
     return np.array([pred(n) for n in cols.names] or [False], dtype=bool)
 
 
-def _window(cols: TraceColumns, window: str, rank: int) -> tuple[float, float, int]:
+def _host_us(cols: TraceColumns, thread: int, lo: float, hi: float) -> float:
+    """The host's own time in [lo, hi] on the steps' `thread`: the span less its calls
+    that wait for the device (BLOCKING_CALLS), each clipped to the span."""
+    launch = cols.launch
+    blocks = launch.get("blocks")
+    if blocks is None or not len(blocks):
+        return hi - lo
+    on = (launch["thread"] == thread) & (blocks != 0)
+    s = np.clip(launch["ts_us"][on], lo, hi)
+    e = np.clip(launch["ts_us"][on] + launch["dur_us"][on], lo, hi)
+    ws, we = union(s, e)
+    return float(hi - lo - float((we - ws).sum()))
+
+
+def _window(cols: TraceColumns, window: str, rank: int) -> tuple[float, float, int, float]:
     """(start, end, thread of the first range) of the window."""
     cpu, ann = cols.cpu, cols.gpu_ann
     # (ts, end, thread); the device-side copies have no CPU thread (-1)
@@ -107,9 +123,10 @@ def _window(cols: TraceColumns, window: str, rank: int) -> tuple[float, float, i
     if not ranges:
         raise ValueError(f"rank {rank}: the profiled trace has no {window} range")
     lo, hi = ranges[0][0], max(r[1] for r in ranges)
+    host_hi = hi  # where the host's ranges end: the window may reach further on the device
     if window.endswith("#"):
         hi = max(hi, _launched_work_end(cols, lo, hi))
-    return lo, hi, ranges[0][2]
+    return lo, hi, ranges[0][2], host_hi
 
 
 def _launched_work_end(cols: TraceColumns, lo: float, hi: float) -> float:

@@ -28,6 +28,7 @@ from typing import Any
 from gobrrr.budget import Budget
 from gobrrr.dist.accounting import (
     PROFILED_WAITING_NOTE,
+    TRACE_PACES,
     CommAccount,
     caused_waiting,
     no_sync_comparison,
@@ -318,8 +319,8 @@ def evidence(d: dict[str, Any], rank: int = 0) -> list[str]:
     r = next(x for x in d["ranks"] if x["rank"] == rank)
     source = r.get("waiting_source")
     est = {"no_sync paces": "from the ranks' no_sync paces",
-           "the least of the profiled steps": "in the profiled step that waited least"
-           }.get(source or "")
+           "the least of the profiled steps": "in the profiled step that waited least",
+           TRACE_PACES: "from the ranks' paces in their traces"}.get(source or "")
     lines = [f"exposed communication {fmt_pct(r['fractions'].get('communication', 0))} "
              f"of the step on rank {rank} ({fmt_s(r['exposed_transfer_s'])} transfer, "
              f"{fmt_s(r['exposed_waiting_s'])} waiting for a late rank"

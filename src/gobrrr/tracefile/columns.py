@@ -51,6 +51,12 @@ CPU_OP, ANNOTATION = 0, 1  # kinds of CPU events
 DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 _DEVICE_KIND = {c: i for i, c in enumerate(DEVICE_KINDS)}
 _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+# Runtime and driver calls that hold the host until the device has caught up: a rank's
+# host time inside them is waiting, not the host's own work (dist/accounting.py's paces)
+BLOCKING_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+    "cudaMemcpy", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+    "cuMemcpyDtoH_v2"})
 STEP_PREFIX = "ProfilerStep#"
 
 # The recorded args dist/comm.py reads from those events: the collective's metadata (NCCL)
@@ -106,7 +112,7 @@ class TraceColumns:
     sigs: list[RecordedArgs]  # recorded arguments by shape-signature id
     steps: list[tuple[int, float, float]]  # (N of ProfilerStep#N, ts_us, dur_us)
     cpu: dict[str, np.ndarray]  # ts_us dur_us thread name ext sig kind args
-    launch: dict[str, np.ndarray]  # ts_us dur_us thread corr ext
+    launch: dict[str, np.ndarray]  # ts_us dur_us thread corr ext blocks (BLOCKING_CALLS)
     device: dict[str, np.ndarray]  # ts_us dur_us name ext corr stream device kind comm args
     events: int = 0  # traceEvents read, of every kind
     notes: list[str] = field(default_factory=list)
@@ -213,7 +219,8 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
     kept_args: list[dict[str, Any]] = []
     cpu = _Columns({"ts_us": "d", "dur_us": "d", "thread": "i", "name": "i", "ext": "q",
                     "sig": "i", "kind": "b", "args": "i"})
-    launch = _Columns({"ts_us": "d", "dur_us": "d", "thread": "i", "corr": "q", "ext": "q"})
+    launch = _Columns({"ts_us": "d", "dur_us": "d", "thread": "i", "corr": "q", "ext": "q",
+                       "blocks": "b"})
     dev = _Columns({"ts_us": "d", "dur_us": "d", "name": "i", "ext": "q", "corr": "q",
                     "stream": "q", "device": "q", "kind": "b", "comm": "b", "args": "i"})
     ann = _Columns({"ts_us": "d", "dur_us": "d", "name": "i"})
@@ -303,8 +310,10 @@ def _reduce(events: Iterable[Any], p: Path) -> TraceColumns:
             if thread is None:
                 thread = threads[key] = len(threads)
             cols = launch.cols
-            if str(e.get("name", "")).startswith("cudaGraphLaunch"):
+            call = str(e.get("name", ""))
+            if call.startswith("cudaGraphLaunch"):
                 graph_launches += 1
+            cols["blocks"].append(call in BLOCKING_CALLS)
             cols["ts_us"].append(float(ts))
             cols["dur_us"].append(dur)
             cols["thread"].append(thread)
