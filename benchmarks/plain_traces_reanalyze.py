@@ -49,16 +49,24 @@ def main() -> None:
             continue
         path = folder / r.get("trace", r["workload"].replace("@", "-") + ".json.gz")
         d = r["doctor"]
-        given_ms = d["t_wall_ms"] if doctor_wall else r["user_step_ms"]
+        users = r.get("user_steps_ms") or [r["user_step_ms"]]
+        given_ms = d["t_wall_ms"] if doctor_wall else sorted(users)[(len(users) - 1) // 2]
+        # how far doctor's own runs lay apart (plain_traces_gpu.py --doctors=N)
+        runs = r.get("doctors") or [d]
+        spread = max(max(x["fractions"].get(k, 0.0) for x in runs)
+                     - min(x["fractions"].get(k, 0.0) for x in runs) for k in K)
         a0 = read(analyze([path]).to_dict(), d)
         a1 = read(analyze([path], step_s=given_ms * 1e-3).to_dict(), d)
         out.append({"workload": r["workload"], "trace": path.name, "doctor": d,
                     "analyze": a0, "given_ms": given_ms, "analyze_given": a1,
-                    "user_step_ms_after_doctor": r.get("user_step_ms_after_doctor")})
+                    "user_step_ms_after_doctor": r.get("user_step_ms_after_doctor"),
+                    "doctor_runs": len(runs),
+                    "doctor_spread_points": round(100 * spread, 1)})
         print(f"| {r['workload']} | {d['regime']} {show(d['fractions'])} of "
               f"{d['t_wall_ms']:.3f} ms | {a0['regime']} {show(a0['fractions'])} of "
               f"{a0['step_ms']:.3f} ms | {a0['gap_points']} | {given_ms:.4g} | "
-              f"{a1['regime']} {show(a1['fractions'])} | {a1['gap_points']} |")
+              f"{a1['regime']} {show(a1['fractions'])} | {a1['gap_points']} | "
+              f"{round(100 * spread, 1)} ({len(runs)}) |")
     name = "reanalysed-doctor-wall.json" if doctor_wall else "reanalysed.json"
     (folder / name).write_text(json.dumps(out, indent=1))
 

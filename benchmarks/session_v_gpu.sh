@@ -10,6 +10,10 @@
 #    --budget-s 60) with its child sampled (ROW=0: not). REPEAT=n: each alone run n
 #    times; ALONE_ARGS: child_alone.py's (--measure-s S: then verified and timed there);
 #    NOSAMPLE=1: nothing sampled; TESTS_S=s: then every CUDA-marked test.
+# 2. plain (issue 23, for the next session): the host-bound plain traces (the training
+#    step, the compiled chain) recorded twice each, doctor three times after each with
+#    the user's loop after every doctor (plain_traces_gpu.py --doctors=3): analyze
+#    --step-ms against doctor's median run, beside how far doctor's runs lay apart.
 part=${1:?part}
 . benchmarks/gpu_preamble.sh "${TAG:-session_v}" "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
@@ -41,6 +45,12 @@ if [[ $part == alone ]]; then
       rm -f "$OUT"/models/*.log
     fi
   fi
+fi
+if [[ $part == plain ]]; then
+  timeout 500 python3 benchmarks/plain_traces_gpu.py "$OUT/plain" --doctors=3 \
+    ${PLAIN:-gpt2_train_4x256 gpt2_train_4x256 pointwise@default pointwise@default} \
+    2>&1 | grep -v -e USDT -e Warn | cut -c1-400
+  tar czf "$OUT/plain.tgz" -C "$OUT" plain && rm -rf "$OUT/plain"
 fi
 if [[ ${TESTS_S:-0} != 0 ]]; then
   timeout "$TESTS_S" python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 \
