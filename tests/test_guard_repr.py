@@ -30,3 +30,4 @@ def test_short_repr_held_only_where_torch_needs_it(monkeypatch):
     with short_tensor_repr():
         assert repr(t) == long_t
     assert guard_repr.REPR_GUARD_TORCH == ("2.10", "2.11")
+

@@ -64,7 +64,8 @@ from gobrrr.state import (
 from gobrrr.timing import device_sync, time_call
 
 __all__ = ["Reference", "make_reference", "evaluate", "out_dtype", "SEED", "WARM_CALLS",
-           "all_zero", "warm_up", "trained_params", "grad_pairs"]
+           "all_zero", "warm_up", "trained_params", "grad_pairs", "failure_reason",
+           "TREES_LIVENESS_NOTE"]
 
 SEED = 1234  # every compared call sequence starts from this RNG state (dropout & co.)
 WARM_CALLS = 3  # after preparation: compile happens on the first, autotuning after
@@ -219,6 +220,20 @@ def _in_time(deadline: float, doing: str) -> None:
         raise OutOfTime(f"the --budget-s deadline came while {doing}")
 
 
+# torch's own words for a CUDA graph trees failure (reduce-overhead, max-autotune) that is
+# its open bug, not the candidate's: said so beside them
+_TREES_LIVENESS = "graph recording observed an input tensor deallocate"
+TREES_LIVENESS_NOTE = ("a known CUDA graph trees failure in torch (pytorch/pytorch#154306: "
+                       "a tensor that died while the graph was recorded lived at a replay)")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The candidate's failure as its reason shows it: the exception's first line, and
+    what is known of it."""
+    said = first_line(exc)
+    return f"{said} ({TREES_LIVENESS_NOTE})" if _TREES_LIVENESS in str(exc) else said
+
+
 def warm_up(cand: Candidate, sync: Callable[[], None], deadline: float, t0: float) -> None:
     """Prepare (compile options, capture) and make the WARM_CALLS warm calls, checking
     the deadline between calls; `t0`: when the preparation began (for the message).
@@ -315,7 +330,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
         _free(ctx.device)
         return _abandoned(res, exc)
     except Exception as exc:  # noqa: BLE001 - compile/capture/OOM: a reason, not a crash
-        res.reason = f"{'preparing' if cand.prepare else 'applying'}: {first_line(exc)}"
+        res.reason = f"{'preparing' if cand.prepare else 'applying'}: {failure_reason(exc)}"
         del cand, w
         _free(ctx.device)
         return res, None
@@ -347,7 +362,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     except OutOfTime as exc:
         return _abandoned(res, exc)
     except Exception as exc:  # noqa: BLE001
-        res.reason = f"running: {first_line(exc)}"
+        res.reason = f"running: {failure_reason(exc)}"
         return res, None
     tol = tolerance_given_noise(ref.out_dtype, cand.precision or ctx.reference_precision,
                                 ref.nondeterminism)
@@ -375,7 +390,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
     except OutOfTime as exc:
         return _abandoned(res, exc)
     except Exception as exc:  # noqa: BLE001
-        res.reason = f"timing: {first_line(exc)}"
+        res.reason = f"timing: {failure_reason(exc)}"
         return res, None
     if warm is not None:
         problems, cnotes = compile_problems(warm, dynamo_snapshot())
