@@ -51,6 +51,30 @@ def call(t0, slow=1.0):
             x("aten::relu", t0 + 40 * slow, 10)]
 
 
+def test_the_main_thread_is_not_autograds_device_thread(tmp_path):
+    """A DDP training step on CUDA recorded plainly: the user's thread makes 4 top-level
+    calls a step, autograd's device thread 50 (one per backward node, DDP's bucket hooks
+    among them in an order that varies): the user's share of the top-level events is
+    under MAIN_SHARE (on two H200s: 50 of 597), and the steps are the user's calls."""
+    events = []
+    for k, t0 in enumerate((1000, 3000, 5000)):
+        events += [x("Optimizer.zero_grad#SGD.zero_grad", t0, 10, cat="user_annotation"),
+                   x("DistributedDataParallel.forward", t0 + 20, 300,
+                     cat="user_annotation"),
+                   x("aten::mse_loss", t0 + 330, 10),
+                   x("Optimizer.step#SGD.step", t0 + 1500, 100, cat="user_annotation")]
+        nodes = [f"autograd::engine::evaluate_function: Node{i}" for i in range(46)]
+        hooks = ["torch.distributed.ddp.reducer::copy_bucket_to_grad"] * 4
+        order = nodes[:10 + k] + hooks + nodes[10 + k:]  # the hooks move step to step
+        events += [x(n, t0 + 400 + 20 * i, 10, tid=2) for i, n in enumerate(order)]
+    cols = find_steps(trace(tmp_path, events))
+    assert cols.step_rule.kind == "repeated calls"
+    # back to back; the last ends with the trace (its optimizer step, the last event)
+    assert [(round(ts), round(dur)) for _, ts, dur in cols.steps] == [
+        (1000, 2000), (3000, 2000), (5000, 1600)]
+    assert cols.steps_thread == 0  # the user's thread: the first of the trace's threads
+
+
 def test_repeated_calls_are_steps_and_the_startup_is_left_out(tmp_path):
     # The profiler starts at 0; three calls at 1000, 1100, 1200; nothing after the last.
     events = [x("[profiler start-up]", 0, 0, cat="python_function")]
