@@ -358,6 +358,27 @@ def test_hand_written_attention_is_detected():
     assert find_attention(count(sdpa, q, k, v).records) == []
 
 
+def test_sdpas_own_backward_is_not_hand_written_attention():
+    # CPU, SDPA with dropout in training: its math path's backward is bmm, mul, softmax
+    # backward, bmm, which read as two hand-written chains (torch 2.13: a 4-layer GPT-2
+    # using HF's "sdpa" attention was offered SDPA); a written attention's backward,
+    # which reads its forward's probabilities, stays
+    from gobrrr.counting import count
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 16, requires_grad=True) for _ in range(3))
+
+    def by_hand(q, k, v):
+        ((q @ k.transpose(-2, -1) / 4.0).softmax(-1) @ v).square().mean().backward()
+
+    def sdpa(q, k, v):
+        torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, dropout_p=0.1).square().mean().backward()
+
+    assert len(find_attention(count(by_hand, q, k, v).records)) == 2  # PV, and dV's
+    assert find_attention(count(sdpa, q, k, v).records) == []
+
+
 def test_catalog_selection():
     assert {s.name for s in catalog.select(["precision"])} == {"tf32", "bf16_autocast",
                                                                "bf16_cast"}

@@ -29,6 +29,7 @@ from typing import Any
 
 from gobrrr.counting import math_elements
 from gobrrr.gains import Gain, gain_from_saved
+from gobrrr.phases import BACKWARD
 from gobrrr.remedies.base import (
     PREP_COMPILE,
     STAGE_EXECUTION,
@@ -52,7 +53,30 @@ class AttentionMatch:
 
 
 def find_attention(records: list[Any]) -> list[AttentionMatch]:
-    """Hand-written attention chains among counted ops (in call order)."""
+    """Hand-written attention chains among counted ops (in call order); a chain in the
+    backward counts only beside a forward chain of the same module (`_written`)."""
+    return _written(_chains(records), {r.index: r for r in records})
+
+
+def _written(found: list[AttentionMatch], by_index: dict[int, Any]
+             ) -> list[AttentionMatch]:
+    """The chains the user's code wrote. The backward of other ops has the same shape: on
+    CPU, SDPA's math path (a GPT-2 training step with dropout, HF's "sdpa" attention)
+    runs its backward as bmm, mul, softmax backward, bmm, and the LM head's mm with the
+    loss's log-softmax backward looked like one more (torch 2.13: 10 chains found in a
+    4-layer GPT-2 whose forward wrote none, and SDPA offered to a model using it). A
+    written attention's backward stays: its forward chain names the module."""
+    def phase_of(m: AttentionMatch) -> str:
+        return str(by_index[m.ops[-2]].phase)  # its softmax's
+
+    written = {by_index[i].module for m in found if phase_of(m) != BACKWARD
+               for i in m.ops}
+    return [m for m in found if phase_of(m) != BACKWARD
+            or any(by_index[i].module in written for i in m.ops)]
+
+
+def _chains(records: list[Any]) -> list[AttentionMatch]:
+    """Every softmax(QK^T)V-shaped chain of the counted ops, forward or backward."""
     # storage -> (stage, chain of records): stage "score" after QK^T and pointwise
     # ops on it, "probs" after the softmax
     flow: dict[int, tuple[str, list[Any]]] = {}
