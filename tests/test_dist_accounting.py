@@ -308,3 +308,40 @@ def test_host_time_leaves_out_the_calls_that_wait_for_the_device():
     # doctor's own window (a user annotation) reads it the same way
     ann = [*events[1:], x("user_annotation", "gobrrr:dist-window", 0, 1000)]
     assert read_trace({"traceEvents": ann}, 0, 1, "cuda").host_us == pytest.approx(700.0)
+
+
+class _Exchange:
+    """The lockstep's all_gather as rank 0 sees it: its own object and rank 1's, given
+    per stage (the diagnosis's `_account` exchanges the collectives, then the paces)."""
+
+    def __init__(self, rank1: dict[str, object]) -> None:
+        self.rank1, self.stages = rank1, []
+
+    def all_gather(self, obj: object, what: str) -> list[object]:
+        self.stages.append(what)
+        return [obj, self.rank1[what]]
+
+
+def test_doctor_without_no_sync_paces_exchanges_each_ranks_trace_pace():
+    # --no-experiments (or a step neither DDP's nor FSDP2's): doctor takes the paces
+    # from the ranks' own traces, as analyze does; the exchanged traces carry no compute
+    from gobrrr.dist.accounting import trace_pace
+    from gobrrr.dist.diagnose import _account
+
+    r0, r1, matched = _host_bound_pair()
+    shared = r1.to_dict() | {"compute": [], "blocked": [], "bucket_copy": []}
+    ex = _Exchange({"sharing the collectives": (shared, None),
+                    "sharing the paces": trace_pace(r1, matched)})
+    a0 = _account(ex, r0, 1e-3, None)
+    assert ex.stages == ["sharing the collectives", "sharing the paces"]
+    assert a0.waiting_source == TRACE_PACES
+    assert a0.waiting_s == pytest.approx(50e-6)  # 1000 - 950 us a step, not 400
+    # a rank whose trace gives no pace (no host time read): the profiled rule stays
+    ex = _Exchange({"sharing the collectives": (shared, None), "sharing the paces": None})
+    assert _account(ex, r0, 1e-3, None).waiting_source != TRACE_PACES
+    # with every rank's no_sync pace the paces are not exchanged
+    nosync = NoSync(sync_s=1e-3, no_sync_s=0.9e-3)
+    ex = _Exchange({"sharing the collectives": (shared, 0.95e-3)})
+    a0 = _account(ex, r0, 1e-3, nosync)
+    assert ex.stages == ["sharing the collectives"] and a0.waiting_source == "no_sync paces"
+    assert a0.waiting_s == pytest.approx(50e-6)

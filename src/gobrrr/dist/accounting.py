@@ -69,7 +69,8 @@ from gobrrr.intervals import total_us
 from gobrrr.units import fmt_pct, fmt_s
 
 __all__ = ["CommAccount", "account", "waiting_from_paces", "caused_waiting",
-           "no_sync_comparison", "trace_paces", "PROFILED_WAITING_NOTE", "TRACE_PACES"]
+           "no_sync_comparison", "trace_pace", "trace_paces", "PROFILED_WAITING_NOTE",
+           "TRACE_PACES"]
 
 # waiting_source of the pace rule from the traces alone (module docstring)
 TRACE_PACES = "the ranks' paces in the profiled steps"
@@ -109,19 +110,24 @@ def waiting_from_paces(no_sync_s: Mapping[int, float]) -> dict[int, float]:
     return {r: max(0.0, slowest - s) for r, s in no_sync_s.items()}
 
 
+def trace_pace(trace: RankTrace, matched: Sequence[Matched]) -> float | None:
+    """One rank's pace per step from its own trace (module docstring): the larger of its
+    host's own time and its device's (non-communication work plus exposed transfer), in
+    seconds; None unless the trace is a CUDA one that read its host time."""
+    if trace.source != "cuda" or trace.host_us is None:
+        return None
+    transfer_us, _ = exposed_split_us(trace, matched)
+    device_us = total_us(trace.compute) + transfer_us
+    return max(float(trace.host_us), device_us) * 1e-6 / max(1, trace.steps)
+
+
 def trace_paces(traces: Sequence[RankTrace], matched: Sequence[Matched]
                 ) -> dict[int, float] | None:
-    """Each rank's pace per step from its trace (module docstring): the larger of its
-    host's own time and its device's (non-communication work plus exposed transfer), in
-    seconds; None unless every trace is a CUDA one that read its host time."""
-    if not traces or any(t.source != "cuda" or t.host_us is None for t in traces):
+    """Every rank's `trace_pace`; None unless every trace gives one."""
+    paces = {t.rank: trace_pace(t, matched) for t in traces}
+    if not traces or any(p is None for p in paces.values()):
         return None
-    out = {}
-    for t in traces:
-        transfer_us, _ = exposed_split_us(t, matched)
-        device_us = total_us(t.compute) + transfer_us
-        out[t.rank] = max(float(t.host_us or 0.0), device_us) * 1e-6 / max(1, t.steps)
-    return out
+    return {r: float(p) for r, p in paces.items() if p is not None}
 
 
 def account(trace: RankTrace, matched: Sequence[Matched], wall_s: float,

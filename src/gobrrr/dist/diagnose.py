@@ -44,7 +44,7 @@ from typing import Any
 
 from gobrrr.diagnosis import budget_for, report_for
 from gobrrr.dist import experiments as dx
-from gobrrr.dist.accounting import PROFILED_WAITING_NOTE, account
+from gobrrr.dist.accounting import PROFILED_WAITING_NOTE, TRACE_PACES, account, trace_pace
 from gobrrr.dist.ceilings import load_cached
 from gobrrr.dist.comm import WINDOW, RankTrace, match_collectives
 from gobrrr.dist.commread import read_trace
@@ -135,15 +135,25 @@ def profile_steps(fn: Callable[[], Any], ls: Lockstep, device: str, steps: int =
 
 def _account(ls: Lockstep, trace: RankTrace, wall_s: float, nosync: Any) -> Any:
     """This rank's CommAccount: the collectives of every rank (to match them) and every
-    rank's no_sync pace, exchanged on the control group."""
+    rank's no_sync pace, exchanged on the control group. Without no_sync paces (no
+    experiment ran: --no-experiments, a step DDP's or FSDP2's does not wrap) each rank's
+    pace from its own trace (accounting.trace_pace, CUDA) is exchanged instead, as
+    `gobrrr analyze` takes them from the ranks' traces: the exchanged traces leave out
+    the compute intervals a pace is read from."""
     mine = (trace.to_dict() | {"compute": [], "blocked": [], "bucket_copy": []},
             nosync.no_sync_s if nosync is not None else None)
     got = ls.all_gather(mine, "sharing the collectives")
     traces = [RankTrace.from_dict(t) for t, _ in got]
     matched, _notes = match_collectives(traces)
     paces = {r: float(p) for r, (_t, p) in enumerate(got) if p is not None}
-    return account(trace, matched, wall_s, paces if len(paces) == len(got) else None,
-                   nosync.bound_fraction if nosync is not None else None)
+    no_sync_s = paces if len(paces) == len(got) else None
+    paces_s = None
+    if no_sync_s is None:
+        own = ls.all_gather(trace_pace(trace, matched), "sharing the paces")
+        if all(p is not None for p in own):
+            paces_s = {r: float(p) for r, p in enumerate(own)}
+    return account(trace, matched, wall_s, no_sync_s,
+                   nosync.bound_fraction if nosync is not None else None, paces_s=paces_s)
 
 
 def diagnose_distributed(world: World, target: str | None, device: str,
@@ -205,7 +215,7 @@ def diagnose_distributed(world: World, target: str | None, device: str,
     for line in state.warnings:
         notes.append(f"{WARNING}{line}")
     acc = _account(ls, trace, wall.median_s, nosync)
-    if (trace.source == "cuda" and acc.waiting_source != "no_sync paces"
+    if (trace.source == "cuda" and acc.waiting_source not in ("no_sync paces", TRACE_PACES)
             and acc.waiting_profiled_s > 0):
         notes.append(PROFILED_WAITING_NOTE)
     run = MeasuredRun(source="ranks", workload=w.to_dict(), device=w.device, timing=wall,

@@ -227,7 +227,7 @@ def merge(summaries: list[RankSummary], *, world_size: int, backend: str, device
             no_sync_comparison(a.to_dict(), no_sync)))
         notes += g.trace.notes
     accounts = [g.account for g in summaries]
-    if any(a.waiting_source != "no_sync paces" and a.waiting_profiled_s > 0
+    if any(a.waiting_source not in ("no_sync paces", TRACE_PACES) and a.waiting_profiled_s > 0
            and a.time_basis == "kernel seconds" for a in accounts):
         notes.append(PROFILED_WAITING_NOTE)
     paces = {g.rank: g.no_sync.no_sync_s for g in summaries
