@@ -10,12 +10,15 @@
 #        ResNet-50: dist_models_gpu.sh, traces kept)
 #   OUT=$OUT bash benchmarks/run4_x2.sh run      # a user's DDP training scripts (GPT-2,
 #        ResNet-50: run_scripts/train_ddp.py) under `torchrun -m gobrrr run`
+#   OUT=$OUT bash benchmarks/run4_x2.sh contention   # resnet50_ddp's and gpt2_ddp's
+#        compute kernels with and without DDP's all-reduce beside them
+#        (nccl_contention_x2.py: the 13-15 points of resnet50_ddp's bound unexplained)
 # Each part then reads its kept rank traces with `gobrrr analyze` on the same machine
 # (dist_analyze_check.py: analyze's split against the doctor's of the same run); the
 # comparison stays in analyze_check.json. At most 8 files come back from $OUT: each
 # part ends by packing its files into run4-PART.tgz and its rank traces into
 # run4-PART-traces.tgz (to read here, not to commit), the log left beside them.
-part=${1:?dist, fsdp or run}
+part=${1:?dist, fsdp, run or contention}
 . benchmarks/gpu_preamble.sh run4 "$part"
 CACHE=${CACHE:-/tmp/run4-cache}; mkdir -p "$CACHE"
 export XDG_CACHE_HOME=$CACHE  # the calibrations of the dist part serve the later parts
@@ -47,6 +50,12 @@ run)
       --json "$OUT/run_${model}_ddp.json" --html "$OUT/run_${model}_ddp.html" \
       benchmarks/run_scripts/train_ddp.py --model $model --steps 60 2>&1 \
       | grep -v USDT | tail -30
+  done ;;
+contention)
+  for spec in resnet50_ddp:64 gpt2_ddp:8; do
+    timeout 240 $PY -m torch.distributed.run --standalone --nproc-per-node 2 \
+      benchmarks/nccl_contention_x2.py "$OUT/contention_${spec%%:*}" --target "${spec%%:*}" \
+      --batch "${spec##*:}" 2>&1 | grep -v -e USDT -e Warn | tail -4
   done ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
