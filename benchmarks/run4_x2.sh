@@ -12,7 +12,9 @@
 #        ResNet-50: run_scripts/train_ddp.py) under `torchrun -m gobrrr run`
 #   OUT=$OUT bash benchmarks/run4_x2.sh contention   # resnet50_ddp's and gpt2_ddp's
 #        compute kernels with and without DDP's all-reduce beside them
-#        (nccl_contention_x2.py: the 13-15 points of resnet50_ddp's bound unexplained)
+#        (nccl_contention_x2.py: the 13-15 points of resnet50_ddp's bound unexplained);
+#        then ddp_comm's and ddp_compute's ranks traced the plain way against their
+#        no_sync bound (plain_ranks.py, issue 23)
 # Each part then reads its kept rank traces with `gobrrr analyze` on the same machine
 # (dist_analyze_check.py: analyze's split against the doctor's of the same run); the
 # comparison stays in analyze_check.json. At most 8 files come back from $OUT: each
@@ -56,6 +58,14 @@ contention)
     timeout 240 $PY -m torch.distributed.run --standalone --nproc-per-node 2 \
       benchmarks/nccl_contention_x2.py "$OUT/contention_${spec%%:*}" --target "${spec%%:*}" \
       --batch "${spec##*:}" 2>&1 | grep -v -e USDT -e Warn | tail -4
+  done
+  # issue 23: the same job's ranks traced the plain way, against their no_sync bound
+  for ex in ddp_comm ddp_compute; do
+    timeout 150 $PY -m torch.distributed.run --standalone --nproc-per-node 2 \
+      benchmarks/plain_ranks.py "$OUT/plain_$ex" --example $ex --device cuda 2>&1 \
+      | grep -v -e USDT -e Warn | tail -3
+    timeout 120 $PY benchmarks/plain_ranks.py --analyze "$OUT/plain_$ex"
+    mkdir -p "$OUT/traces_plain_$ex" && mv "$OUT/plain_$ex"/rank*.json "$OUT/traces_plain_$ex/"
   done ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
