@@ -246,3 +246,61 @@ def test_on_cuda_a_gpu_bound_call_issues_fast_and_a_sync_gets_none():
     first = measure_host_issue(checks_first, wall_s, 1.0, hold, sync)
     assert first.issue_s is not None and first.issue_s < 0.2 * wall_s, first
     assert "timed with the GPU running" in first.note
+
+
+def _records():
+    """X = A @ W; Y = X + 1; Z = gelu(Y); a view of Z; U = Z' @ W; V = U + 1; C = V
+    copied: two extern GEMMs and two fusable chains (the second with its copy)."""
+    from gobrrr.counting import OpRecord
+
+    ops = [("aten::mm", "matmul", (1, 2), 10), ("aten::add", "pointwise", (10,), 11),
+           ("aten::gelu", "pointwise", (11,), 12), ("aten::view", "view", (12,), 12),
+           ("aten::mm", "matmul", (12, 2), 13), ("aten::add", "pointwise", (13,), 14),
+           ("aten::clone", "copy", (14,), 15)]
+    return [OpRecord(index=i, op=op, module="Global", phase="forward", op_class=cls,
+                     dtype="fp32", flops=0, bytes=0, tensor_core_unit=None,
+                     has_formula=True, reads=reads, writes=((out, 4),))
+            for i, (op, cls, reads, out) in enumerate(ops)]
+
+
+def test_the_default_compile_launches_one_kernel_per_chain_and_extern_call():
+    from gobrrr.budget import compiled_launches
+
+    # every op that launched one kernel but the view, and one kernel outside any op
+    assert compiled_launches(_records(), [0, 1, 2, 4, 5, 6, None]) == (7, 5)
+    # an op launching three kernels (cuDNN's transposes around a convolution) is one call
+    assert compiled_launches(_records(), [0, 0, 0, 1, 2, 4, 5, 6]) == (8, 4)
+    # a chain broken by a GEMM between its ops stays two kernels
+    assert compiled_launches(_records()[:4], [1, 2]) == (2, 1)
+
+
+def test_the_default_compile_on_cuda_issues_fewer_launches(round_cuda_ceilings):
+    # a host-bound call on CUDA: T 8 ms, 1 ms of kernels (7 of them, 5 after fusion),
+    # issued in 8 ms. The issue time scales with the launches: 8 x 5/7 = 5.714 ms; the
+    # idle time with it: 7 x 2/7 = 2 ms saved, T - saved = 6 ms, above the floor
+    # (1 ms of kernels beside 5.714 of issuing, scaled by 8 / hypot(1, 8): 5.757 ms)
+    from gobrrr.budget import KernelRow
+    from gobrrr.remedies.compiled import predict_default
+
+    kernels = [KernelRow("k", i, None, 1e-3 / 7, "memory") for i in (0, 1, 2, 4, 5, 6, None)]
+
+    class Ctx:  # what the compile's prediction reads of a Context
+        device, diagnosed, records = "cuda", True, _records()
+        ceilings, param_storages = round_cuda_ceilings, ()
+        budget = replace(budget(7e-3, 1e-3, 0.0, host_issue_s=8e-3), kernels=kernels)
+
+    g = predict_default(Ctx())
+    assert g.host_left_s == pytest.approx(8e-3 * 5 / 7)
+    assert g.saved_s == {"overhead": pytest.approx(2e-3)}
+    assert floor_ms(1, 8 * 5 / 7, 8, 1, 8) == pytest.approx(5.757, abs=1e-3)
+    assert g.speedup == pytest.approx(8 / 6)
+    assert g.basis == ("Inductor's fusion launches ~5 kernels where eager launched 7: the "
+                       "host's issue time 8 ms scales with them to 5.71 ms (each launch "
+                       "costing what an eager one did, an upper bound), and the GPU's idle "
+                       "time between launches with it: 2 ms")
+    # beside a remedy that shortens the kernels, the issuing it leaves is the floor
+    both = combine(Ctx.budget, [gain_from_saved(Ctx.budget, {"memory": 0.9e-3}, "x"), g])
+    assert both.speedup == pytest.approx(8 / floor_ms(0.1, 8 * 5 / 7, 8, 1, 8))
+    # no measured issue time (a trace): fusion alone, as before
+    Ctx.budget = replace(Ctx.budget, host_issue_s=None)
+    assert predict_default(Ctx()).speedup is None

@@ -48,7 +48,8 @@ from gobrrr.units import fmt_num, fmt_pct, fmt_s
 
 __all__ = ["RowBudget", "CallRow", "KernelRow", "Budget", "compute_budget", "peak_for",
            "BELOW_ROOF_FRACTION", "LOW_ROOF_FRACTION", "INSTRUCTION_EXPLAINS_FRACTION",
-           "REGIMES", "LIMITS", "FUSABLE_CLASSES", "fusable_bytes_saved", "OpBound",
+           "REGIMES", "LIMITS", "FUSABLE_CLASSES", "fusable_bytes_saved",
+           "compiled_launches", "OpBound",
            "classify", "math_floor", "roof_band", "likely_cause", "with_communication",
            "with_data_loading", "COMMUNICATION"]
 
@@ -672,3 +673,52 @@ def fusable_bytes_saved(records: list[OpRecord]) -> tuple[int, int]:
         for ptr, nbytes in r.writes:
             produced[ptr] = nbytes
     return min(saved, total), total
+
+
+def compiled_launches(records: list[OpRecord], kernel_ops: list[int | None]
+                      ) -> tuple[int, int]:
+    """(kernels the eager call launched, an estimate of the kernels Inductor's default
+    compile launches for it). `kernel_ops`: the launching op's record index of every
+    eager kernel (None: outside any op, which stays). Fusable ops (FUSABLE_CLASSES and
+    copies, which Inductor folds into their neighbours' loads and stores) joined by a
+    tensor one writes and another reads become one kernel per joined group; any other op
+    that launched is one extern call (a GEMM, a convolution, attention). Views launch
+    nothing. Checked on the H200's plain traces (session s, torch 2.11): GPT-2 8x512
+    eager 259 kernels, estimated 122, compiled 134; ResNet-50 b256 285, 108 and 128; the
+    MLP at batch 1 8, 8 and 8 a call. An estimate: Inductor also fuses across what this
+    keeps apart (a reduction into its consumer) and splits what it joins."""
+    per_op: dict[int, int] = {}
+    outside = 0
+    for i in kernel_ops:
+        if i is None:
+            outside += 1
+        else:
+            per_op[i] = per_op.get(i, 0) + 1
+    joinable = (*FUSABLE_CLASSES, "copy")
+    group: dict[int, int] = {}  # union-find over the fusable ops that launched
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    producer: dict[int, int] = {}  # storage -> the fusable op that last wrote it
+    extern = 0
+    for r in records:
+        if not per_op.get(r.index):
+            continue
+        if r.op_class not in joinable:
+            extern += 1
+            for ptr, _ in r.writes:
+                producer.pop(ptr, None)
+            continue
+        group[r.index] = r.index
+        for ptr in r.reads:
+            if ptr in producer:
+                group[root(r.index)] = root(producer[ptr])
+        for ptr, _ in r.writes:
+            producer[ptr] = r.index
+    fused = len({root(i) for i in group})
+    return sum(per_op.values()) + outside, extern + fused + outside
+

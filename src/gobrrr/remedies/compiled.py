@@ -6,9 +6,11 @@ freezing (inference: parameters become constants, what depends on them alone is 
 Predictions come from the diagnose budget (remedies/savings.py): fusion saves the bytes
 of intermediates (bytes before / bytes after), CUDA graphs save the GPU's idle time, at
 most the dispatch of the ops that ran; on CPU compiling saves at most the Python/dispatch
-time; autotuning is credited with part of the matmul time above its roofline; freezing
-with the time of the ops that compute from parameters alone. Savings of different kinds
-add (they come out of different ops of the budget).
+time; on CUDA the default mode's fewer launches shorten the host's issue time and the
+GPU's idle time between launches (savings.fewer_launches); autotuning is credited with
+part of the matmul time above its roofline; freezing with the time of the ops that
+compute from parameters alone. Savings of different kinds add (they come out of
+different ops of the budget).
 
 Health checks (verify.compile_problems): dynamo is reset before each variant (the
 recompile-limit trap (docs/reference.md) accumulates cache entries on one code object),
@@ -85,10 +87,12 @@ def _gemm_gap(ctx: Context) -> savings.Saving:
 
 
 def predict_default(ctx: Context) -> Gain:
-    """torch.compile's default mode: fusion; on CPU also the dispatch of the fused ops
-    (on CUDA the generated code still launches each kernel from Python)."""
+    """torch.compile's default mode: fusion; on CPU also the dispatch of the fused ops;
+    on CUDA, where the generated code still launches each kernel from Python, the fewer
+    launches (savings.fewer_launches)."""
     if ctx.device == "cuda":
-        return savings.gain_of(ctx, savings.fusion)
+        return savings.gain_of(ctx, savings.fusion, savings.fewer_launches,
+                               host_left_s=savings.compiled_host_left_s(ctx))
     return savings.gain_of(ctx, _cpu_dispatch, savings.fusion)
 
 
@@ -105,7 +109,9 @@ def _predict_autotune(ctx: Context) -> Gain:
 def _predict_freezing(ctx: Context) -> Gain:
     """Applied alone it compiles in the default mode: the default's gain plus folding."""
     if ctx.device == "cuda":
-        return savings.gain_of(ctx, savings.fusion, savings.constant_folding)
+        return savings.gain_of(ctx, savings.fusion, savings.fewer_launches,
+                               savings.constant_folding,
+                               host_left_s=savings.compiled_host_left_s(ctx))
     return savings.gain_of(ctx, _cpu_dispatch, savings.fusion, savings.constant_folding)
 
 
