@@ -26,29 +26,12 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def _timed(step: Any, args: tuple, ctx: Any, device: str, n: int) -> float:
-    """Seconds per step over n steps, synchronized at the end."""
-    _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        with ctx():
-            step(*args)
-    _sync(device)
-    return (time.perf_counter() - t0) / n
+from plain_ranks import step_s as _timed  # noqa: E402  (benchmarks/ on the path first)
+from plain_ranks import sync as _sync  # noqa: E402
 
 
 def _kernels(step: Any, args: tuple, ctx: Any, device: str, k: int) -> dict[str, list]:

@@ -29,20 +29,21 @@ from pathlib import Path
 from typing import Any
 
 
-def _sync(device: str) -> None:
+def sync(device: str) -> None:
     import torch
 
     if device == "cuda":
         torch.cuda.synchronize()
 
 
-def _step_s(step: Any, args: tuple, ctx: Any, device: str, n: int) -> float:
-    _sync(device)
+def step_s(step: Any, args: tuple, ctx: Any, device: str, n: int) -> float:
+    """Seconds per step over n steps under `ctx()`, synchronized at the end."""
+    sync(device)
     t0 = time.perf_counter()
     for _ in range(n):
         with ctx():
             step(*args)
-    _sync(device)
+    sync(device)
     return (time.perf_counter() - t0) / n
 
 
@@ -65,18 +66,18 @@ def record(out: Path, example: str, batch: int, device: str, rounds: int) -> Non
     ctxs = {"sync": contextlib.nullcontext, "no_sync": ddp.no_sync}
     for _ in range(3):
         for c in ctxs.values():
-            _step_s(step, args, c, device, 1)
+            step_s(step, args, c, device, 1)
     walls: dict[str, list[float]] = {k: [] for k in ctxs}
     for _ in range(rounds):
         for name, c in ctxs.items():
             dist.barrier()
-            walls[name].append(_step_s(step, args, c, device, 5))
+            walls[name].append(step_s(step, args, c, device, 5))
     dist.barrier()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=acts, record_shapes=True) as prof:
         for _ in range(4):
             step(*args)
-        _sync(device)
+        sync(device)
     out.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(out / f"rank{rank}.json"))
     mine = {"rank": rank, "sync_s": statistics.median(walls["sync"]),
