@@ -14,6 +14,10 @@
 #    step, the compiled chain) recorded twice each, doctor three times after each with
 #    the user's loop after every doctor (plain_traces_gpu.py --doctors=3): analyze
 #    --step-ms against doctor's median run, beside how far doctor's runs lay apart.
+# 3. train (issues 23 and 24): plain traces of the compiled training step (issue 23's set
+#    lacks it) and of the optimize table's training row with the optimizer fused and
+#    bf16 autocast, eager and compiled (default mode), doctor once after each
+#    (TRAIN=names): where that compile's own gain comes from, read with analyze.
 part=${1:?part}
 . benchmarks/gpu_preamble.sh "${TAG:-session_v}" "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
@@ -51,6 +55,12 @@ if [[ $part == plain ]]; then
     ${PLAIN:-gpt2_train_4x256 gpt2_train_4x256 pointwise@default pointwise@default} \
     2>&1 | grep -v -e USDT -e Warn | cut -c1-400
   tar czf "$OUT/plain.tgz" -C "$OUT" plain && rm -rf "$OUT/plain"
+fi
+if [[ $part == train ]]; then
+  timeout 540 python3 benchmarks/plain_traces_gpu.py "$OUT/train" --doctors=1 \
+    ${TRAIN:-gpt2_train_4x256@default gpt2_train_bf16_8x256 gpt2_train_bf16_8x256@default} \
+    2>&1 | grep -v -e USDT -e Warn | cut -c1-400
+  tar czf "$OUT/train.tgz" -C "$OUT" train && rm -rf "$OUT/train"
 fi
 if [[ ${TESTS_S:-0} != 0 ]]; then
   timeout "$TESTS_S" python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 \
