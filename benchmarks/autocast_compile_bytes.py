@@ -90,6 +90,9 @@ def main() -> None:
         return original(self)
 
     inductor_graph.GraphLowering.count_bytes = count_bytes  # type: ignore[method-assign]
+    # a cached graph is not scheduled again, so its bytes would not be counted
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
     torch._logging.set_logs(inductor_metrics=True)  # count_bytes runs only when logged
     logging.getLogger("torch._inductor").setLevel(logging.WARNING)
     for name, autocast in (("fp32", False), ("bf16_autocast", True)):
