@@ -42,6 +42,16 @@ def test_softmax():
     assert rec.bytes == FP32 * (40 + 40)
 
 
+def test_safe_softmax_is_a_softmax():
+    # the attention math path's softmax (fully masked rows give 0, not NaN)
+    x = torch.randn(4, 10)
+    r = count(lambda: torch.ops.aten._safe_softmax(x, -1))
+    (rec,) = r.records
+    assert rec.op == "aten::_safe_softmax" and rec.op_class == "softmax"
+    assert rec.flops == 200 and rec.has_formula  # 5 per element, as _softmax
+    assert rec.bytes == FP32 * (40 + 40)
+
+
 def test_layer_norm_with_and_without_affine():
     x = torch.randn(4, 10)
     ln = nn.LayerNorm(10)

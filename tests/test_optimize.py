@@ -380,6 +380,24 @@ def test_sdpas_own_backward_is_not_hand_written_attention():
     assert find_attention(count(sdpa, q, k, v).records) == []
 
 
+def test_sdpas_math_path_is_not_hand_written_attention():
+    # SDPA's math path (here forced; on CUDA where no fused kernel takes the inputs) runs
+    # bmm, _safe_softmax, bmm: a softmax (counting.py), but not one the user wrote
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from gobrrr.counting import count
+
+    q, k, v = (torch.randn(2, 4, 64, 16) for _ in range(3))
+
+    def math_path(q, k, v):
+        with sdpa_kernel(SDPBackend.MATH):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    records = count(math_path, q, k, v).records
+    assert "aten::_safe_softmax" in {r.op for r in records}
+    assert find_attention(records) == []
+
+
 def test_catalog_selection():
     assert {s.name for s in catalog.select(["precision"])} == {"tf32", "bf16_autocast",
                                                                "bf16_cast"}

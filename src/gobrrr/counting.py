@@ -172,8 +172,11 @@ _POINTWISE_FLOPS_PER_ELEMENT = {"addcmul": 2, "addcdiv": 2, "lerp": 3}
 
 # Softmax along a dim: max, subtract, exp, sum, divide = 5 operations per element.
 # Backward (grad - sum(grad*y)) * y: multiply, sum, subtract, multiply = 4 per element.
-_SOFTMAX = {"_softmax": 5, "_log_softmax": 5, "_softmax_backward_data": 4,
-            "_log_softmax_backward_data": 4}
+# _safe_softmax is softmax whose fully masked rows give 0 rather than NaN (the attention
+# math path's: on CPU a GPT-2 training step under SDPA with dropout ran it, counted as an
+# "other" op with no formula and left out of the fusion estimate).
+_SOFTMAX = {"_softmax": 5, "_log_softmax": 5, "_safe_softmax": 5,
+            "_softmax_backward_data": 4, "_log_softmax_backward_data": 4}
 
 # Element-wise math whose cost per element the calibration measures (hardware.py: exp
 # and a row softmax, elements/s per dtype), by op: its kind. Only ops whose math per
@@ -182,7 +185,8 @@ _SOFTMAX = {"_softmax": 5, "_log_softmax": 5, "_softmax_backward_data": 4,
 #   with a log per row in place of a divide per element. NB: backward is not calibrated.
 # - exp: exp, exp2, expm1; sigmoid = 1 / (1 + exp(-x)) and silu = x * sigmoid(x) compute
 #   one exponential and more. (tanh, erf/GELU: costs not established against exp; left out.)
-_MATH_KIND = {"_softmax": "softmax", "_log_softmax": "softmax", "exp": "exp",
+_MATH_KIND = {"_softmax": "softmax", "_log_softmax": "softmax",
+              "_safe_softmax": "softmax", "exp": "exp",
               "exp2": "exp", "expm1": "exp", "sigmoid": "exp", "silu": "exp"}
 
 # Normalizations: fvcore's convention (fvcore/nn/jit_handles.py, norm_flop_counter):

@@ -43,6 +43,10 @@ from gobrrr.units import fmt_s
 __all__ = ["AttentionMatch", "find_attention", "SPEC", "rewrite_fired"]
 
 _PASS_THROUGH = ("pointwise", "copy", "view")
+# The softmax of SDPA's own math path (fully masked rows give 0): its bmm, softmax, bmm
+# are scaled_dot_product_attention's decomposition (on CPU with dropout, on CUDA where no
+# fused kernel takes the inputs), not attention the user wrote.
+_SDPA_SOFTMAX = frozenset({"aten::_safe_softmax"})
 
 
 @dataclass
@@ -98,7 +102,7 @@ def _chains(records: list[Any]) -> list[AttentionMatch]:
         score = next((c for c in came if c[0] == "score"), None)
         if score is None:
             continue
-        if r.op_class == "softmax":
+        if r.op_class == "softmax" and r.op not in _SDPA_SOFTMAX:
             for ptr, _ in r.writes:
                 flow[ptr] = ("probs", [*score[1], r])
         elif r.op_class in _PASS_THROUGH:
