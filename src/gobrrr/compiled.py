@@ -16,7 +16,8 @@
   arguments (inputs and outputs, as Inductor's own byte count does). On CPU, Inductor's
   C++ kernels are not visible to the profiler: their time is the graph call's time minus
   the ATen ops inside it, and their FLOPs and bytes are estimated from the eager twin
-  (its non-matmul FLOPs; its fusable bytes after a perfect fusion) and said to be.
+  (its non-matmul FLOPs; its fusable bytes after Inductor's fusion as
+  budget.fusable_bytes_saved estimates it) and said to be.
   Kernels replayed from a CUDA graph (mode="reduce-overhead") carry no shapes either:
   the GEMM-like ones get the eager twin's matmul work, the others its other work.
 """
@@ -354,7 +355,7 @@ def _add_cpp_kernels(run: ProfiledRun, window: Any, eager: CountResult) -> None:
     """CPU: Inductor's generated C++ kernels run inside each graph call without profiler
     events. Their time: the graph calls' time minus the ATen ops inside them. Their FLOPs
     and bytes (approximate): the eager twin's non-matmul FLOPs, and its fusable ops' bytes
-    after a perfect fusion (budget.fusable_bytes_saved)."""
+    after fusion (budget.fusable_bytes_saved's estimate)."""
 
     calls = [e for e in walk_events(window) if str(e.name).startswith("## Call CompiledFxGraph")]
     if not calls:
@@ -377,8 +378,8 @@ def _add_cpp_kernels(run: ProfiledRun, window: Any, eager: CountResult) -> None:
 def _replayed_kernels(run: ProfiledRun, kernels: list[Any], eager: CountResult) -> list[Any]:
     """Kernels replayed from a CUDA graph, attributed to two records that carry the eager
     twin's work (approximate, and named so): its matmul-class ops (FLOPs, bytes, unit) for
-    the GEMM/conv/attention kernels, and its other ops for the rest, with bytes after a
-    perfect fusion (what Inductor's fused kernels move at best)."""
+    the GEMM/conv/attention kernels, and its other ops for the rest, with bytes after
+    fusion (budget.fusable_bytes_saved's estimate of what Inductor's kernels move)."""
 
     if not kernels:
         return []

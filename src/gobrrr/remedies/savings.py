@@ -197,9 +197,10 @@ def compiled_host_left_s(ctx: Context) -> float | None:
 
 
 def fusion(ctx: Context) -> Saving:
-    """Inductor fuses pointwise/norm/softmax/reduction chains: an intermediate written and
-    read back by the next op stays on chip (budget.fusable_bytes_saved, an upper bound);
-    the fusable ops' memory-bound time shrinks with their bytes."""
+    """Inductor fuses pointwise/norm/softmax/reduction chains: an intermediate read only
+    inside its kernel stays on chip (budget.fusable_bytes_saved: an estimate checked
+    against Inductor's own byte count); the fusable ops' memory-bound time shrinks with
+    their bytes."""
     b = ctx.budget
     assert b is not None
     saved_bytes, fusable_bytes = fusable_bytes_saved(ctx.records)

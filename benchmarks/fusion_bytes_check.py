@@ -1,0 +1,133 @@
+"""gobrrr's fusion estimate against Inductor's own byte count, on real models (issue 24's
+compile predictions).
+
+torch.compile's predicted gain from fusion (remedies/savings.fusion) scales the
+memory-bound time of the fusable ops (budget.FUSABLE_CLASSES) by the bytes a perfect
+fusion of their chains leaves (budget.fusable_bytes_saved); every other op's time stays.
+By bytes, that predicts the kernels Inductor generates to move:
+    (fusable ops' bytes - saved) + the bytes of the other non-extern ops (copies, the
+    optimizer's foreach ops, scatter/gather backward, ...)
+This compiles the same workload (a `gobrrr` target, built from its config with random
+weights, as `gobrrr optimize` builds it) with Inductor's default mode and reads the read
++ write bytes of each scheduled node (GraphLowering.count_bytes, Inductor's
+`inductor_metrics`), its generated kernels apart from extern calls (GEMMs, convolutions,
+attention), with the FX graph and AOTAutograd caches off (a cached graph is not scheduled,
+and its bytes would go uncounted). Prints one JSON line per target: the eager bytes by
+op class, the estimate and Inductor's count.
+
+    python benchmarks/fusion_bytes_check.py TARGET [--batch N] [--seq-len N] [--train]
+        [--device cpu|cuda]
+
+On a CPU Inductor's C++ backend schedules the same buffers as on a GPU, mostly: its
+kernels are not Triton's, so a CPU row is a check of the estimate, not the H200's figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+EXTERN_CLASSES = ("matmul", "conv", "attention")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("target")
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--seq-len", type=int, default=None)
+    p.add_argument("--train", action="store_true")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    a = p.parse_args()
+    t0 = time.perf_counter()
+
+    import torch
+    import torch._inductor.graph as inductor_graph
+    from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
+
+    from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
+    from gobrrr.counting import count
+    from gobrrr.models import ModelOptions
+    from gobrrr.targets import load_target
+
+    w = load_target(a.target, a.device, a.batch,
+                    ModelOptions(seq_len=a.seq_len, train=a.train))
+    # one call first, as doctor warms up before it counts: a training step's first call
+    # also creates the optimizer's state (AdamW's zeros_like: 2 GB on GPT-2), which no
+    # later step, and no compiled one, does
+    w.fn(*w.args, **w.kwargs)
+    records = count(w.fn, *w.args, **w.kwargs).records
+    by_class: Counter[str] = Counter()
+    for r in records:
+        by_class[r.op_class] += r.bytes
+    saved, fusable = fusable_bytes_saved(records)
+    unfused = sum(b for c, b in by_class.items()
+                  if c not in (*FUSABLE_CLASSES, *EXTERN_CLASSES, "view"))
+    estimate = fusable - saved + unfused
+
+    graphs: list[Counter[str]] = []
+    original = inductor_graph.GraphLowering.count_bytes
+
+    def node_bytes(n: Any) -> int:
+        """Inductor's read + write bytes of one scheduled node. A fused node's own count
+        takes every buffer it touches whole (its element count is not known there): an
+        embedding fused into a layer norm read the whole 154 MB table of GPT-2 for 512
+        rows. So a fused node is counted from its parts, each of which bounds a buffer's
+        bytes by the elements it computes (Inductor's rule), a buffer once at its largest
+        part's, the buffers used only inside the node left out (as Inductor's own)."""
+        parts = n.get_nodes()
+        if len(parts) == 1:
+            return int(n.get_read_write_buffers_sizes())
+        names = {b.get_name() for x in parts for b in x.get_outputs()}
+        inside = {b for b in names
+                  if all(u.node in parts for u in self_scheduler[0].name_to_buf[b].users)}
+        per_buf: dict[str, int] = {}
+        for x in parts:
+            for buf, nbytes in x.get_read_write_buffer_accesses(
+                    include_reads=True, include_writes=True).items():
+                if buf not in inside:
+                    per_buf[buf] = max(per_buf.get(buf, 0), int(nbytes))
+        return sum(per_buf.values())
+
+    self_scheduler: list[Any] = [None]
+
+    def count_bytes(self: Any) -> Any:
+        kinds: Counter[str] = Counter()
+        self_scheduler[0] = self.scheduler
+        for n in self.scheduler.nodes:
+            kind = ("extern" if isinstance(n, ExternKernelSchedulerNode) else
+                    "nop" if isinstance(n, NopKernelSchedulerNode) else "generated")
+            kinds[kind] += node_bytes(n)
+        graphs.append(kinds)
+        return original(self)
+
+    inductor_graph.GraphLowering.count_bytes = count_bytes  # type: ignore[method-assign]
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    torch._logging.set_logs(inductor_metrics=True)  # count_bytes runs only when logged
+    logging.getLogger("torch._inductor").setLevel(logging.WARNING)
+    t1 = time.perf_counter()
+    torch.compile(w.fn)(*w.args, **w.kwargs)
+    compile_s = time.perf_counter() - t1
+    total: Counter[str] = Counter()
+    for g in graphs:
+        total.update(g)
+    gen = total["generated"]
+    print(json.dumps({
+        "target": a.target, "batch": a.batch, "seq_len": a.seq_len, "train": a.train,
+        "device": a.device, "torch": torch.__version__,
+        "eager_bytes_by_class": dict(by_class),
+        "fusable_bytes": fusable, "fusion_saved_bytes": saved, "unfused_other_bytes": unfused,
+        "estimate_generated_bytes": estimate,
+        "inductor_graphs": len(graphs), "inductor_bytes_by_kind": dict(total),
+        "inductor_bytes_by_graph": [dict(g) for g in graphs],
+        "estimate_over_inductor": round(estimate / gen, 3) if gen else None,
+        "compile_s": round(compile_s, 1), "seconds": round(time.perf_counter() - t0, 1)}),
+        flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Vision models from transformers' configs, random weights (FILE.py:NAME targets): ViT-B/16,
+ResNet-50 and ConvNeXt-T as transformers writes them, for benchmarks run on a machine
+without torchvision (this project's CPU machine: benchmarks/fusion_bytes_check.py).
+Inference under no_grad; `resnet50_train` is one AdamW training step (cross-entropy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _infer(model: Any, x: torch.Tensor) -> tuple[Any, tuple]:
+    model.eval()
+
+    def forward(x: torch.Tensor) -> Any:
+        with torch.no_grad():
+            return model(pixel_values=x).logits
+
+    return forward, (x,)
+
+
+def _train(model: Any, x: torch.Tensor) -> tuple[Any, tuple]:
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    y = torch.randint(0, 1000, (x.shape[0],), device=x.device)
+
+    def step(x: torch.Tensor) -> Any:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(pixel_values=x).logits, y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step, (x,)
+
+
+def _images(batch_size: int, device: str) -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.randn(batch_size, 3, 224, 224, device=device)
+
+
+def vit_b16(batch_size: int = 4, device: str = "cpu") -> tuple[Any, tuple]:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    model = ViTForImageClassification(ViTConfig(num_labels=1000)).to(device)
+    return _infer(model, _images(batch_size, device))
+
+
+def resnet50(batch_size: int = 8, device: str = "cpu") -> tuple[Any, tuple]:
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).to(device)
+    return _infer(model, _images(batch_size, device))
+
+
+def resnet50_train(batch_size: int = 8, device: str = "cpu") -> tuple[Any, tuple]:
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).to(device)
+    return _train(model, _images(batch_size, device))
+
+
+def convnext_tiny(batch_size: int = 8, device: str = "cpu") -> tuple[Any, tuple]:
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+
+    model = ConvNextForImageClassification(ConvNextConfig(num_labels=1000)).to(device)
+    return _infer(model, _images(batch_size, device))
