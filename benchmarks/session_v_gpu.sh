@@ -18,6 +18,10 @@
 #    lacks it) and of the optimize table's training row with the optimizer fused and
 #    bf16 autocast, eager and compiled (default mode), doctor once after each
 #    (TRAIN=names): where that compile's own gain comes from, read with analyze.
+# 4. fusion (issue 24): gobrrr's fusion estimate against the bytes Triton's kernels move
+#    by Inductor's count (fusion_bytes_check.py --device cuda) on the table's inference
+#    shapes and the training row, and autocast_compile_bytes.py --device cuda (CPU
+#    results: benchmarks/results/cpu/fusion_bytes/, .../autocast_compile_bytes/).
 part=${1:?part}
 . benchmarks/gpu_preamble.sh "${TAG:-session_v}" "$part"
 cold() {  # a fresh Inductor and Triton cache for one process
@@ -61,6 +65,23 @@ if [[ $part == train ]]; then
     ${TRAIN:-gpt2_train_4x256@default gpt2_train_bf16_8x256 gpt2_train_bf16_8x256@default} \
     2>&1 | grep -v -e USDT -e Warn | cut -c1-400
   tar czf "$OUT/train.tgz" -C "$OUT" train && rm -rf "$OUT/train"
+fi
+if [[ $part == fusion ]]; then
+  mkdir -p "$OUT/fusion"
+  while read -r name args; do
+    timeout 240 python3 benchmarks/fusion_bytes_check.py $args --device cuda \
+      > "$OUT/fusion/$name.json" 2> >(grep -v -e "^I1" -e "^W1" -e USDT | tail -5 >&2)
+    echo "$name rc $? $(cut -c1-300 "$OUT/fusion/$name.json")"
+  done <<'CASES'
+gpt2_8x512 hf:gpt2 --batch 8 --seq-len 512
+bert_32x128 hf:bert-base-uncased --batch 32 --seq-len 128
+vit_b32 torchvision:vit_b_16 --batch 32
+resnet50_b256 torchvision:resnet50 --batch 256
+convnext_b64 timm:convnext_tiny --batch 64
+gpt2_train_8x256 hf:gpt2 --batch 8 --seq-len 256 --train
+CASES
+  timeout 240 python3 benchmarks/autocast_compile_bytes.py --device cuda --layers 12 \
+    > "$OUT/fusion/autocast_gpt2_8x256.json" 2>/dev/null; echo "autocast rc $?"
 fi
 if [[ ${TESTS_S:-0} != 0 ]]; then
   timeout "$TESTS_S" python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 \
