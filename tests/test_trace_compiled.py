@@ -40,6 +40,42 @@ def test_an_inductor_kernel_counts_as_the_live_path_counts_it():
     assert (red.op_class, red.bytes, red.regime_hint) == ("reduction", 0, "memory")
 
 
+def test_an_inductor_kernel_is_charged_only_the_elements_it_computes():
+    # compiled GPT-2's first kernel on the H200 (8 x 512 tokens): embedding + position +
+    # layer norm, its sizes xnumel 4096 and r0_numel 768 after its buffers. Charged whole,
+    # the 50257 x 768 table made it 170 MB in 12.5 us: 13.6 TB/s against a 4.2 TB/s roof
+    k = count_recorded("triton_red_fused_add_arange_embedding_native_layer_norm_0",
+                       RecordedArgs([[8, 512], [50257, 768], [1024, 768], [768], [768],
+                                     [8, 512, 768], [], []],
+                                    ["long int", "float", "float", "float", "float",
+                                     "float", "Scalar", "Scalar"],
+                                    None, ["", "", "", "", "", "", "4096", "768"]))
+    n = 4096 * 768  # the elements it computes
+    # ids 4096 x 8 B; the table and wpe each at most n fp32 (wpe is 1024 x 768, less);
+    # the norm's weight and bias; the output
+    assert k.bytes == 4096 * 8 + n * 4 + 1024 * 768 * 4 + 2 * 768 * 4 + n * 4
+    assert k.op_class == "reduction"
+    # no sizes recorded (or a 0 among them): every argument whole, as before
+    whole = count_recorded("triton_poi_fused_add_0", RecordedArgs(
+        [[1024], [4096], []], ["float", "float", "Scalar"], None, ["", "", "0"]))
+    assert whole.bytes == (1024 + 4096) * 4
+
+
+def test_inductor_kernels_are_classed_by_their_kind_not_the_ops_they_fused():
+    from gobrrr.profile import is_compute_kernel
+    from gobrrr.recorded import op_class_by_name
+
+    # a bias add + GELU after an extern addmm, a qkv split before attention, a batch
+    # norm + ReLU after an extern convolution: pointwise kernels, no math of a matmul
+    for name in ("triton_poi_fused_add_addmm_mul_pow_tanh_view_5",
+                 "triton_poi_fused__scaled_dot_product_efficient_attention_0",
+                 "triton_poi_fused_convolution_relu_3"):
+        assert op_class_by_name(name) == "pointwise" and not is_compute_kernel(name)
+    assert op_class_by_name("triton_per_fused_add_addmm_native_layer_norm_7") == "reduction"
+    assert op_class_by_name("triton_tem_fused_mm_0") == "matmul"
+    assert is_compute_kernel("triton_tem_fused_mm_0")  # a template GEMM is math
+
+
 def _compiled_step(t0, ext, corr, kernel_us):
     """One call of a compiled pointwise function on CUDA, as torch 2.11 records it."""
     dims = {"Input Dims": [[1024, 1024], [1024, 1024], [1024, 1024], []],

@@ -13,7 +13,8 @@
   One call under the torch profiler with `record_shapes`; every kernel-launching op of
   the compiled code becomes a record: extern ATen ops (mm, addmm, convolution, attention)
   with FLOPs from their recorded shapes, Triton kernels with bytes from their launch
-  arguments (inputs and outputs, as Inductor's own byte count does). On CPU, Inductor's
+  arguments (inputs and outputs, each at most the elements the kernel's recorded sizes
+  say it computes, as Inductor's own byte count bounds them). On CPU, Inductor's
   C++ kernels are not visible to the profiler: their time is the graph call's time minus
   the ATen ops inside it, and their FLOPs and bytes are estimated from the eager twin
   (its non-matmul FLOPs; its fusable bytes after Inductor's fusion as
@@ -43,6 +44,9 @@ from gobrrr.profile import (
 from gobrrr.recorded import (
     COMPILED_GRAPH_RANGES,
     args_bytes,
+    is_inductor_kernel,
+    kernel_args_bytes,
+    kernel_elements,
     matmul_flops,
     op_class_by_name,
 )
@@ -240,7 +244,11 @@ def _record(index: int, e: Any, dtypes: list[str], module: str, device: str) -> 
     args = _tensor_args(e, dtypes)
     name = str(e.name)
     op_class = op_class_by_name(name)
-    nbytes = args_bytes(args)
+    if is_inductor_kernel(name):  # each argument at most the elements it computes
+        concrete = list(getattr(e, "concrete_inputs", None) or [])
+        nbytes = kernel_args_bytes(args, kernel_elements(dtypes, concrete))
+    else:
+        nbytes = args_bytes(args)
     if op_class == "conv":
         out = _conv_output(e, args)
         flops = _conv_flops(e, args, out)

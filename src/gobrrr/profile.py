@@ -27,6 +27,7 @@ from gobrrr.counting import (
 )
 from gobrrr.errors import first_line
 from gobrrr.phases import is_collective
+from gobrrr.recorded import inductor_kind, is_inductor_kernel
 from gobrrr.run import Kernel, ProfiledRun
 from gobrrr.timing import measure
 from gobrrr.workload import Workload
@@ -60,7 +61,13 @@ _GEMV_KERNEL = re.compile(r"gemv", re.IGNORECASE)
 
 def is_math_kernel(name: str) -> bool:
     """A matmul's, convolution's or attention's own kernel (not its transposes or split-K
-    reductions): which kernels of a matmul op carry its math."""
+    reductions): which kernels of a matmul op carry its math. An Inductor kernel says its
+    kind after `triton_`: a template (`tem`: a GEMM, a convolution) is math; a pointwise
+    or reduction kernel is named after the ops it fused, so a bias add after an extern
+    convolution (`triton_poi_fused_convolution_relu_3`) or the split of a fused qkv
+    projection (`triton_poi_fused__scaled_dot_product_efficient_attention_0`) is not."""
+    if is_inductor_kernel(name):
+        return inductor_kind(name) == "tem"
     return bool(_MATH_KERNEL.search(name)) and not _REDUCTION_KERNEL.search(name)
 
 

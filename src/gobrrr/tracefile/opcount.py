@@ -38,8 +38,9 @@ import torch
 from gobrrr.counting import count_op, dtype_name
 from gobrrr.recorded import (
     PROFILER_DTYPES,
-    args_bytes,
     is_inductor_kernel,
+    kernel_args_bytes,
+    kernel_elements,
     matmul_flops,
     op_class_by_name,
 )
@@ -313,7 +314,8 @@ def _regime_hint(name: str) -> str:
 
 def _count_kernel(name: str, args: RecordedArgs | None) -> OpCount:
     """An Inductor kernel, as the live compiled path counts it (recorded.py): its class
-    from its name, its bytes from its tensor arguments (inputs and outputs), FLOPs for a
+    from its name, its bytes from its tensor arguments (inputs and outputs, each at most
+    the elements its recorded sizes say it computes), FLOPs for a
     template GEMM whose operand shapes say them. Without shapes: its class's regime."""
     op_class = op_class_by_name(name)
     if args is None:
@@ -325,7 +327,8 @@ def _count_kernel(name: str, args: RecordedArgs | None) -> OpCount:
     flops = matmul_flops(name, tensors) if op_class == "matmul" else None
     dtype = dtype_name(PROFILER_DTYPES[tensors[0][1]]) if tensors else "none"
     unit = dtype if op_class == "matmul" else None
-    return OpCount(op_class, dtype, flops or 0, args_bytes(tensors), flops is not None
+    nbytes = kernel_args_bytes(tensors, kernel_elements(args.types, args.concrete))
+    return OpCount(op_class, dtype, flops or 0, nbytes, flops is not None
                    or op_class != "matmul", unit, "kernel",
                    regime_hint=None if tensors else "memory")
 
