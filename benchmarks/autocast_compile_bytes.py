@@ -11,10 +11,10 @@ fwd+bwd of GPT-2 (random weights, dropout 0.1 as GPT-2's config has it):
   eager      gobrrr's counted bytes by op class, the fusion estimate (bytes a perfect
              fusion saves of the fusable ops' bytes), and autocast_flow's ops whose every
              input would be bf16 and the casts autocast adds;
-  compiled   Inductor's scheduler nodes' read + write bytes (GraphLowering.count_bytes,
-             what its `inductor_metrics` log reports), its generated kernels apart from
-             extern calls (GEMMs, attention), for the step compiled in fp32 and compiled
-             under bf16 autocast (forward graph and the backward graph AOTAutograd makes).
+  compiled   Inductor's scheduler nodes' read + write bytes (inductor_bytes.py), its
+             generated kernels apart from extern calls (GEMMs, attention), for the step
+             compiled in fp32 and compiled under bf16 autocast (forward graph and the
+             backward graph AOTAutograd makes).
 
     python benchmarks/autocast_compile_bytes.py [--device cpu|cuda] [--layers 2]
         [--batch 8] [--seq 256]
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from collections import Counter
 from typing import Any
 
@@ -41,8 +40,7 @@ def main() -> None:
     a = p.parse_args()
 
     import torch
-    import torch._inductor.graph as inductor_graph
-    from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
+    from inductor_bytes import counting
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
@@ -80,33 +78,17 @@ def main() -> None:
                                             and r.op_class in FUSABLE_CLASSES),
             "casts": flow.casts, "cast_bytes": sum(flow.cast_bytes)}}
 
-    graphs: list[list[tuple[str, int]]] = []
-    original = inductor_graph.GraphLowering.count_bytes
-
-    def count_bytes(self: Any) -> Any:  # each compiled graph's nodes, by kind
-        graphs.append([("extern" if isinstance(n, ExternKernelSchedulerNode) else
-                        "nop" if isinstance(n, NopKernelSchedulerNode) else "generated",
-                        n.get_read_write_buffers_sizes()) for n in self.scheduler.nodes])
-        return original(self)
-
-    inductor_graph.GraphLowering.count_bytes = count_bytes  # type: ignore[method-assign]
-    # a cached graph is not scheduled again, so its bytes would not be counted
-    torch._inductor.config.fx_graph_cache = False
-    torch._functorch.config.enable_autograd_cache = False
-    torch._logging.set_logs(inductor_metrics=True)  # count_bytes runs only when logged
-    logging.getLogger("torch._inductor").setLevel(logging.WARNING)
     for name, autocast in (("fp32", False), ("bf16_autocast", True)):
         torch._dynamo.reset()
-        graphs.clear()
-        compiled = torch.compile(loss_of)
-        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=autocast):
-            loss = compiled(ids)
-        loss.backward()
+        with counting() as graphs:
+            compiled = torch.compile(loss_of)
+            with torch.autocast(a.device, dtype=torch.bfloat16, enabled=autocast):
+                loss = compiled(ids)
+            loss.backward()
         model.zero_grad(set_to_none=True)
         kinds: Counter[str] = Counter()
         for g in graphs:
-            for kind, nbytes in g:
-                kinds[kind] += nbytes
+            kinds.update(g)
         out[f"compiled_{name}"] = {"graphs": len(graphs), "bytes_by_kind": dict(kinds)}
     print(json.dumps(out, indent=1))
 

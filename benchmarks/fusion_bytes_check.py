@@ -9,11 +9,9 @@ By bytes, that predicts the kernels Inductor generates to move:
     optimizer's foreach ops, scatter/gather backward, ...)
 This compiles the same workload (a `gobrrr` target, built from its config with random
 weights, as `gobrrr optimize` builds it) with Inductor's default mode and reads the read
-+ write bytes of each scheduled node (GraphLowering.count_bytes, Inductor's
-`inductor_metrics`), its generated kernels apart from extern calls (GEMMs, convolutions,
-attention), with the FX graph and AOTAutograd caches off (a cached graph is not scheduled,
-and its bytes would go uncounted). Prints one JSON line per target: the eager bytes by
-op class, the estimate and Inductor's count.
++ write bytes of each scheduled node (inductor_bytes.py), its generated kernels apart
+from extern calls (GEMMs, convolutions, attention). Prints one JSON line per target: the
+eager bytes by op class, the estimate and Inductor's count.
 
     python benchmarks/fusion_bytes_check.py TARGET [--batch N] [--seq-len N] [--train]
         [--device cpu|cuda]
@@ -26,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import time
 from collections import Counter
-from typing import Any
 
 EXTERN_CLASSES = ("matmul", "conv", "attention")
 
@@ -45,8 +41,7 @@ def main() -> None:
     t0 = time.perf_counter()
 
     import torch
-    import torch._inductor.graph as inductor_graph
-    from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
+    from inductor_bytes import counting
 
     from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
     from gobrrr.counting import count
@@ -68,49 +63,9 @@ def main() -> None:
                   if c not in (*FUSABLE_CLASSES, *EXTERN_CLASSES, "view"))
     estimate = fusable - saved + unfused
 
-    graphs: list[Counter[str]] = []
-    original = inductor_graph.GraphLowering.count_bytes
-
-    def node_bytes(n: Any) -> int:
-        """Inductor's read + write bytes of one scheduled node. A fused node's own count
-        takes every buffer it touches whole (its element count is not known there): an
-        embedding fused into a layer norm read the whole 154 MB table of GPT-2 for 512
-        rows. So a fused node is counted from its parts, each of which bounds a buffer's
-        bytes by the elements it computes (Inductor's rule), a buffer once at its largest
-        part's, the buffers used only inside the node left out (as Inductor's own)."""
-        parts = n.get_nodes()
-        if len(parts) == 1:
-            return int(n.get_read_write_buffers_sizes())
-        names = {b.get_name() for x in parts for b in x.get_outputs()}
-        inside = {b for b in names
-                  if all(u.node in parts for u in self_scheduler[0].name_to_buf[b].users)}
-        per_buf: dict[str, int] = {}
-        for x in parts:
-            for buf, nbytes in x.get_read_write_buffer_accesses(
-                    include_reads=True, include_writes=True).items():
-                if buf not in inside:
-                    per_buf[buf] = max(per_buf.get(buf, 0), int(nbytes))
-        return sum(per_buf.values())
-
-    self_scheduler: list[Any] = [None]
-
-    def count_bytes(self: Any) -> Any:
-        kinds: Counter[str] = Counter()
-        self_scheduler[0] = self.scheduler
-        for n in self.scheduler.nodes:
-            kind = ("extern" if isinstance(n, ExternKernelSchedulerNode) else
-                    "nop" if isinstance(n, NopKernelSchedulerNode) else "generated")
-            kinds[kind] += node_bytes(n)
-        graphs.append(kinds)
-        return original(self)
-
-    inductor_graph.GraphLowering.count_bytes = count_bytes  # type: ignore[method-assign]
-    torch._inductor.config.fx_graph_cache = False
-    torch._functorch.config.enable_autograd_cache = False
-    torch._logging.set_logs(inductor_metrics=True)  # count_bytes runs only when logged
-    logging.getLogger("torch._inductor").setLevel(logging.WARNING)
     t1 = time.perf_counter()
-    torch.compile(w.fn)(*w.args, **w.kwargs)
+    with counting() as graphs:
+        torch.compile(w.fn)(*w.args, **w.kwargs)
     compile_s = time.perf_counter() - t1
     total: Counter[str] = Counter()
     for g in graphs:
