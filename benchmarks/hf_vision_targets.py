@@ -41,29 +41,25 @@ def _images(batch_size: int, device: str) -> torch.Tensor:
     return torch.randn(batch_size, 3, 224, 224, device=device)
 
 
-def vit_b16(batch_size: int = 4, device: str = "cpu") -> tuple[Any, tuple]:
-    from transformers import ViTConfig, ViTForImageClassification
+def _model(kind: str, device: str) -> Any:
+    """transformers' `{kind}Config` and `{kind}ForImageClassification`, 1000 labels."""
+    import transformers
 
-    model = ViTForImageClassification(ViTConfig(num_labels=1000)).to(device)
-    return _infer(model, _images(batch_size, device))
+    config = getattr(transformers, f"{kind}Config")(num_labels=1000)
+    return getattr(transformers, f"{kind}ForImageClassification")(config).to(device)
+
+
+def vit_b16(batch_size: int = 4, device: str = "cpu") -> tuple[Any, tuple]:
+    return _infer(_model("ViT", device), _images(batch_size, device))
 
 
 def resnet50(batch_size: int = 8, device: str = "cpu") -> tuple[Any, tuple]:
-    from transformers import ResNetConfig, ResNetForImageClassification
-
-    model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).to(device)
-    return _infer(model, _images(batch_size, device))
+    return _infer(_model("ResNet", device), _images(batch_size, device))
 
 
 def resnet50_train(batch_size: int = 8, device: str = "cpu") -> tuple[Any, tuple]:
-    from transformers import ResNetConfig, ResNetForImageClassification
-
-    model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).to(device)
-    return _train(model, _images(batch_size, device))
+    return _train(_model("ResNet", device), _images(batch_size, device))
 
 
 def convnext_tiny(batch_size: int = 8, device: str = "cpu") -> tuple[Any, tuple]:
-    from transformers import ConvNextConfig, ConvNextForImageClassification
-
-    model = ConvNextForImageClassification(ConvNextConfig(num_labels=1000)).to(device)
-    return _infer(model, _images(batch_size, device))
+    return _infer(_model("ConvNext", device), _images(batch_size, device))
