@@ -6,7 +6,7 @@ what the prediction assumes?).
 
 The prediction (remedies/precision.py) credits bf16 autocast under torch.compile with its
 matmul time only: the casts fuse into their neighbours and the compile's fusion is
-counted from the fp32 bytes (budget.fusable_bytes_saved). This measures, for one fp32
+counted from the fp32 bytes (fusion_estimate.fusable_bytes_saved). This measures, for one fp32
 fwd+bwd of GPT-2 (random weights, dropout 0.1 as GPT-2's config has it):
   eager      gobrrr's counted bytes by op class, the fusion estimate (bytes a perfect
              fusion saves of the fusable ops' bytes), and autocast_flow's ops whose every
@@ -43,8 +43,8 @@ def main() -> None:
     from inductor_bytes import counting
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
     from gobrrr.counting import count
+    from gobrrr.fusion_estimate import fusable_bytes_saved, is_fusable
     from gobrrr.remedies.autocast_flow import autocast_flow
     from gobrrr.remedies.base import workload_facts
 
@@ -75,7 +75,7 @@ def main() -> None:
             "fusion_left_bytes": fusable - saved,
             "bf16_input_op_bytes": sum(r.bytes for r in records if r.index in flow.halved),
             "bf16_input_fusable_bytes": sum(r.bytes for r in records if r.index in flow.halved
-                                            and r.op_class in FUSABLE_CLASSES),
+                                            and is_fusable(r)),
             "casts": flow.casts, "cast_bytes": sum(flow.cast_bytes)}}
 
     for name, autocast in (("fp32", False), ("bf16_autocast", True)):

@@ -2,11 +2,11 @@
 compile predictions).
 
 torch.compile's predicted gain from fusion (remedies/savings.fusion) scales the
-memory-bound time of the fusable ops (budget.FUSABLE_CLASSES) by the bytes a perfect
-fusion of their chains leaves (budget.fusable_bytes_saved); every other op's time stays.
-By bytes, that predicts the kernels Inductor generates to move:
-    (fusable ops' bytes - saved) + the bytes of the other non-extern ops (copies, the
-    optimizer's foreach ops, scatter/gather backward, ...)
+memory-bound time of the fusable ops by the bytes their fusion leaves
+(fusion_estimate.fusable_bytes_saved); every other op's time stays. By bytes, that
+predicts the kernels Inductor generates to move (fusion_estimate.generated_bytes):
+    (fusable ops' bytes - saved) + the bytes of the other non-extern ops (copies,
+    scatters, embedding backward, ...)
 This compiles the same workload (a `gobrrr` target, built from its config with random
 weights, as `gobrrr optimize` builds it) with Inductor's default mode and reads the read
 + write bytes of each scheduled node (inductor_bytes.py), its generated kernels apart
@@ -27,8 +27,6 @@ import json
 import time
 from collections import Counter
 
-EXTERN_CLASSES = ("matmul", "conv", "attention")
-
 
 def main() -> None:
     p = argparse.ArgumentParser()
@@ -43,8 +41,8 @@ def main() -> None:
     import torch
     from inductor_bytes import counting
 
-    from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
     from gobrrr.counting import count
+    from gobrrr.fusion_estimate import fusable_bytes_saved, generated_bytes
     from gobrrr.models import ModelOptions
     from gobrrr.targets import load_target
 
@@ -59,9 +57,8 @@ def main() -> None:
     for r in records:
         by_class[r.op_class] += r.bytes
     saved, fusable = fusable_bytes_saved(records)
-    unfused = sum(b for c, b in by_class.items()
-                  if c not in (*FUSABLE_CLASSES, *EXTERN_CLASSES, "view"))
-    estimate = fusable - saved + unfused
+    estimate = generated_bytes(records)
+    unfused = estimate - (fusable - saved)
 
     t1 = time.perf_counter()
     with counting() as graphs:

@@ -11,7 +11,7 @@ from torch import nn
 
 from gobrrr import examples
 from gobrrr.api import diagnose, diagnose_workload
-from gobrrr.budget import compute_budget, fusable_bytes_saved
+from gobrrr.budget import compute_budget
 from gobrrr.counting import count
 from gobrrr.experiments import (
     BATCH_ROUNDS,
@@ -80,64 +80,6 @@ def test_budget_scales_op_times_that_exceed_wall():
     assert b_.total_s == pytest.approx(2e-6)
     assert b_.overhead_s == pytest.approx(0.0)
     assert any("scaled down" in n for n in b_.notes)
-
-
-def test_fusion_estimate_cos_cos():
-    x = torch.randn(1024)
-    counts = count(lambda: x.cos().cos())
-    saved, total = fusable_bytes_saved(counts.records)
-    # unfused: read x, write t, read t, write y = 4 * 1024 * 4 bytes; fused: 2 * 1024 * 4
-    assert total == 4 * 1024 * 4
-    assert saved == 2 * 1024 * 4
-
-
-def test_fusion_estimate_keeps_what_a_later_kernel_reads():
-    # a = x + y; b = layer_norm(a); c = b @ w (a kernel of its own); d = a + c
-    # a: LN reads it on chip (its read saved), but d reads it after the GEMM: written
-    # b: the GEMM reads it: written and read; d: the call's output
-    n = 64 * 64 * 4  # bytes of one [64, 64] fp32 tensor
-    x, y, w = (torch.randn(64, 64) for _ in range(3))
-
-    def block():
-        a = x + y
-        b = torch.nn.functional.layer_norm(a, (64,))
-        return a + b @ w
-
-    records = count(block).records
-    saved, total = fusable_bytes_saved(records)
-    assert [r.op_class for r in records] == ["pointwise", "norm", "matmul", "pointwise"]
-    # add: 3n; layer_norm: reads a, writes b and its mean and rstd (64 each); add: 3n
-    assert total == 3 * n + (2 * n + 2 * 64 * 4) + 3 * n
-    assert saved == n  # LN's read of a only (the old rule saved its write and read: 2n)
-
-
-def test_fusion_estimate_reads_a_gemm_output_once_per_kernel():
-    # m = x @ w; y = m * sigmoid(m): sigmoid and mul read m in one kernel: once
-    n = 64 * 64 * 4
-    x, w = torch.randn(64, 64), torch.randn(64, 64)
-    records = count(lambda: (lambda m: m * torch.sigmoid(m))(x @ w)).records
-    saved, total = fusable_bytes_saved(records)
-    assert total == 2 * n + 3 * n  # sigmoid: m -> s; mul: m, s -> y
-    assert saved == n + 2 * n  # m's second read; s never written nor read back
-
-
-def test_fusion_estimate_keeps_the_last_write_of_state():
-    # an optimizer-like update of a parameter p in place, then a read of the new p:
-    # p.mul_(0.9); p.add_(g); p * 2. Fused: read p and g, write p (state outlives the
-    # call, as AdamW's moments do) and the product; the rest stays on chip
-    n = 1024 * 4
-    p, g = torch.randn(1024), torch.randn(1024)
-
-    def update():
-        p.mul_(0.9)
-        p.add_(g)
-        return p * 2
-
-    saved, total = fusable_bytes_saved(count(update).records)
-    assert total == 2 * n + 3 * n + 2 * n
-    # mul_'s p: written and read back on chip (2n); add_'s p: read on chip (n), but
-    # written (the old rule saved that write too: 4n)
-    assert saved == 3 * n
 
 
 def _batch(t1, t2, f1, f2, b1, b2, overhead, memory, compute):

@@ -264,7 +264,7 @@ def _records():
 
 
 def test_the_default_compile_launches_one_kernel_per_chain_and_extern_call():
-    from gobrrr.budget import compiled_launches
+    from gobrrr.fusion_estimate import compiled_launches
 
     # every op that launched one kernel but the view, and one kernel outside any op
     assert compiled_launches(_records(), [0, 1, 2, 4, 5, 6, None]) == (7, 5)

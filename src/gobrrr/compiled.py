@@ -18,7 +18,7 @@
   C++ kernels are not visible to the profiler: their time is the graph call's time minus
   the ATen ops inside it, and their FLOPs and bytes are estimated from the eager twin
   (its non-matmul FLOPs; its fusable bytes after Inductor's fusion as
-  budget.fusable_bytes_saved estimates it) and said to be.
+  fusion_estimate.py estimates it) and said to be.
   Kernels replayed from a CUDA graph (mode="reduce-overhead") carry no shapes either:
   the GEMM-like ones get the eager twin's matmul work, the others its other work.
 """
@@ -30,8 +30,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gobrrr.budget import FUSABLE_CLASSES, fusable_bytes_saved
 from gobrrr.counting import MATMUL_CLASSES, CountResult, OpRecord, dtype_name
+from gobrrr.fusion_estimate import generated_bytes
 from gobrrr.phases import COMPILED
 from gobrrr.profile import (
     WINDOW,
@@ -363,21 +363,18 @@ def _add_cpp_kernels(run: ProfiledRun, window: Any, eager: CountResult) -> None:
     """CPU: Inductor's generated C++ kernels run inside each graph call without profiler
     events. Their time: the graph calls' time minus the ATen ops inside them. Their FLOPs
     and bytes (approximate): the eager twin's non-matmul FLOPs, and its fusable ops' bytes
-    after fusion (budget.fusable_bytes_saved's estimate)."""
+    after fusion (fusion_estimate.generated_bytes)."""
 
     calls = [e for e in walk_events(window) if str(e.name).startswith("## Call CompiledFxGraph")]
     if not calls:
         return
     inside = sum(c.cpu_time_total for call in calls for c in call.cpu_children if _is_op(c))
     rest_s = max(0.0, sum(c.cpu_time_total for c in calls) - inside) * 1e-6
-    saved, fusable = fusable_bytes_saved(eager.records)
     other = [r for r in eager.records if r.op_class not in MATMUL_CLASSES]
     rec = OpRecord(index=len(run.counts.records), op="inductor::cpp_kernels",
                    module="compiled graph", phase=COMPILED, op_class="pointwise",
                    dtype="fp32", flops=sum(r.flops for r in other),
-                   bytes=max(0, fusable - saved) + sum(
-                       r.bytes for r in other if r.op_class not in FUSABLE_CLASSES
-                       and r.op_class != "view"),
+                   bytes=generated_bytes(eager.records),
                    tensor_core_unit=None, has_formula=False)
     run.counts.records.append(rec)
     run.op_time_s[rec.index] = rest_s
@@ -387,13 +384,12 @@ def _replayed_kernels(run: ProfiledRun, kernels: list[Any], eager: CountResult) 
     """Kernels replayed from a CUDA graph, attributed to two records that carry the eager
     twin's work (approximate, and named so): its matmul-class ops (FLOPs, bytes, unit) for
     the GEMM/conv/attention kernels, and its other ops for the rest, with bytes after
-    fusion (budget.fusable_bytes_saved's estimate of what Inductor's kernels move)."""
+    fusion (fusion_estimate.generated_bytes: what Inductor's kernels move)."""
 
     if not kernels:
         return []
     mm = [r for r in eager.records if r.op_class in MATMUL_CLASSES]
     rest = [r for r in eager.records if r.op_class not in MATMUL_CLASSES]
-    saved, fusable = fusable_bytes_saved(eager.records)
     units = sorted({r.tensor_core_unit for r in mm if r.tensor_core_unit})
     groups = {
         "graph replay: matmul kernels (eager twin's work)": (
@@ -401,8 +397,7 @@ def _replayed_kernels(run: ProfiledRun, kernels: list[Any], eager: CountResult) 
             units[0] if units else None, [k for k in kernels if is_math_kernel(k.name)]),
         "graph replay: other kernels (eager twin's work, fused)": (
             "pointwise", sum(r.flops for r in rest),
-            max(0, fusable - saved) + sum(r.bytes for r in rest
-                                          if r.op_class not in (*FUSABLE_CLASSES, "view")),
+            generated_bytes(eager.records),
             None, [k for k in kernels if not is_math_kernel(k.name)]),
     }
     out = []

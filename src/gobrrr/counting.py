@@ -92,6 +92,9 @@ class OpRecord:
     # The fp32 tensors it read, (storage, bytes), for what bf16 autocast would cast
     # (remedies/autocast_flow.py); same lifetime as `reads`.
     fp32_reads: tuple[tuple[int, int], ...] = ()
+    # Every tensor it read, (storage, bytes): what a recompute from the call's inputs
+    # would read (fusion_estimate.py); same lifetime as `reads`.
+    read_sizes: tuple[tuple[int, int], ...] = ()
     # Where flops and bytes are unknown (a trace recorded without shapes), the regime its
     # time goes to, from what it is (a GEMM, a view) rather than a roofline; else None.
     regime_hint: str | None = None
@@ -392,7 +395,8 @@ def _storage_ptr(t: torch.Tensor) -> int:
 
 def _bytes(func: Any, name: str, op_class: str, args: tuple, kwargs: dict, out: Any,
            io: list[Any]) -> int:
-    """Minimum bytes; also fills io with (read storages, [(written storage, bytes)])."""
+    """Minimum bytes; also fills io with (read storages, [(written storage, bytes)],
+    [(fp32 read storage, bytes)], [(read storage, bytes)])."""
     if op_class == "view" or name in _ALLOCS:
         return 0
     schema_args = func._schema.arguments
@@ -418,6 +422,7 @@ def _bytes(func: Any, name: str, op_class: str, args: tuple, kwargs: dict, out: 
     io.append(tuple((_storage_ptr(t), _distinct_bytes(t)) for t in written.values()))
     io.append(tuple((_storage_ptr(t), _distinct_bytes(t)) for t in read.values()
                     if t.dtype == torch.float32))
+    io.append(tuple((_storage_ptr(t), _distinct_bytes(t)) for t in read.values()))
     if name in _GATHERS:
         # Only the gathered rows are read from the table: indices + output-sized read.
         idx_bytes = sum(_distinct_bytes(t) for t in read.values()
@@ -561,6 +566,7 @@ class _CountingMode(TorchDispatchMode):
                 reads=io[0] if io else (),
                 writes=io[1] if io else (),
                 fp32_reads=io[2] if io else (),
+                read_sizes=io[3] if io else (),
                 autograd=phase == FORWARD and torch.is_grad_enabled() and any(
                     t.requires_grad for t in _tensors((args, kwargs))),
             )

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gobrrr.budget import FUSABLE_CLASSES, compiled_launches, fusable_bytes_saved
+from gobrrr.fusion_estimate import FUSABLE_CLASSES, compiled_launches, fusable_bytes_saved
 from gobrrr.gains import Gain, gain_from_saved, host_time
 from gobrrr.phases import FORWARD
 from gobrrr.remedies.base import Context
@@ -145,7 +145,7 @@ def replay_host_left_s(ctx: Context) -> float | None:
 
 
 def _launch_ratio(ctx: Context) -> tuple[int, int] | None:
-    """(eager kernels, the default compile's estimated launches: budget.compiled_launches)
+    """(eager kernels, the default compile's estimated launches: fusion_estimate.compiled_launches)
     on CUDA where the host's issue time was measured; None elsewhere."""
     b = ctx.budget
     if ctx.device != "cuda" or b is None or b.host_issue_s is None or not b.kernels:
@@ -198,7 +198,7 @@ def compiled_host_left_s(ctx: Context) -> float | None:
 
 def fusion(ctx: Context) -> Saving:
     """Inductor fuses pointwise/norm/softmax/reduction chains: an intermediate read only
-    inside its kernel stays on chip (budget.fusable_bytes_saved: an estimate checked
+    inside its kernel stays on chip (fusion_estimate.py: an estimate checked
     against Inductor's own byte count); the fusable ops' memory-bound time shrinks with
     their bytes."""
     b = ctx.budget

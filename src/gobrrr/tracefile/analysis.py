@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gobrrr.budget import fusable_bytes_saved
 from gobrrr.errors import UserError
+from gobrrr.fusion_estimate import fusable_bytes_saved
 from gobrrr.hardware import Ceilings
 from gobrrr.recorded import COMPILED_GRAPH_RANGES
 from gobrrr.remedies.attention import find_attention

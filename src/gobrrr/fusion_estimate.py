@@ -1,0 +1,308 @@
+"""What Inductor's default compile leaves of an eager call's work, estimated from the
+eager call's counted ops (counting.OpRecord: their storages read and written): the bytes
+its fusion saves (behind every compile prediction, remedies/savings.fusion; doctor's
+compiled-path records, compiled.py; analyze's fusion hint) and the kernels it launches.
+Estimates, by bytes and by launches, not a compile.
+
+The byte model, each rule checked against Inductor's own count of the bytes its generated
+kernels move (benchmarks/fusion_bytes_check.py, results in
+benchmarks/results/cpu/fusion_bytes/README.md):
+1. Kernels. The fusable ops (`is_fusable`: FUSABLE_CLASSES, and nll_loss_backward, which
+   Inductor decomposes into a pointwise select) between two barriers form one kernel. A
+   barrier is an op that launches kernels of its own (a GEMM, a convolution, attention,
+   an op of no known class), or a change between a training step's parts (forward,
+   backward, optimizer): AOTAutograd compiles each into a graph of its own. Copies and
+   views are neither (Inductor folds some, not all).
+2. On chip. A tensor a fusable op writes is read on chip by the fusable ops of its
+   kernel, and not written at all when nothing outside the kernel reads it and it is not
+   state that outlives the call (a storage the call read before writing it keeps its last
+   write: a parameter, an optimizer's moments, an input).
+3. Read once. A tensor several fusable ops of one kernel read is read once by it.
+4. Recompute. For a training step, Inductor's partitioner saves what is cheapest to save:
+   a backward kernel that reads tensors the forward's pointwise, norm or softmax ops wrote
+   reads instead the tensors they were computed from (through such ops; reductions are
+   saved, not recomputed), when that costs no more; the forward then need not write
+   them. GPT-2's tanh-GELU: its backward reads the GEMM's output, not four intermediates.
+5. Two passes. A training batch norm reduces over the batch and the image, too much for
+   one pass: its kernel reads what feeds it twice (the statistics, then the
+   normalization), eager or compiled. Its eager op's second read of its own inputs joins
+   the fusable bytes (counting.py charges one), so the saving is a share of what eager
+   moves.
+The essay's `x.cos().cos()`: 4N -> 2N accesses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gobrrr.counting import MATMUL_CLASSES, OpRecord
+from gobrrr.phases import BACKWARD, FORWARD, OPTIMIZER
+
+__all__ = ["FUSABLE_CLASSES", "is_fusable", "fusable_bytes_saved", "generated_bytes",
+           "compiled_launches"]
+
+# Ops whose intermediate results a fusing compiler can keep in registers.
+FUSABLE_CLASSES = ("pointwise", "norm", "softmax", "reduction")
+# Ops of no fusable class that Inductor decomposes into fusable ones: the language-model
+# loss's backward is a select of -1/n at the targets, fused into the log-softmax's
+# backward (compiled GPT-2's loss backward: one kernel, 206 MB at 2 x 256 tokens).
+_DECOMPOSED_FUSABLE = ("aten::nll_loss_backward", "aten::nll_loss2d_backward")
+# What a backward may recompute rather than read: elementwise work after its reductions
+# (a norm's or softmax's statistics are saved; the normalized output is recomputed).
+_RECOMPUTABLE_CLASSES = ("pointwise", "norm", "softmax")
+
+
+def is_fusable(r: OpRecord) -> bool:
+    """An op Inductor generates into a fused kernel (module docstring, rule 1)."""
+    return r.op_class in FUSABLE_CLASSES or r.op in _DECOMPOSED_FUSABLE
+
+
+def _part(phase: str) -> str:
+    """The compiled graph an op of a training step lands in: backward, optimizer, or the
+    forward (everything else, user ranges included)."""
+    return phase if phase in (BACKWARD, OPTIMIZER) else FORWARD
+
+
+def _two_pass(r: OpRecord) -> bool:
+    """A training batch norm (rule 5): forward writes its statistics besides its output
+    (in eval they are empty), and every batch-norm backward reduces before it applies."""
+    if "batch_norm" not in r.op:
+        return False
+    return "backward" in r.op or sum(1 for _, n in r.writes if n > 0) >= 2
+
+
+@dataclass
+class _Value:
+    """One tensor of the call: its storage, the op that wrote it (INPUT: the call read it
+    before anything wrote it), its bytes (UNKNOWN: an input whose size the record lacks)
+    and the ops that read it."""
+
+    storage: int
+    producer: int
+    nbytes: int
+    readers: list[int] = field(default_factory=list)
+
+
+INPUT = -1
+UNKNOWN = -1
+
+
+@dataclass
+class _Flow:
+    """The call as values: each op's kernel (rule 1) and the values it reads."""
+
+    records: list[OpRecord]
+    fusable: list[bool]
+    kernel: list[int]
+    values: list[_Value]
+    reads: list[list[int]]  # per op: indices into values
+    persistent: set[int]  # storages read before they were written
+    last_write: dict[int, int]  # storage -> the op that last wrote it
+
+
+def _flow(records: list[OpRecord]) -> _Flow:
+    fusable = [is_fusable(r) for r in records]
+    kernel: list[int] = []
+    k, part = 0, None
+    for r, f in zip(records, fusable, strict=True):
+        barrier = not f and r.op_class not in ("copy", "view")
+        k += barrier or (part is not None and _part(r.phase) != part)
+        part = _part(r.phase)
+        kernel.append(k)
+    values: list[_Value] = []
+    reads: list[list[int]] = []
+    seen: set[int] = set()
+    persistent: set[int] = set()
+    last_write: dict[int, int] = {}
+    live: dict[int, int] = {}  # storage -> the value it holds
+    for i, r in enumerate(records):
+        sizes = dict(r.read_sizes)
+        mine: list[int] = []
+        for ptr in dict.fromkeys(r.reads):
+            if ptr not in seen:
+                seen.add(ptr)
+                persistent.add(ptr)
+                live[ptr] = len(values)
+                values.append(_Value(ptr, INPUT, sizes.get(ptr, UNKNOWN)))
+            values[live[ptr]].readers.append(i)
+            mine.append(live[ptr])
+        reads.append(mine)
+        for ptr, nbytes in r.writes:
+            seen.add(ptr)
+            last_write[ptr] = i
+            live[ptr] = len(values)
+            values.append(_Value(ptr, i, nbytes))
+    return _Flow(records, fusable, kernel, values, reads, persistent, last_write)
+
+
+def _recompute(f: _Flow) -> int:
+    """Rule 4: move each backward kernel's reads of recomputable forward values to the
+    values they derive from, where that reads no more; returns the bytes that saves (the
+    reads removed less the reads added). Edits `f`'s readers and reads in place."""
+    if not any(r.phase == BACKWARD for r in f.records):
+        return 0
+
+    def recomputable(v: int) -> bool:
+        p = f.values[v].producer
+        return (p != INPUT and f.fusable[p]
+                and f.records[p].op_class in _RECOMPUTABLE_CLASSES
+                and _part(f.records[p].phase) == FORWARD)
+
+    memo: dict[int, frozenset[int]] = {}
+
+    def roots(v: int) -> frozenset[int]:
+        if v not in memo:
+            memo[v] = frozenset([v])  # a cycle guard; values only read earlier values
+            if recomputable(v):
+                out: set[int] = set()
+                for w in f.reads[f.values[v].producer]:
+                    out |= roots(w)
+                memo[v] = frozenset(out)
+        return memo[v]
+
+    by_kernel: dict[int, dict[int, list[int]]] = {}  # kernel -> value -> its readers there
+    for v, val in enumerate(f.values):
+        if not recomputable(v):
+            continue
+        for j in val.readers:
+            if (f.fusable[j] and f.records[j].phase == BACKWARD
+                    and f.kernel[j] != f.kernel[val.producer]):
+                by_kernel.setdefault(f.kernel[j], {}).setdefault(v, []).append(j)
+    saved = 0
+    for k, saved_reads in by_kernel.items():
+        read_there = {w for j, r in enumerate(f.records)
+                      if f.fusable[j] and f.kernel[j] == k for w in f.reads[j]}
+        direct = sum(f.values[v].nbytes for v in saved_reads)
+        derived: set[int] = set()
+        for v in saved_reads:
+            derived |= roots(v)
+        added = derived - read_there
+        if any(f.values[w].nbytes == UNKNOWN for w in added):
+            continue
+        cost = sum(f.values[w].nbytes for w in added)
+        if cost > direct:
+            continue
+        first = min(j for js in saved_reads.values() for j in js)
+        for v, js in saved_reads.items():
+            f.values[v].readers = [j for j in f.values[v].readers if j not in js]
+            for j in js:
+                f.reads[j].remove(v)
+            saved += f.values[v].nbytes * len(js)  # each reader's eager bytes held it
+        for w in added:
+            f.values[w].readers.append(first)
+            f.reads[first].append(w)
+        saved -= cost
+    return saved
+
+
+def _second_passes(f: _Flow) -> tuple[int, int]:
+    """Rule 5: (the bytes a two-pass op's eager call reads again: its own inputs, the
+    bytes its fused kernel reads again: what feeds it from outside the kernel)."""
+    eager = fused = 0
+    for t, r in enumerate(f.records):
+        if not (f.fusable[t] and _two_pass(r)):
+            continue
+        eager += sum(max(0, f.values[v].nbytes) for v in set(f.reads[t]))
+        chain: set[int] = set()
+        outside: set[int] = set()
+        todo = [t]
+        while todo:
+            i = todo.pop()
+            if i in chain:
+                continue
+            chain.add(i)
+            for v in f.reads[i]:
+                p = f.values[v].producer
+                if p != INPUT and f.fusable[p] and f.kernel[p] == f.kernel[t]:
+                    todo.append(p)
+                else:
+                    outside.add(v)
+        fused += sum(max(0, f.values[v].nbytes) for v in outside)
+    return eager, fused
+
+
+def fusable_bytes_saved(records: list[OpRecord]) -> tuple[int, int]:
+    """(bytes Inductor's fusion saves of what the fusable ops move, what those ops move
+    eagerly), by the module docstring's rules. Against Inductor's own count on this
+    project's CPU (generated_bytes, benchmarks/fusion_bytes_check.py): inference of GPT-2,
+    BERT-base, ViT-B/16, ResNet-50 and ConvNeXt-T within 0.86-1.02x, an AdamW step
+    exactly, GPT-2's and ResNet-50's training steps 1.06x and 0.97x. An estimate."""
+    f = _flow(records)
+    saved = _recompute(f)
+    for val in f.values:
+        if val.nbytes == UNKNOWN:
+            continue
+        per_kernel: dict[int, int] = {}
+        for j in val.readers:
+            if f.fusable[j]:
+                per_kernel[f.kernel[j]] = per_kernel.get(f.kernel[j], 0) + 1
+        if val.producer != INPUT and f.fusable[val.producer]:
+            inside = per_kernel.pop(f.kernel[val.producer], 0)
+            kept = (inside < len(val.readers)
+                    or (val.storage in f.persistent
+                        and f.last_write[val.storage] == val.producer))
+            saved += val.nbytes * inside + (0 if kept or not val.readers else val.nbytes)
+        saved += val.nbytes * sum(n - 1 for n in per_kernel.values())
+    eager_again, fused_again = _second_passes(f)
+    total = sum(r.bytes for r, fu in zip(records, f.fusable, strict=True) if fu) + eager_again
+    saved += eager_again - fused_again
+    return max(0, min(saved, total)), total
+
+
+def generated_bytes(records: list[OpRecord]) -> int:
+    """The bytes Inductor's generated kernels move for the call, by this estimate: the
+    fusable ops' bytes less what fusion saves, plus every other op's that is not an
+    extern call (GEMMs, convolutions, attention) or a view: copies, scatters, the ops
+    Inductor lowers without fusing."""
+    saved, fusable = fusable_bytes_saved(records)
+    rest = sum(r.bytes for r in records
+               if not is_fusable(r) and r.op_class not in (*MATMUL_CLASSES, "view"))
+    return fusable - saved + rest
+
+
+def compiled_launches(records: list[OpRecord], kernel_ops: list[int | None]
+                      ) -> tuple[int, int]:
+    """(kernels the eager call launched, an estimate of the kernels Inductor's default
+    compile launches for it). `kernel_ops`: the launching op's record index of every
+    eager kernel (None: outside any op, which stays). Fusable ops (FUSABLE_CLASSES and
+    copies, which Inductor folds into their neighbours' loads and stores) joined by a
+    tensor one writes and another reads become one kernel per joined group; any other op
+    that launched is one extern call (a GEMM, a convolution, attention). Views launch
+    nothing. Checked on the H200's plain traces (session s, torch 2.11): GPT-2 8x512
+    eager 259 kernels, estimated 122, compiled 134; ResNet-50 b256 285, 108 and 128; the
+    MLP at batch 1 8, 8 and 8 a call. An estimate: Inductor also fuses across what this
+    keeps apart (a reduction into its consumer) and splits what it joins."""
+    per_op: dict[int, int] = {}
+    outside = 0
+    for i in kernel_ops:
+        if i is None:
+            outside += 1
+        else:
+            per_op[i] = per_op.get(i, 0) + 1
+    group: dict[int, int] = {}  # union-find over the fusable ops that launched
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    producer: dict[int, int] = {}  # storage -> the fusable op that last wrote it
+    extern = 0
+    for r in records:
+        if not per_op.get(r.index):
+            continue
+        if not (is_fusable(r) or r.op_class == "copy"):
+            extern += 1
+            for ptr, _ in r.writes:
+                producer.pop(ptr, None)
+            continue
+        group[r.index] = r.index
+        for ptr in r.reads:
+            if ptr in producer:
+                group[root(r.index)] = root(producer[ptr])
+        for ptr, _ in r.writes:
+            producer[ptr] = r.index
+    fused = len({root(i) for i in group})
+    return sum(per_op.values()) + outside, extern + fused + outside
+

@@ -1,0 +1,176 @@
+"""The fusion estimate (fusion_estimate.py): exact bytes on counted ops and on hand-made
+records, one test per rule of its docstring. Each rule's test fails on the rule set
+without it."""
+
+import torch
+
+from gobrrr.counting import OpRecord, count
+from gobrrr.fusion_estimate import fusable_bytes_saved, generated_bytes
+
+N = 1024 * 4  # bytes of one tensor of the hand-made records
+
+
+def _ops(*ops: tuple) -> list[OpRecord]:
+    """Records from (op, class, phase, storages read, storages written (N bytes each, or
+    (storage, bytes))); an op's bytes are what it reads and writes, N per storage read
+    unless the storage was written with other bytes."""
+    size: dict[int, int] = {}
+    out = []
+    for i, (op, cls, phase, reads, writes) in enumerate(ops):
+        w = tuple(x if isinstance(x, tuple) else (x, N) for x in writes)
+        read_sizes = tuple((p, size.get(p, N)) for p in reads)
+        nbytes = sum(n for _, n in read_sizes) + sum(b for _, b in w)
+        size.update(dict(w))
+        out.append(OpRecord(index=i, op=op, module="m", phase=phase, op_class=cls,
+                            dtype="fp32", flops=0, bytes=nbytes, tensor_core_unit=None,
+                            has_formula=True, reads=tuple(reads), writes=w,
+                            read_sizes=read_sizes))
+    return out
+
+
+def test_fusion_estimate_cos_cos():
+    x = torch.randn(1024)
+    counts = count(lambda: x.cos().cos())
+    saved, total = fusable_bytes_saved(counts.records)
+    # unfused: read x, write t, read t, write y = 4 * 1024 * 4 bytes; fused: 2 * 1024 * 4
+    assert total == 4 * 1024 * 4
+    assert saved == 2 * 1024 * 4
+
+
+def test_fusion_estimate_keeps_what_a_later_kernel_reads():
+    # a = x + y; b = layer_norm(a); c = b @ w (a kernel of its own); d = a + c
+    # a: LN reads it on chip (its read saved), but d reads it after the GEMM: written
+    # b: the GEMM reads it: written and read; d: the call's output
+    n = 64 * 64 * 4  # bytes of one [64, 64] fp32 tensor
+    x, y, w = (torch.randn(64, 64) for _ in range(3))
+
+    def block():
+        a = x + y
+        b = torch.nn.functional.layer_norm(a, (64,))
+        return a + b @ w
+
+    records = count(block).records
+    saved, total = fusable_bytes_saved(records)
+    assert [r.op_class for r in records] == ["pointwise", "norm", "matmul", "pointwise"]
+    # add: 3n; layer_norm: reads a, writes b and its mean and rstd (64 each); add: 3n
+    assert total == 3 * n + (2 * n + 2 * 64 * 4) + 3 * n
+    assert saved == n  # LN's read of a only (the old rule saved its write and read: 2n)
+
+
+def test_fusion_estimate_reads_a_gemm_output_once_per_kernel():
+    # m = x @ w; y = m * sigmoid(m): sigmoid and mul read m in one kernel: once
+    n = 64 * 64 * 4
+    x, w = torch.randn(64, 64), torch.randn(64, 64)
+    records = count(lambda: (lambda m: m * torch.sigmoid(m))(x @ w)).records
+    saved, total = fusable_bytes_saved(records)
+    assert total == 2 * n + 3 * n  # sigmoid: m -> s; mul: m, s -> y
+    assert saved == n + 2 * n  # m's second read; s never written nor read back
+
+
+def test_fusion_estimate_keeps_the_last_write_of_state():
+    # an optimizer-like update of a parameter p in place, then a read of the new p:
+    # p.mul_(0.9); p.add_(g); p * 2. Fused: read p and g, write p (state outlives the
+    # call, as AdamW's moments do) and the product; the rest stays on chip
+    n = 1024 * 4
+    p, g = torch.randn(1024), torch.randn(1024)
+
+    def update():
+        p.mul_(0.9)
+        p.add_(g)
+        return p * 2
+
+    saved, total = fusable_bytes_saved(count(update).records)
+    assert total == 2 * n + 3 * n + 2 * n
+    # mul_'s p: written and read back on chip (2n); add_'s p: read on chip (n), but
+    # written (the old rule saved that write too: 4n)
+    assert saved == 3 * n
+
+
+def test_a_training_steps_parts_are_kernels_apart():
+    # rule 1: the forward's reduction s = sum(x) and the backward's g = s * 2 run in two
+    # graphs: s is written and read back (one kernel would have kept it on chip: 2 x s)
+    s_bytes = 64
+    records = _ops(("aten::sum", "reduction", "forward", (1,), ((2, s_bytes),)),
+                   ("aten::mul", "pointwise", "backward", (2,), (3,)))
+    saved, total = fusable_bytes_saved(records)
+    assert total == (N + s_bytes) + (s_bytes + N)
+    assert saved == 0
+
+
+def test_a_tensor_read_by_two_ops_of_a_later_kernel_is_read_once():
+    # rule 3: a = relu(x); b = a @ w (a barrier); c = a * b; d = a + c. The kernel of c
+    # and d reads a once (2 reads in eager) and keeps c on chip
+    records = _ops(("aten::relu", "pointwise", "forward", (1,), (2,)),
+                   ("aten::mm", "matmul", "forward", (2, 3), (4,)),
+                   ("aten::mul", "pointwise", "forward", (2, 4), (5,)),
+                   ("aten::add", "pointwise", "forward", (2, 5), (6,)))
+    saved, total = fusable_bytes_saved(records)
+    assert total == 2 * N + 3 * N + 3 * N
+    assert saved == N + 2 * N  # a's second read; c neither written nor read back
+
+
+def test_the_backward_recomputes_pointwise_work_from_what_it_derives_from():
+    # rule 4, a tanh-gated unit: m = x @ w; t = tanh(m); y = m * t; o = y @ w2. Backward:
+    # gy = go @ w2'; g1 = tanh_backward(gy, t); gm = g1 * m; gm @ w'. The backward's
+    # kernel reads m anyway, so t is recomputed there from m, and the forward never
+    # writes t
+    records = _ops(("aten::mm", "matmul", "forward", (1, 2), (10,)),
+                   ("aten::tanh", "pointwise", "forward", (10,), (11,)),
+                   ("aten::mul", "pointwise", "forward", (10, 11), (12,)),
+                   ("aten::mm", "matmul", "forward", (12, 3), (13,)),
+                   ("aten::mm", "matmul", "backward", (14, 3), (15,)),
+                   ("aten::tanh_backward", "pointwise", "backward", (15, 11), (16,)),
+                   ("aten::mul", "pointwise", "backward", (16, 10), (17,)),
+                   ("aten::mm", "matmul", "backward", (17, 2), (18,)))
+    saved, total = fusable_bytes_saved(records)
+    assert total == 2 * N + 3 * N + 3 * N + 3 * N
+    # t: its read by mul on chip, never written, its backward read gone (3N); g1 on
+    # chip (2N); m read once by the forward's kernel (N). Without recompute: 4N
+    assert saved == 6 * N
+
+
+def test_the_language_model_loss_backward_fuses_into_the_log_softmax_backward():
+    # rules 1 and 4 on counted ops: cross-entropy over logits (a leaf, as a GEMM's
+    # output would be), then its backward. Inductor (GPT-2's loss): the forward reads
+    # the logits, the backward reads them again and writes their gradient: 3 passes
+    # of the logits, besides the targets and scalars
+    rows, classes = 64, 1000
+    logits = torch.randn(rows, classes, requires_grad=True)
+    target = torch.randint(0, classes, (rows,))
+
+    def step() -> None:
+        torch.nn.functional.cross_entropy(logits, target).backward()
+
+    records = count(step).records
+    assert "aten::nll_loss_backward" in [r.op for r in records]
+    big = rows * classes * 4
+    small = generated_bytes(records) - 3 * big
+    # what is left: the targets (int64) read by the loss and by its backward, and
+    # scalars; before nll_loss_backward was fused: + 3 passes (and, without recompute,
+    # the log-softmax's output written and read back: + 1)
+    assert 0 <= small <= 3 * rows * 8 + 64
+
+
+def test_a_training_batch_norm_reads_its_input_twice():
+    # rule 5: x = conv(...); y, mean, invstd = batch_norm(x) (training: its statistics
+    # written); z = relu(y); conv(z). Eager and compiled, the norm reads x twice; the
+    # fused kernel: x twice, z written (y stays on chip)
+    c = 16 * 4
+    train = _ops(("aten::convolution", "conv", "forward", (1, 2), (10,)),
+                 ("aten::native_batch_norm", "norm", "forward", (10, 3, 4),
+                  (11, (12, c), (13, c))),
+                 ("aten::relu", "pointwise", "forward", (11,), (14,)),
+                 ("aten::convolution", "conv", "forward", (14, 5), (15,)))
+    saved, total = fusable_bytes_saved(train)
+    bn = 3 * N + (N + 2 * c)  # reads x, weight and bias (N each), writes y and statistics
+    assert total == bn + 2 * N + 3 * N  # + relu + the norm's second read of its inputs
+    assert saved == 2 * N  # y neither written nor read back; inputs read twice either way
+    # in eval its statistics are empty: one pass
+    evaluation = _ops(("aten::convolution", "conv", "forward", (1, 2), (10,)),
+                      ("aten::native_batch_norm", "norm", "forward", (10, 3, 4),
+                       (11, (12, 0), (13, 0))),
+                      ("aten::relu", "pointwise", "forward", (11,), (14,)),
+                      ("aten::convolution", "conv", "forward", (14, 5), (15,)))
+    saved, total = fusable_bytes_saved(evaluation)
+    assert total == (3 * N + N) + 2 * N
+    assert saved == 2 * N
