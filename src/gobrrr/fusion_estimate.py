@@ -151,13 +151,24 @@ def _recompute(f: _Flow) -> int:
     memo: dict[int, frozenset[int]] = {}
 
     def roots(v: int) -> frozenset[int]:
-        if v not in memo:
-            memo[v] = frozenset([v])  # a cycle guard; values only read earlier values
-            if recomputable(v):
-                out: set[int] = set()
-                for w in f.reads[f.values[v].producer]:
-                    out |= roots(w)
-                memo[v] = frozenset(out)
+        # iterative (a long elementwise chain must not reach Python's recursion limit);
+        # a value's producer reads only earlier values, so the walk ends
+        todo = [v]
+        while todo:
+            u = todo[-1]
+            if u in memo:
+                todo.pop()
+            elif not recomputable(u):
+                memo[u] = frozenset([u])
+                todo.pop()
+            else:
+                parts = f.reads[f.values[u].producer]
+                missing = [w for w in parts if w not in memo]
+                if missing:
+                    todo.extend(missing)
+                else:
+                    memo[u] = frozenset().union(*(memo[w] for w in parts))
+                    todo.pop()
         return memo[v]
 
     by_kernel: dict[int, dict[int, list[int]]] = {}  # kernel -> value -> its readers there
@@ -168,10 +179,13 @@ def _recompute(f: _Flow) -> int:
             if (f.fusable[j] and f.records[j].phase == BACKWARD
                     and f.kernel[j] != f.kernel[val.producer]):
                 by_kernel.setdefault(f.kernel[j], {}).setdefault(v, []).append(j)
+    read_by_kernel: dict[int, set[int]] = {k: set() for k in by_kernel}
+    for j, k in enumerate(f.kernel):
+        if f.fusable[j] and k in read_by_kernel:
+            read_by_kernel[k].update(f.reads[j])
     saved = 0
     for k, saved_reads in by_kernel.items():
-        read_there = {w for j, r in enumerate(f.records)
-                      if f.fusable[j] and f.kernel[j] == k for w in f.reads[j]}
+        read_there = read_by_kernel[k]
         direct = sum(f.values[v].nbytes for v in saved_reads)
         derived: set[int] = set()
         for v in saved_reads:
