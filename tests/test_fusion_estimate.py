@@ -174,3 +174,18 @@ def test_a_training_batch_norm_reads_its_input_twice():
     saved, total = fusable_bytes_saved(evaluation)
     assert total == (3 * N + N) + 2 * N
     assert saved == 2 * N
+
+
+def test_a_long_elementwise_chain_is_walked_without_recursion():
+    # 3000 forward pointwise ops in a chain (storages 10..3010), each value read by the
+    # backward after a GEMM: the recompute walks the chain back to x, the chain's input
+    chain = [("aten::mul", "pointwise", "forward", (10 + i,), (11 + i,)) for i in range(3000)]
+    records = _ops(("aten::mm", "matmul", "forward", (1, 2), (10,)), *chain,
+                   ("aten::mm", "matmul", "backward", (5000, 2), (5001,)),
+                   ("aten::mul", "pointwise", "backward", (5001, 3010), (5002,)),
+                   ("aten::mm", "matmul", "backward", (5002, 2), (5003,)))
+    saved, total = fusable_bytes_saved(records)
+    assert total == 3000 * 2 * N + 3 * N
+    # the chain on chip, its end never written (recomputed from x = the GEMM's output,
+    # which the backward reads in its place): 2N per link but the first's read of x
+    assert saved == 3000 * 2 * N - N + N - N
