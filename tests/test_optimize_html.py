@@ -67,6 +67,13 @@ def test_the_conclusion_says_whether_anything_was_measured():
 
     # measured, none won: keep eager
     assert conclusion(None, [row("slower"), row("skipped", 40.0)], 60) == KEEP
+    # ... and a skipped candidate predicted above eager is named, not measured (the CPU's
+    # GPT-2 training step: its optimizer remedies measured, its compile never reached)
+    compiled, small = row("skipped", 83.5), row("skipped", 10.0)
+    compiled.predicted_speedup, small.predicted_speedup = 1.15, 1.04
+    assert conclusion(None, [row("no significant change"), small, compiled], 60) == (
+        KEEP + "; compile, predicted 1.15x, was not measured: ~84 s by its estimate, "
+        "--budget-s 144 would reach it")
     # nothing measured (issue 24: one candidate started, abandoned, the run concluded
     # "keep the workload as it is"): said, with the budget that would reach the cheapest
     assert conclusion(None, [row("skipped", 109.0), row("skipped", 45.2), row("failed")],
