@@ -189,3 +189,38 @@ def test_a_long_elementwise_chain_is_walked_without_recursion():
     # the chain on chip, its end never written (recomputed from x = the GEMM's output,
     # which the backward reads in its place): 2N per link but the first's read of x
     assert saved == 3000 * 2 * N - N + N - N
+
+
+def test_eager_dropouts_mask_is_drawn_in_the_kernel_and_kept_as_booleans():
+    # rule 6, a CPU's dropout: the mask storage 2 filled by bernoulli_ (not read), scaled
+    # in place by div_, then y = x * mask; the backward multiplies its gradient by the
+    # mask. Inductor: the mask drawn in the kernel, written once as booleans (N / 4 for
+    # fp32) and read back so by the backward
+    records = _ops(("aten::mm", "matmul", "forward", (7, 8), (1,)),
+                   ("aten::bernoulli_", "copy", "forward", (2,), (2,)),
+                   ("aten::div_", "pointwise", "forward", (2,), (2,)),
+                   ("aten::mul", "pointwise", "forward", (1, 2), (3,)),
+                   ("aten::mm", "matmul", "forward", (3, 8), (4,)),
+                   ("aten::mm", "matmul", "backward", (5, 8), (6,)),
+                   ("aten::mul", "pointwise", "backward", (6, 2), (9,)),
+                   ("aten::mm", "matmul", "backward", (9, 7), (10,)))
+    saved, total = fusable_bytes_saved(records)
+    assert total == 2 * N + 2 * N + 3 * N + 3 * N
+    # left: x read and y written (2N), the gradient read and written (2N), the mask
+    # written and read back as booleans (N / 4 each)
+    assert total - saved == 4 * N + N // 2
+
+
+def test_cudas_native_dropout_fuses_into_what_reads_its_output():
+    # rule 6, CUDA's dropout: native_dropout writes its output and a boolean mask (N / 4);
+    # the residual add reads the output in the same kernel; the backward reads the mask
+    records = _ops(("aten::mm", "matmul", "forward", (7, 8), (1,)),
+                   ("aten::native_dropout", "copy", "forward", (1,), (2, (3, N // 4))),
+                   ("aten::add", "pointwise", "forward", (2, 11), (4,)),
+                   ("aten::mm", "matmul", "forward", (4, 8), (5,)),
+                   ("aten::mm", "matmul", "backward", (12, 8), (6,)),
+                   ("aten::native_dropout_backward", "pointwise", "backward", (6, 3), (9,)),
+                   ("aten::mm", "matmul", "backward", (9, 7), (10,)))
+    saved, total = fusable_bytes_saved(records)
+    assert total == (2 * N + N // 4) + 3 * N + (2 * N + N // 4)
+    assert saved == 2 * N  # the dropout's output neither written nor read back

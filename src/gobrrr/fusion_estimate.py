@@ -28,6 +28,12 @@ benchmarks/results/cpu/fusion_bytes/README.md):
    normalization), eager or compiled. Its eager op's second read of its own inputs joins
    the fusable bytes (counting.py charges one), so the saving is a share of what eager
    moves.
+6. Random numbers. Inductor draws them inside its kernels (`inductor_random`): a random
+   op is fusable, an in-place fill (`bernoulli_`, eager dropout's mask on a CPU) does not
+   read the storage it fills, a random value is never recomputed, and a mask that
+   outlives its kernel (read by the backward) is stored as booleans, one byte an
+   element, where eager keeps it in the activations' dtype. On CUDA `native_dropout`
+   writes its own boolean mask; its output fuses into what reads it.
 The essay's `x.cos().cos()`: 4N -> 2N accesses.
 """
 
@@ -50,11 +56,21 @@ _DECOMPOSED_FUSABLE = ("aten::nll_loss_backward", "aten::nll_loss2d_backward")
 # What a backward may recompute rather than read: elementwise work after its reductions
 # (a norm's or softmax's statistics are saved; the normalized output is recomputed).
 _RECOMPUTABLE_CLASSES = ("pointwise", "norm", "softmax")
+# Random ops Inductor generates inside its kernels (rule 6); the in-place fills among them
+# overwrite a storage without reading it; native_dropout's mask is boolean already.
+_RANDOM = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout", "aten::uniform_",
+           "aten::normal_", "aten::rand", "aten::rand_like", "aten::randn",
+           "aten::randn_like")
+_RANDOM_FILLS = ("aten::bernoulli_", "aten::uniform_", "aten::normal_")
+_OWN_MASK = ("aten::native_dropout",)
+# Bytes an element of each dtype name (counting.dtype_name); a mask stored as booleans
+# takes one (rule 6). Other dtypes keep their bytes.
+_ITEM_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 
 
 def is_fusable(r: OpRecord) -> bool:
-    """An op Inductor generates into a fused kernel (module docstring, rule 1)."""
-    return r.op_class in FUSABLE_CLASSES or r.op in _DECOMPOSED_FUSABLE
+    """An op Inductor generates into a fused kernel (module docstring, rules 1 and 6)."""
+    return r.op_class in FUSABLE_CLASSES or r.op in _DECOMPOSED_FUSABLE or r.op in _RANDOM
 
 
 def _part(phase: str) -> str:
@@ -101,6 +117,7 @@ class _Flow:
     # values whose backward reads a recompute took away (rule 4): with no reader left
     # outside their kernel they are not written, unlike an output of the call
     recomputed: set[int] = field(default_factory=set)
+    unread_bytes: int = 0  # what in-place random fills' eager calls read (rule 6)
 
 
 def _flow(records: list[OpRecord]) -> _Flow:
@@ -118,10 +135,15 @@ def _flow(records: list[OpRecord]) -> _Flow:
     persistent: set[int] = set()
     last_write: dict[int, int] = {}
     live: dict[int, int] = {}  # storage -> the value it holds
+    unread = 0
     for i, r in enumerate(records):
         sizes = dict(r.read_sizes)
         mine: list[int] = []
+        filled = {p for p, _ in r.writes} if r.op in _RANDOM_FILLS else set()
         for ptr in dict.fromkeys(r.reads):
+            if ptr in filled:  # overwritten with random numbers, never read
+                unread += max(0, sizes.get(ptr, 0))
+                continue
             if ptr not in seen:
                 seen.add(ptr)
                 persistent.add(ptr)
@@ -135,7 +157,8 @@ def _flow(records: list[OpRecord]) -> _Flow:
             last_write[ptr] = i
             live[ptr] = len(values)
             values.append(_Value(ptr, i, nbytes))
-    return _Flow(records, fusable, kernel, values, reads, persistent, last_write)
+    return _Flow(records, fusable, kernel, values, reads, persistent, last_write,
+                 unread_bytes=unread)
 
 
 def _recompute(f: _Flow) -> int:
@@ -149,6 +172,7 @@ def _recompute(f: _Flow) -> int:
         p = f.values[v].producer
         return (p != INPUT and f.fusable[p]
                 and f.records[p].op_class in _RECOMPUTABLE_CLASSES
+                and f.records[p].op not in _RANDOM
                 and _part(f.records[p].phase) == FORWARD)
 
     memo: dict[int, frozenset[int]] = {}
@@ -239,14 +263,34 @@ def _second_passes(f: _Flow) -> tuple[int, int]:
     return eager, fused
 
 
+def _mask_bytes(f: _Flow) -> dict[int, int]:
+    """Rule 6: value -> its bytes as booleans, for the random masks (a random op's output
+    other than native_dropout's, and forward pointwise values computed from masks alone:
+    the eager dropout's scaled mask) whose dtype takes more than a byte an element."""
+    masks: dict[int, int] = {}
+    for v, val in enumerate(f.values):
+        p = val.producer
+        if p == INPUT or val.nbytes <= 0:
+            continue
+        r = f.records[p]
+        derived = (r.op_class == "pointwise" and _part(r.phase) == FORWARD
+                   and f.reads[p] and all(w in masks for w in f.reads[p]))
+        if (r.op in _RANDOM and r.op not in _OWN_MASK) or derived:
+            item = _ITEM_BYTES.get(r.dtype, 1)
+            if item > 1:
+                masks[v] = val.nbytes // item
+    return masks
+
+
 def fusable_bytes_saved(records: list[OpRecord]) -> tuple[int, int]:
     """(bytes Inductor's fusion saves of what the fusable ops move, what those ops move
     eagerly), by the module docstring's rules. Against Inductor's own count on this
     project's CPU (generated_bytes, benchmarks/fusion_bytes_check.py): inference of GPT-2,
     BERT-base, ViT-B/16, ResNet-50 and ConvNeXt-T within 0.86-1.02x, an AdamW step
-    exactly, GPT-2's and ResNet-50's training steps 1.06x and 0.97x. An estimate."""
+    exactly, GPT-2's and ResNet-50's training steps 0.98x and 0.95x. An estimate."""
     f = _flow(records)
-    saved = _recompute(f)
+    masks = _mask_bytes(f)
+    saved = _recompute(f) + f.unread_bytes
     for v, val in enumerate(f.values):
         if val.nbytes == UNKNOWN:
             continue
@@ -254,6 +298,7 @@ def fusable_bytes_saved(records: list[OpRecord]) -> tuple[int, int]:
         for j in val.readers:
             if f.fusable[j]:
                 per_kernel[f.kernel[j]] = per_kernel.get(f.kernel[j], 0) + 1
+        kept = True
         if val.producer != INPUT and f.fusable[val.producer]:
             inside = per_kernel.pop(f.kernel[val.producer], 0)
             kept = (inside < len(val.readers)
@@ -262,6 +307,11 @@ def fusable_bytes_saved(records: list[OpRecord]) -> tuple[int, int]:
             read = bool(val.readers) or v in f.recomputed
             saved += val.nbytes * inside + (0 if kept or not read else val.nbytes)
         saved += val.nbytes * sum(n - 1 for n in per_kernel.values())
+        if v in masks and kept and val.readers:
+            # a mask that leaves its kernel: written, and read once by each kernel and
+            # op outside, as booleans
+            outside = len(per_kernel) + sum(1 for j in val.readers if not f.fusable[j])
+            saved += (val.nbytes - masks[v]) * (1 + outside)
     eager_again, fused_again = _second_passes(f)
     total = sum(r.bytes for r, fu in zip(records, f.fusable, strict=True) if fu) + eager_again
     saved += eager_again - fused_again
