@@ -224,3 +224,35 @@ def test_cudas_native_dropout_fuses_into_what_reads_its_output():
     saved, total = fusable_bytes_saved(records)
     assert total == (2 * N + N // 4) + 3 * N + (2 * N + N // 4)
     assert saved == 2 * N  # the dropout's output neither written nor read back
+
+
+def test_the_compile_credit_takes_the_time_of_every_op_the_estimate_fuses():
+    # savings.fusion: CUDA's dropout (class copy) is fused by rule 6, so its memory-bound
+    # time is in the base the saved share applies to: (9 + 6 + 9) us x 2N / 7.5N
+    import pytest
+
+    from gobrrr.budget import Budget, CallRow, RowBudget
+    from gobrrr.remedies.base import Context
+    from gobrrr.remedies.savings import fusion
+
+    records = _ops(("aten::mm", "matmul", "forward", (7, 8), (1,)),
+                   ("aten::native_dropout", "copy", "forward", (1,), (2, (3, N // 4))),
+                   ("aten::add", "pointwise", "forward", (2, 11), (4,)),
+                   ("aten::mm", "matmul", "forward", (4, 8), (5,)),
+                   ("aten::mm", "matmul", "backward", (12, 8), (6,)),
+                   ("aten::native_dropout_backward", "pointwise", "backward", (6, 3), (9,)),
+                   ("aten::mm", "matmul", "backward", (9, 7), (10,)))
+    times_us = {0: ("compute", 20), 1: ("memory", 9), 2: ("memory", 6), 3: ("compute", 20),
+                4: ("compute", 20), 5: ("memory", 9), 6: ("compute", 20)}
+    rows = [CallRow(i, r.op, r.module, r.phase, r.op_class, times_us[i][0],
+                    times_us[i][1] * 1e-6, r.flops, r.bytes, 0.0)
+            for i, r in enumerate(records)]
+    per_class = [RowBudget("matmul", calls=4, compute_s=80e-6),
+                 RowBudget("copy", calls=1, memory_s=9e-6),
+                 RowBudget("pointwise", calls=2, memory_s=15e-6)]
+    b = Budget(wall_s=110e-6, busy_s=104e-6, overhead_s=6e-6, memory_s=24e-6,
+               compute_s=80e-6, floor_s=0.0, below_roof_s=0.0, per_call=rows,
+               per_class=per_class)
+    saved, _ = fusion(Context("cuda", b, None, records))
+    # (the fusable classes' time alone, 15 us, left the dropout's 9 us out)
+    assert saved["memory"] == pytest.approx(24e-6 * 2 / 7.5)

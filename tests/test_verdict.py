@@ -4,7 +4,7 @@ budgets built by hand, so each number in a sentence is known in advance."""
 import pytest
 import torch
 
-from gobrrr.budget import Budget, RowBudget
+from gobrrr.budget import Budget, CallRow, RowBudget
 from gobrrr.counting import count
 from gobrrr.experiments import BatchPoint, BatchScaling, GraphReplay
 from gobrrr.hardware import Ceilings
@@ -219,6 +219,8 @@ def test_predicted_gain_fusion_cos_cos():
     # total 20 us -> 20 / 15 = 1.333x
     b = budget(10e-6, 10e-6, 0.0,
                per_class=[RowBudget("pointwise", 2, 10e-6, 2048, 16384, 0.0, 0.0, 10e-6)])
+    b.per_call = [CallRow(r.index, r.op, r.module, r.phase, r.op_class, "memory", 5e-6,
+                          r.flops, r.bytes, 0.0) for r in counts.records]
     r = by_name(remedies_for(b, counts, ceilings(), "cuda", None, None))
     # torch.compile's default mode on CUDA: fusion alone
     assert r["torch.compile"].predicted_speedup == pytest.approx(20 / 15)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gobrrr.fusion_estimate import FUSABLE_CLASSES, compiled_launches, fusable_bytes_saved
+from gobrrr.fusion_estimate import compiled_launches, fusable_bytes_saved, is_fusable
 from gobrrr.gains import Gain, gain_from_saved, host_time
 from gobrrr.phases import FORWARD
 from gobrrr.remedies.base import Context
@@ -204,7 +204,12 @@ def fusion(ctx: Context) -> Saving:
     b = ctx.budget
     assert b is not None
     saved_bytes, fusable_bytes = fusable_bytes_saved(ctx.records)
-    fusable_mem_s = sum(r.memory_s for r in b.per_class if r.name in FUSABLE_CLASSES)
+    # the memory-bound time of the ops the estimate fuses (is_fusable: the fusable
+    # classes, and the loss backward and random ops Inductor draws into them), so the
+    # bytes and the time saved are shares of the same ops
+    fusable = {r.index for r in ctx.records if is_fusable(r)}
+    fusable_mem_s = sum(c.time_s for c in b.per_call
+                        if c.index in fusable and c.regime == "memory")
     if saved_bytes <= 0 or fusable_mem_s <= 0:
         return {}, "no fusable pointwise/norm chain with memory-bound time"
     saved_s = fusable_mem_s * saved_bytes / fusable_bytes
