@@ -28,6 +28,19 @@ def _ops(*ops: tuple) -> list[OpRecord]:
     return out
 
 
+def _native_dropout_step() -> list[OpRecord]:
+    """CUDA's dropout in a training step: x = a GEMM's output; native_dropout writes its
+    output and a boolean mask (N / 4); a residual add reads the output; the backward
+    reads the mask."""
+    return _ops(("aten::mm", "matmul", "forward", (7, 8), (1,)),
+                ("aten::native_dropout", "copy", "forward", (1,), (2, (3, N // 4))),
+                ("aten::add", "pointwise", "forward", (2, 11), (4,)),
+                ("aten::mm", "matmul", "forward", (4, 8), (5,)),
+                ("aten::mm", "matmul", "backward", (12, 8), (6,)),
+                ("aten::native_dropout_backward", "pointwise", "backward", (6, 3), (9,)),
+                ("aten::mm", "matmul", "backward", (9, 7), (10,)))
+
+
 def test_fusion_estimate_cos_cos():
     x = torch.randn(1024)
     counts = count(lambda: x.cos().cos())
@@ -214,13 +227,7 @@ def test_eager_dropouts_mask_is_drawn_in_the_kernel_and_kept_as_booleans():
 def test_cudas_native_dropout_fuses_into_what_reads_its_output():
     # rule 6, CUDA's dropout: native_dropout writes its output and a boolean mask (N / 4);
     # the residual add reads the output in the same kernel; the backward reads the mask
-    records = _ops(("aten::mm", "matmul", "forward", (7, 8), (1,)),
-                   ("aten::native_dropout", "copy", "forward", (1,), (2, (3, N // 4))),
-                   ("aten::add", "pointwise", "forward", (2, 11), (4,)),
-                   ("aten::mm", "matmul", "forward", (4, 8), (5,)),
-                   ("aten::mm", "matmul", "backward", (12, 8), (6,)),
-                   ("aten::native_dropout_backward", "pointwise", "backward", (6, 3), (9,)),
-                   ("aten::mm", "matmul", "backward", (9, 7), (10,)))
+    records = _native_dropout_step()
     saved, total = fusable_bytes_saved(records)
     assert total == (2 * N + N // 4) + 3 * N + (2 * N + N // 4)
     assert saved == 2 * N  # the dropout's output neither written nor read back
@@ -235,13 +242,7 @@ def test_the_compile_credit_takes_the_time_of_every_op_the_estimate_fuses():
     from gobrrr.remedies.base import Context
     from gobrrr.remedies.savings import fusion
 
-    records = _ops(("aten::mm", "matmul", "forward", (7, 8), (1,)),
-                   ("aten::native_dropout", "copy", "forward", (1,), (2, (3, N // 4))),
-                   ("aten::add", "pointwise", "forward", (2, 11), (4,)),
-                   ("aten::mm", "matmul", "forward", (4, 8), (5,)),
-                   ("aten::mm", "matmul", "backward", (12, 8), (6,)),
-                   ("aten::native_dropout_backward", "pointwise", "backward", (6, 3), (9,)),
-                   ("aten::mm", "matmul", "backward", (9, 7), (10,)))
+    records = _native_dropout_step()
     times_us = {0: ("compute", 20), 1: ("memory", 9), 2: ("memory", 6), 3: ("compute", 20),
                 4: ("compute", 20), 5: ("memory", 9), 6: ("compute", 20)}
     rows = [CallRow(i, r.op, r.module, r.phase, r.op_class, times_us[i][0],
