@@ -1,7 +1,8 @@
 """Vision models from transformers' configs, random weights (FILE.py:NAME targets): ViT-B/16,
 ResNet-50 and ConvNeXt-T as transformers writes them, for benchmarks run on a machine
 without torchvision (this project's CPU machine: benchmarks/fusion_bytes_check.py).
-Inference under no_grad; `resnet50_train` is one AdamW training step (cross-entropy).
+Inference under no_grad; `resnet50_train` and `vit_b16_train` are one AdamW training
+step each (cross-entropy).
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ def resnet50(batch_size: int = 8, device: str = "cpu") -> tuple[Any, tuple]:
 
 def resnet50_train(batch_size: int = 8, device: str = "cpu") -> tuple[Any, tuple]:
     return _train(_model("ResNet", device), _images(batch_size, device))
+
+
+def vit_b16_train(batch_size: int = 4, device: str = "cpu") -> tuple[Any, tuple]:
+    return _train(_model("ViT", device), _images(batch_size, device))
 
 
 def convnext_tiny(batch_size: int = 8, device: str = "cpu") -> tuple[Any, tuple]:
