@@ -6,7 +6,8 @@ Estimates, by bytes and by launches, not a compile.
 
 The byte model, each rule checked against Inductor's own count of the bytes its generated
 kernels move (benchmarks/fusion_bytes_check.py, results in
-benchmarks/results/cpu/fusion_bytes/README.md):
+benchmarks/results/cpu/fusion_bytes/README.md; where the count and the generated code
+disagree, as on an optimizer's in-place update, against the code):
 1. Kernels. The fusable ops (`is_fusable`: FUSABLE_CLASSES, and nll_loss_backward, which
    Inductor decomposes into a pointwise select) between two barriers form one kernel. A
    barrier is an op that launches kernels of its own (a GEMM, a convolution, attention,
