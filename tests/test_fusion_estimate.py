@@ -53,7 +53,8 @@ def test_fusion_estimate_cos_cos():
 def test_fusion_estimate_keeps_what_a_later_kernel_reads():
     # a = x + y; b = layer_norm(a); c = b @ w (a kernel of its own); d = a + c
     # a: LN reads it on chip (its read saved), but d reads it after the GEMM: written
-    # b: the GEMM reads it: written and read; d: the call's output
+    # b: the GEMM reads it: written and read; d: the call's output, so the GEMM's
+    # accumulate (rule 8): its read of c and its write are the GEMM's write (2n)
     n = 64 * 64 * 4  # bytes of one [64, 64] fp32 tensor
     x, y, w = (torch.randn(64, 64) for _ in range(3))
 
@@ -67,7 +68,8 @@ def test_fusion_estimate_keeps_what_a_later_kernel_reads():
     assert [r.op_class for r in records] == ["pointwise", "norm", "matmul", "pointwise"]
     # add: 3n; layer_norm: reads a, writes b and its mean and rstd (64 each); add: 3n
     assert total == 3 * n + (2 * n + 2 * 64 * 4) + 3 * n
-    assert saved == n  # LN's read of a only (the old rule saved its write and read: 2n)
+    assert saved == n + 2 * n  # LN's read of a; d's (the old rule: a's write and read)
+    assert generated_bytes(records) == total - saved - n  # the GEMM reads a, not d
 
 
 def test_fusion_estimate_reads_a_gemm_output_once_per_kernel():
@@ -257,3 +259,48 @@ def test_the_compile_credit_takes_the_time_of_every_op_the_estimate_fuses():
     saved, _ = fusion(Context("cuda", b, None, records))
     # (the fusable classes' time alone, 15 us, left the dropout's 9 us out)
     assert saved["memory"] == pytest.approx(24e-6 * 2 / 7.5)
+
+
+def test_a_residual_stream_is_read_as_its_sources_until_inductor_writes_it():
+    # rule 7: a pre-norm transformer's residual stream r_i = r_(i-1) + a_i (a_i: a GEMM's
+    # output), each read by its norm (same kernel) and by the next add (after GEMMs: a
+    # kernel of its own). Inductor writes no r_i until one reads more than 4 tensors
+    # with two readers (r4: x0, a1..a4); each kernel reads its r's sources instead:
+    # kernels of 3n, 4n, 5n, 7n (r4 written) and 3n (r5, the last, read by its norm only)
+    ops = [("aten::add", "pointwise", "forward", (0, 1), (2,))]  # r1 = x0 + a1
+    r = 2
+    for _ in range(2, 6):  # r2 .. r5
+        ops += [("aten::layer_norm", "norm", "forward", (r,), (r + 1,)),
+                ("aten::mm", "matmul", "forward", (r + 1, 99), (r + 2,)),  # a_i
+                ("aten::add", "pointwise", "forward", (r, r + 2), (r + 3,))]
+        r += 3
+    ops.append(("aten::layer_norm", "norm", "forward", (r,), (r + 1,)))
+    ops.append(("aten::mm", "matmul", "forward", (r + 1, 99), (r + 2,)))
+    records = _ops(*ops)
+    saved, total = fusable_bytes_saved(records)
+    assert total == 5 * 3 * N + 5 * 2 * N  # five adds, five norms
+    assert generated_bytes(records) == (3 + 4 + 5 + 7 + 3) * N  # 19 N with every r written
+
+
+def _tied_weight_grad(then: tuple) -> list[OpRecord]:
+    """A tied weight's gradient: the LM head's GEMM (mm) + the embedding's backward,
+    summed by autograd (an add), then `then` reads the sum."""
+    return _ops(("aten::mm", "matmul", "backward", (1, 2), (3,)),
+                ("aten::embedding_dense_backward", "other", "backward", (4, 5), (6,)),
+                ("aten::add", "pointwise", "backward", (3, 6), (7,)),
+                then)
+
+
+def test_a_gemms_output_added_into_a_gradient_is_the_gemms_accumulate():
+    # rule 8: Inductor's addmm pattern; the add's kernel goes, the GEMM reads the
+    # embedding's gradient: nothing of the add is left in generated code; the
+    # embedding's backward (a scatter Inductor generates, 3N) stays
+    records = _tied_weight_grad(("aten::_foreach_add_", "pointwise", "optimizer", (7, 8),
+                                 ((8, N),)))
+    saved, total = fusable_bytes_saved(records)
+    assert total == 3 * N + 3 * N  # the add, then the optimizer's update of 8 by 7
+    assert saved == 2 * N  # the add's read of the GEMM's output and its write
+    assert generated_bytes(records) == 3 * N + 3 * N  # the scatter, the update
+    # read by a pointwise op of its own graph: not folded (a GPU keeps it apart)
+    apart = _tied_weight_grad(("aten::mul", "pointwise", "backward", (7, 9), (10,)))
+    assert generated_bytes(apart) == 3 * N + (2 * N + 2 * N)  # the scatter, add+mul fused

@@ -35,6 +35,21 @@ disagree, as on an optimizer's in-place update, against the code):
    outlives its kernel (read by the backward) is stored as booleans, one byte an
    element, where eager keeps it in the activations' dtype. On CUDA `native_dropout`
    writes its own boolean mask; its output fuses into what reads it.
+7. Inlined on reuse. Inductor keeps a pointwise value it has not written as the
+   expression it came from, and a kernel that reads it outside its own reads its sources
+   instead; it writes the value (realizes it) only once the expression reads more than
+   `realize_reads_threshold` (4) tensors and has several readers, or more than
+   `realize_acc_reads_threshold` (8; 12 on a CPU), or when a barrier op reads it. A
+   pre-norm transformer's residual stream (x + attn, + mlp, ...) is written every other
+   layer, its norms reading 2, 3, 4, then 5 tensors (ViT-B/16's forward on a CPU:
+   7.3, 9.7, 12.1, 14.5 MB at batch 4). Inductor on a CPU also writes a reused value
+   computed with exp, log, sigmoid or tanh; this estimate, for any device, does not.
+8. Folded into the GEMM. An add of a GEMM's output (`mm`, read by nothing else) to
+   another tensor, whose sum no other op of its graph reads (a graph output: the
+   gradient of a weight two layers share, GPT-2's tied embedding), is the GEMM's
+   accumulate (Inductor's `addmm` pattern, on a CPU and a GPU): no kernel of its own; the
+   GEMM reads the other tensor. Where ops of its graph read the sum Inductor folds it on
+   a CPU, and on a GPU unless they are all pointwise; this estimate leaves those apart.
 The essay's `x.cos().cos()`: 4N -> 2N accesses.
 """
 
@@ -64,6 +79,11 @@ _RANDOM = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout", "aten:
            "aten::randn_like")
 _RANDOM_FILLS = ("aten::bernoulli_", "aten::uniform_", "aten::normal_")
 _OWN_MASK = ("aten::native_dropout",)
+# Inductor's realization thresholds (torch._inductor.config; rule 7): a reused pointwise
+# value reading more tensors than the first is written, any value reading more than the
+# second is (a CPU's own threshold is 12).
+_REALIZE_READS = 4
+_REALIZE_ACC_READS = 8
 # Bytes an element of each dtype name (counting.dtype_name); a mask stored as booleans
 # takes one (rule 6). Other dtypes keep their bytes.
 _ITEM_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
@@ -119,14 +139,43 @@ class _Flow:
     # outside their kernel they are not written, unlike an output of the call
     recomputed: set[int] = field(default_factory=set)
     unread_bytes: int = 0  # what in-place random fills' eager calls read (rule 6)
+    # the adds folded into a GEMM (rule 8) -> the bytes of the input the GEMM reads
+    folded: dict[int, int] = field(default_factory=dict)
+
+
+def _folded(records: list[OpRecord]) -> dict[int, int]:
+    """Rule 8: the adds folded into the GEMM whose output they read -> the bytes of their
+    other input, which the GEMM reads instead."""
+    writer: dict[int, int] = {}  # storage -> the op that last wrote it
+    readers: dict[tuple[int, int], list[int]] = {}  # (storage, its writer) -> ops reading
+    for i, r in enumerate(records):
+        for ptr in dict.fromkeys(r.reads):
+            if ptr in writer:
+                readers.setdefault((ptr, writer[ptr]), []).append(i)
+        for ptr, _ in r.writes:
+            writer[ptr] = i
+    folded: dict[int, int] = {}
+    for (ptr, w), js in readers.items():
+        add = records[js[0]]
+        if (records[w].op != "aten::mm" or len(js) != 1 or add.op != "aten::add"
+                or len(add.writes) != 1 or len(set(add.reads)) != 2):
+            continue
+        sums = readers.get((add.writes[0][0], js[0]), [])
+        if any(_part(records[j].phase) == _part(add.phase) for j in sums):
+            continue
+        folded[js[0]] = sum(n for p, n in add.read_sizes if p != ptr)
+    return folded
 
 
 def _flow(records: list[OpRecord]) -> _Flow:
     fusable = [is_fusable(r) for r in records]
+    folded = _folded(records)
     kernel: list[int] = []
     k, part = 0, None
     for r, f in zip(records, fusable, strict=True):
         barrier = not f and r.op_class not in ("copy", "view")
+        # a folded add is the GEMM's: a kernel of its own, nothing fuses with it
+        barrier = barrier or len(kernel) in folded or len(kernel) - 1 in folded
         k += barrier or (part is not None and _part(r.phase) != part)
         part = _part(r.phase)
         kernel.append(k)
@@ -159,7 +208,7 @@ def _flow(records: list[OpRecord]) -> _Flow:
             live[ptr] = len(values)
             values.append(_Value(ptr, i, nbytes))
     return _Flow(records, fusable, kernel, values, reads, persistent, last_write,
-                 unread_bytes=unread)
+                 unread_bytes=unread, folded=folded)
 
 
 def _recompute(f: _Flow) -> int:
@@ -238,6 +287,52 @@ def _recompute(f: _Flow) -> int:
     return saved
 
 
+def _inline(f: _Flow) -> int:
+    """Rule 7: move each read of an inlined pointwise value by a kernel other than its
+    own (of the same part) to the values it is computed from; returns the bytes that
+    saves (the reads removed less the reads added: a kernel already reading a source
+    reads it once). Edits `f`'s readers and reads in place, after rule 4 (a value the
+    backward still reads is saved for it: written)."""
+    sources: dict[int, frozenset[int]] = {}  # an inlined value -> what it is read as
+    saved = 0
+    for v, val in enumerate(f.values):
+        p = val.producer
+        if (p == INPUT or not f.fusable[p] or f.records[p].op_class != "pointwise"
+                or f.records[p].op in _RANDOM or val.nbytes <= 0
+                or val.storage in f.persistent or not val.readers):
+            continue
+        part = _part(f.records[p].phase)
+        if any(not f.fusable[j] and f.records[j].op_class != "view" or j in f.folded
+               or _part(f.records[j].phase) != part for j in val.readers):
+            continue  # a barrier (a folded add: its GEMM) or another graph reads it
+        reads = frozenset().union(*(sources.get(w, frozenset([w])) for w in f.reads[p]))
+        users = len(set(val.readers))
+        if (len(reads) > _REALIZE_ACC_READS
+                or (users > 1 and len(reads) > _REALIZE_READS)
+                or any(f.values[w].nbytes == UNKNOWN for w in reads)):
+            continue
+        sources[v] = reads
+        moved: dict[int, list[int]] = {}  # kernel -> its ops that read v
+        for j in val.readers:
+            if f.kernel[j] != f.kernel[p] and f.fusable[j]:
+                moved.setdefault(f.kernel[j], []).append(j)
+        if not moved:
+            continue
+        f.recomputed.add(v)
+        for k, js in moved.items():
+            there = {w for i, kk in enumerate(f.kernel) if kk == k and f.fusable[i]
+                     for w in f.reads[i]}
+            for j in js:
+                f.reads[j].remove(v)
+            f.values[v].readers = [j for j in f.values[v].readers if j not in js]
+            saved += val.nbytes * len(js)  # each reader's eager bytes held it
+            for w in reads - there:
+                f.values[w].readers.append(js[0])
+                f.reads[js[0]].append(w)
+                saved -= f.values[w].nbytes
+    return saved
+
+
 def _second_passes(f: _Flow) -> tuple[int, int]:
     """Rule 5: (the bytes a two-pass op's eager call reads again: its own inputs, the
     bytes its fused kernel reads again: what feeds it from outside the kernel)."""
@@ -291,9 +386,17 @@ def fusable_bytes_saved(records: list[OpRecord]) -> tuple[int, int]:
     forward and backward (GPT-2, ResNet-50, ViT-B/16) 1.14x, 0.96x and 0.84x; AdamW's
     step at the 7 parameter-sized passes its generated kernel makes (the count says 8).
     An estimate."""
+    saved, total, _ = _estimate(records)
+    return saved, total
+
+
+def _estimate(records: list[OpRecord]) -> tuple[int, int, int]:
+    """fusable_bytes_saved's pair, and the bytes of the folded adds' inputs the GEMMs read
+    (rule 8): moved from generated kernels to extern calls."""
     f = _flow(records)
     masks = _mask_bytes(f)
     saved = _recompute(f) + f.unread_bytes
+    saved += _inline(f)
     for v, val in enumerate(f.values):
         if val.nbytes == UNKNOWN:
             continue
@@ -318,7 +421,9 @@ def fusable_bytes_saved(records: list[OpRecord]) -> tuple[int, int]:
     eager_again, fused_again = _second_passes(f)
     total = sum(r.bytes for r, fu in zip(records, f.fusable, strict=True) if fu) + eager_again
     saved += eager_again - fused_again
-    return max(0, min(saved, total)), total
+    # a folded add: its read of the GEMM's output and its write are the GEMM's own write
+    saved += sum(records[i].bytes - moved for i, moved in f.folded.items())
+    return max(0, min(saved, total)), total, sum(f.folded.values())
 
 
 def generated_bytes(records: list[OpRecord]) -> int:
@@ -326,10 +431,10 @@ def generated_bytes(records: list[OpRecord]) -> int:
     fusable ops' bytes less what fusion saves, plus every other op's that is not an
     extern call (GEMMs, convolutions, attention) or a view: copies, scatters, the ops
     Inductor lowers without fusing."""
-    saved, fusable = fusable_bytes_saved(records)
+    saved, fusable, into_gemms = _estimate(records)
     rest = sum(r.bytes for r in records
                if not is_fusable(r) and r.op_class not in (*MATMUL_CLASSES, "view"))
-    return fusable - saved + rest
+    return fusable - saved - into_gemms + rest
 
 
 def compiled_launches(records: list[OpRecord], kernel_ops: list[int | None]
