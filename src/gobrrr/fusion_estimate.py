@@ -382,10 +382,10 @@ def fusable_bytes_saved(records: list[OpRecord]) -> tuple[int, int]:
     """(bytes Inductor's fusion saves of what the fusable ops move, what those ops move
     eagerly), by the module docstring's rules. Against Inductor's own count on this
     project's CPU (generated_bytes, benchmarks/fusion_bytes_check.py): inference of GPT-2,
-    BERT-base, ViT-B/16, ResNet-50 and ConvNeXt-T within 0.86-1.02x; training steps'
-    forward and backward (GPT-2, ResNet-50, ViT-B/16) 1.14x, 0.96x and 0.84x; AdamW's
-    step at the 7 parameter-sized passes its generated kernel makes (the count says 8).
-    An estimate."""
+    BERT-base, ViT-B/16, ResNet-50 and ConvNeXt-T within 0.93-1.02x; training steps'
+    forward and backward (GPT-2, BERT-base, ResNet-50, ViT-B/16) 0.98x, 1.02x, 1.03x and
+    0.84x; AdamW's step at the 7 parameter-sized passes its generated kernel makes (the
+    count says 8). An estimate."""
     saved, total, _ = _estimate(records)
     return saved, total
 
