@@ -304,3 +304,22 @@ def test_a_gemms_output_added_into_a_gradient_is_the_gemms_accumulate():
     # read by a pointwise op of its own graph: not folded (a GPU keeps it apart)
     apart = _tied_weight_grad(("aten::mul", "pointwise", "backward", (7, 9), (10,)))
     assert generated_bytes(apart) == 3 * N + (2 * N + 2 * N)  # the scatter, add+mul fused
+
+
+def test_a_layer_norms_backward_reads_the_normalized_input_its_forward_wrote():
+    # rule 9: r = x + a; layer_norm(r) -> out (a GEMM reads it), mean, rstd (8 B each);
+    # r + (out @ w) after the GEMM, normed; the backward's layer norm reads r's normalized
+    # values, which the forward's kernel writes (Inductor saves them, not r): r itself
+    # is then read as its sources by the add after the GEMM (rule 7), never written
+    records = _ops(("aten::add", "pointwise", "forward", (0, 1), (2,)),
+                   ("aten::native_layer_norm", "norm", "forward", (2,), (3, (4, 8), (5, 8))),
+                   ("aten::mm", "matmul", "forward", (3, 99), (6,)),
+                   ("aten::add", "pointwise", "forward", (2, 6), (7,)),
+                   ("aten::native_layer_norm", "norm", "forward", (7,), (8,)),
+                   ("aten::mm", "matmul", "backward", (20, 99), (21,)),
+                   ("aten::native_layer_norm_backward", "norm", "backward", (21, 2, 4, 5),
+                    (22,)))
+    # kernels: x, a -> out, mean, rstd, normalized r (4N + 16); x, a, the GEMM's
+    # output -> the sum's norm (4N); the gradient, normalized r, mean, rstd -> r's
+    # gradient (3N + 16). Without the rule r is written and read back: 10N + 32
+    assert generated_bytes(records) == (4 * N + 16) + 4 * N + (3 * N + 16)
