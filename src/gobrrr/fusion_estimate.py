@@ -322,6 +322,10 @@ def _inline(f: _Flow) -> int:
     reads it once). Edits `f`'s readers and reads in place, after rule 4 (a value the
     backward still reads is saved for it: written)."""
     sources: dict[int, frozenset[int]] = {}  # an inlined value -> what it is read as
+    ops_in: dict[int, list[int]] = {}  # kernel -> its fusable ops
+    for i, k in enumerate(f.kernel):
+        if f.fusable[i]:
+            ops_in.setdefault(k, []).append(i)
     saved = 0
     for v, val in enumerate(f.values):
         p = val.producer
@@ -348,8 +352,7 @@ def _inline(f: _Flow) -> int:
             continue
         f.recomputed.add(v)
         for k, js in moved.items():
-            there = {w for i, kk in enumerate(f.kernel) if kk == k and f.fusable[i]
-                     for w in f.reads[i]}
+            there = {w for i in ops_in[k] for w in f.reads[i]}
             for j in js:
                 f.reads[j].remove(v)
             f.values[v].readers = [j for j in f.values[v].readers if j not in js]
