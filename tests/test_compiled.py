@@ -62,6 +62,38 @@ def test_an_extern_convolution_writes_its_output_too():
     assert r.bytes == 2 * (x + 256 * 64 * 9 + 256 * 256 * 28 * 28)
 
 
+def test_a_compiled_backward_on_the_autograd_thread_is_inside_the_window():
+    """On CUDA the autograd engine runs a compiled graph's backward on its own thread: its
+    ops start inside the window but are not the window's children. The outermost event of
+    every other CPU thread that starts inside the window is a scope of the run; events
+    outside the window, nested ones and device events are not."""
+    from types import SimpleNamespace
+
+    from gobrrr.compiled import _graph_module, _owners, _roots_elsewhere
+
+    cpu, gpu = SimpleNamespace(name="CPU"), SimpleNamespace(name="CUDA")
+
+    def ev(name, thread, start, end, parent=None, device=cpu):
+        e = SimpleNamespace(name=name, thread=thread, device_type=device, cpu_parent=parent,
+                            time_range=SimpleNamespace(start=start, end=end), cpu_children=[])
+        if parent is not None:
+            parent.cpu_children.append(e)
+        return e
+
+    window = ev("gobrrr:counted-call", 1, 100, 200)
+    backward = ev("autograd::engine::evaluate_function: CompiledFunctionBackward", 2, 150, 190)
+    graph = ev("## Call CompiledFxGraph abc", 2, 151, 189, parent=backward)
+    mm = ev("aten::mm", 2, 152, 160, parent=graph)
+    triton = ev("triton_per_fused_native_layer_norm_backward_0", 2, 161, 170, parent=graph)
+    before = ev("autograd::engine::evaluate_function: AccumulateGrad", 2, 50, 60)
+    kernel = ev("ampere_sgemm", 7, 155, 158, device=gpu)
+    same_thread = ev("aten::add", 1, 120, 130)
+    events = [window, backward, graph, mm, triton, before, kernel, same_thread]
+    assert _roots_elsewhere(events, window) == [backward]
+    assert _owners(backward) == [mm, triton]
+    assert _graph_module(mm) == "compiled graph"
+
+
 def test_detection():
     m, x = big_linear()
     assert not is_compiled(from_callable(m, (x,)))

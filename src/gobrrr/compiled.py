@@ -11,7 +11,8 @@
   (no compile, no recompile of the user's code; the twin's FLOPs and bytes).
 - Profiled run: *not* under the counting mode, which would run the compiled code eagerly.
   One call under the torch profiler with `record_shapes`; every kernel-launching op of
-  the compiled code becomes a record: extern ATen ops (mm, addmm, convolution, attention)
+  the compiled code (on CUDA also the backward the autograd engine runs on its own
+  thread inside the call) becomes a record: extern ATen ops (mm, addmm, convolution, attention)
   with FLOPs from their recorded shapes, Triton kernels with bytes from their launch
   arguments (inputs and outputs, each at most the elements the kernel's recorded sizes
   say it computes, as Inductor's own byte count bounds them). On CPU, Inductor's
@@ -294,6 +295,19 @@ def _owners(window: Any) -> list[Any]:
     return out
 
 
+def _roots_elsewhere(events: list[Any], window: Any) -> list[Any]:
+    """The outermost CPU events of other threads that start inside the window. On CUDA
+    the autograd engine runs the backward on a thread of its own, so a compiled graph's
+    backward (`CompiledFunctionBackward` and the `## Call CompiledFxGraph` range inside
+    it) is not among the window's children (seen on torch 2.11, H100: a compiled GPT-2
+    training step's backward GEMMs were missing, their time read as overhead)."""
+    lo, hi = window.time_range.start, window.time_range.end
+    return [e for e in events
+            if e.cpu_parent is None and e.thread != window.thread
+            and getattr(e.device_type, "name", "") == "CPU"
+            and lo <= e.time_range.start <= hi]
+
+
 def _graph_module(e: Any) -> str:
     """Which part of the run an op belongs to: a compiled graph or eager code between
     graphs (a graph break)."""
@@ -331,7 +345,9 @@ def profile_compiled(w: Workload, wall_s: float, eager: CountResult) -> Profiled
                     torch.cuda.synchronize()
     events = prof.events()
     window = next(e for e in events if e.name == WINDOW)
-    owners = _owners(window)
+    # CPU autograd runs the backward on the calling thread: only CUDA has another.
+    scopes = [window] + (_roots_elsewhere(list(events), window) if cuda else [])
+    owners = [o for sc in scopes for o in ([sc] if _is_op(sc) else _owners(sc))]
     dtypes = _dtype_lookup(prof)
     records = [_record(i, e, dtypes(e), _graph_module(e), w.device)
                for i, e in enumerate(owners)]
@@ -347,7 +363,7 @@ def profile_compiled(w: Workload, wall_s: float, eager: CountResult) -> Profiled
         # Kernels no op launched: a CUDA graph's replay (mode="reduce-overhead") launches
         # them all at once, with no shapes recorded. They get the eager twin's work.
         replayed = [Kernel(k.name, k.duration * 1e-6, None, start)
-                    for sub in walk_events(window) if id(sub) not in owned
+                    for sc in scopes for sub in walk_events(sc) if id(sub) not in owned
                     for k, start in kernels_with_starts(sub, starts)]
         run.kernels += _replayed_kernels(run, replayed, eager)
         run.tally_kernels()
