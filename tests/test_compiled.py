@@ -64,9 +64,9 @@ def test_an_extern_convolution_writes_its_output_too():
 
 def test_a_compiled_backward_on_the_autograd_thread_is_inside_the_window():
     """On CUDA the autograd engine runs a compiled graph's backward on its own thread: its
-    ops start inside the window but are not the window's children. The outermost event of
-    every other CPU thread that starts inside the window is a scope of the run; events
-    outside the window, nested ones and device events are not."""
+    ops start inside the window but are not the window's children. The engine's outermost
+    events on another thread that start inside the window are scopes of the run; events
+    outside the window, nested ones, device events and other threads' work are not."""
     from types import SimpleNamespace
 
     from gobrrr.compiled import _graph_module, _owners, _roots_elsewhere
@@ -87,8 +87,9 @@ def test_a_compiled_backward_on_the_autograd_thread_is_inside_the_window():
     triton = ev("triton_per_fused_native_layer_norm_backward_0", 2, 161, 170, parent=graph)
     before = ev("autograd::engine::evaluate_function: AccumulateGrad", 2, 50, 60)
     kernel = ev("ampere_sgemm", 7, 155, 158, device=gpu)
+    pinning = ev("aten::pin_memory", 3, 140, 145)  # another thread's own work
     same_thread = ev("aten::add", 1, 120, 130)
-    events = [window, backward, graph, mm, triton, before, kernel, same_thread]
+    events = [window, backward, graph, mm, triton, before, kernel, same_thread, pinning]
     assert _roots_elsewhere(events, window) == [backward]
     assert _owners(backward) == [mm, triton]
     assert _graph_module(mm) == "compiled graph"

@@ -295,8 +295,13 @@ def _owners(window: Any) -> list[Any]:
     return out
 
 
+# The range the autograd engine writes around each backward function it runs
+_AUTOGRAD_ENGINE = "autograd::engine::evaluate_function"
+
+
 def _roots_elsewhere(events: list[Any], window: Any) -> list[Any]:
-    """The outermost CPU events of other threads that start inside the window. On CUDA
+    """The autograd engine's outermost events on other threads that start inside the
+    window (another thread's own work, a DataLoader's pinning say, is not the call's). On CUDA
     the autograd engine runs the backward on a thread of its own, so a compiled graph's
     backward (`CompiledFunctionBackward` and the `## Call CompiledFxGraph` range inside
     it) is not among the window's children (seen on torch 2.11, H100: a compiled GPT-2
@@ -304,6 +309,7 @@ def _roots_elsewhere(events: list[Any], window: Any) -> list[Any]:
     lo, hi = window.time_range.start, window.time_range.end
     return [e for e in events
             if e.cpu_parent is None and e.thread != window.thread
+            and str(e.name).startswith(_AUTOGRAD_ENGINE)
             and getattr(e.device_type, "name", "") == "CPU"
             and lo <= e.time_range.start <= hi]
 
