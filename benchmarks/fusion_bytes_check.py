@@ -14,7 +14,7 @@ from extern calls (GEMMs, convolutions, attention). Prints one JSON line per tar
 eager bytes by op class, the estimate and Inductor's count.
 
     python benchmarks/fusion_bytes_check.py TARGET [--batch N] [--seq-len N] [--train]
-        [--device cpu|cuda]
+        [--device cpu|cuda] [--nodes N]
 
 On a CPU Inductor's C++ backend schedules the same buffers as on a GPU, mostly: its
 kernels are not Triton's, so a CPU row is a check of the estimate, not the H200's figure.
@@ -35,6 +35,8 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=None)
     p.add_argument("--train", action="store_true")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--nodes", type=int, default=0,
+                   help="also list the N scheduled nodes that move the most bytes")
     a = p.parse_args()
     t0 = time.perf_counter()
 
@@ -61,7 +63,8 @@ def main() -> None:
     unfused = estimate - (fusable - saved)
 
     t1 = time.perf_counter()
-    with counting() as graphs:
+    nodes: list[tuple[str, int, str]] = []
+    with counting(nodes if a.nodes else None) as graphs:
         torch.compile(w.fn)(*w.args, **w.kwargs)
     compile_s = time.perf_counter() - t1
     total: Counter[str] = Counter()
@@ -77,6 +80,7 @@ def main() -> None:
         "inductor_graphs": len(graphs), "inductor_bytes_by_kind": dict(total),
         "inductor_bytes_by_graph": [dict(g) for g in graphs],
         "estimate_over_inductor": round(estimate / gen, 3) if gen else None,
+        "top_nodes": [list(n) for n in sorted(nodes, key=lambda n: -n[1])[:a.nodes]],
         "compile_s": round(compile_s, 1), "seconds": round(time.perf_counter() - t0, 1)}),
         flush=True)
 

@@ -42,9 +42,19 @@ def _node_bytes(scheduler: Any, n: Any) -> int:
     return sum(per_buf.values())
 
 
+def _node_label(n: Any) -> str:
+    """A scheduled node's name and the FX nodes it was lowered from (its origins), for a
+    reader comparing one device's kernels with another's."""
+    origins: set[str] = set()
+    for x in n.get_nodes():
+        origins.update(str(getattr(o, "name", o)) for o in getattr(x.node, "origins", ()) or ())
+    return f"{n.get_name()}: {', '.join(sorted(origins))[:160]}"
+
+
 @contextlib.contextmanager
-def counting() -> Iterator[list[Counter[str]]]:
-    """Inside: each graph Inductor compiles appends its bytes by node kind to the list."""
+def counting(nodes: list[tuple[str, int, str]] | None = None) -> Iterator[list[Counter[str]]]:
+    """Inside: each graph Inductor compiles appends its bytes by node kind to the list;
+    `nodes`, where given, gets (kind, bytes, label) of every scheduled node."""
     import torch
     import torch._inductor.graph as inductor_graph
     from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
@@ -57,7 +67,10 @@ def counting() -> Iterator[list[Counter[str]]]:
         for n in self.scheduler.nodes:
             kind = ("extern" if isinstance(n, ExternKernelSchedulerNode) else
                     "nop" if isinstance(n, NopKernelSchedulerNode) else "generated")
-            kinds[kind] += _node_bytes(self.scheduler, n)
+            nbytes = _node_bytes(self.scheduler, n)
+            kinds[kind] += nbytes
+            if nodes is not None:
+                nodes.append((kind, nbytes, _node_label(n)))
         graphs.append(kinds)
         return original(self)
 

@@ -18,6 +18,8 @@
 #    lacks it) and of the optimize table's training row with the optimizer fused and
 #    bf16 autocast, eager and compiled (default mode), doctor once after each
 #    (TRAIN=names): where that compile's own gain comes from, read with analyze.
+# 5. nodes (issue 24): the scheduled nodes that move the most bytes (fusion_bytes_check.py
+#    --nodes) on the CUDA fusion misses, BERT-base 32x128 and ViT-B/16 b32 (NODES=names).
 # 4. fusion (issue 24): gobrrr's fusion estimate against the bytes Triton's kernels move
 #    by Inductor's count (fusion_bytes_check.py --device cuda) on the table's inference
 #    shapes and the training row, and autocast_compile_bytes.py --device cuda (CPU
@@ -82,6 +84,18 @@ gpt2_train_8x256 hf:gpt2 --batch 8 --seq-len 256 --train
 CASES
   timeout 240 python3 benchmarks/autocast_compile_bytes.py --device cuda --layers 12 \
     > "$OUT/fusion/autocast_gpt2_8x256.json" 2>/dev/null; echo "autocast rc $?"
+fi
+if [[ $part == nodes ]]; then  # the scheduled nodes behind a CUDA fusion miss (NODES=cases)
+  mkdir -p "$OUT/nodes"
+  while read -r name args; do
+    [[ " ${NODES:-bert_32x128 vit_b32} " == *" $name "* ]] || continue
+    timeout 150 python3 benchmarks/fusion_bytes_check.py $args --device cuda --nodes 80 \
+      > "$OUT/nodes/$name.json" 2>/dev/null
+    echo "$name rc $? $(cut -c1-200 "$OUT/nodes/$name.json")"
+  done <<'CASES'
+bert_32x128 hf:bert-base-uncased --batch 32 --seq-len 128
+vit_b32 torchvision:vit_b_16 --batch 32
+CASES
 fi
 if [[ ${TESTS_S:-0} != 0 ]]; then
   timeout "$TESTS_S" python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 \
