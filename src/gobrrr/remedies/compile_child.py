@@ -155,6 +155,7 @@ class ChildRun:
         # what a speculating child announced it compiles before being told (speculation.py)
         self.speculating: tuple[str, ...] = ()
         self.speculating_at_s: float | None = None  # since its spawn: the guess began
+        self.answered = False  # its compile's answer (or an error) came back
         self.cores = cores
         self.measuring = measure_ab_s is not None
         env = dict(os.environ)  # its caches are this process's
@@ -187,6 +188,7 @@ class ChildRun:
                         self.speculating = tuple(got["speculating"])
                         self.speculating_at_s = time.perf_counter() - self.spawned
                     else:
+                        self.answered = True
                         self._lines.put(got)
         self._lines.put(None)  # end of its output
 
@@ -205,6 +207,13 @@ class ChildRun:
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.t0
+
+    def compiling(self) -> bool:
+        """Whether it is compiling now: running, told what to compile (or compiling its
+        own guess), its answer not yet back. Its compile workers then share the host
+        with the search's timed calls (quiet.py)."""
+        told = not self.waiting_for_remedies or bool(self.speculating)
+        return told and not self.answered and self.proc.poll() is None
 
     def begin(self, remedies: list[str]) -> None:
         """Tell a pre-started child what to compile; its wait counts from now (its

@@ -44,6 +44,7 @@ from gobrrr.remedies.base import (
 from gobrrr.remedies.guard_repr import short_tensor_repr
 from gobrrr.remedies.result import ALL_ZERO_REFERENCE
 from gobrrr.remedies.verify import (
+    ABResult,
     OutOfTime,
     ab_time,
     compare,
@@ -63,7 +64,7 @@ from gobrrr.state import (
 )
 from gobrrr.timing import device_sync, time_call
 
-__all__ = ["Reference", "make_reference", "evaluate", "out_dtype", "SEED", "WARM_CALLS",
+__all__ = ["Reference", "make_reference", "evaluate", "time_ab", "out_dtype", "SEED", "WARM_CALLS",
            "all_zero", "warm_up", "trained_params", "grad_pairs", "failure_reason",
            "TREES_LIVENESS_NOTE"]
 
@@ -299,6 +300,15 @@ def _abandoned(res: RemedyResult, exc: OutOfTime) -> tuple[RemedyResult, None]:
     return res, None
 
 
+def time_ab(cand: Candidate, ref: Reference, device: str, ab_budget_s: float,
+            deadline: float = math.inf) -> ABResult:
+    """The candidate against the eager reference, interleaved (verify.ab_time): every
+    A/B figure of the search, and a row timed again (quiet.py)."""
+    return ab_time(lambda: ref.work.fn(*ref.work.args, **ref.work.kwargs), cand.call,
+                   device=device, budget_s=ab_budget_s,
+                   b_context=lambda: switches_on(cand), deadline=deadline)
+
+
 def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
              ab_budget_s: float, deadline: float = math.inf,
              hold: Callable[[float], float] | None = None
@@ -384,9 +394,7 @@ def evaluate(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context
             res.status, res.reason = "rejected", wrong
             return res, None
     try:
-        ab = ab_time(lambda: ref.work.fn(*ref.work.args, **ref.work.kwargs), cand.call,
-                     device=ctx.device, budget_s=ab_budget_s,
-                     b_context=lambda: switches_on(cand), deadline=deadline)
+        ab = time_ab(cand, ref, ctx.device, ab_budget_s, deadline)
     except OutOfTime as exc:
         return _abandoned(res, exc)
     except Exception as exc:  # noqa: BLE001

@@ -48,7 +48,7 @@ from gobrrr.remedies.compile_child import (
     prestart_child,
     start_child,
 )
-from gobrrr.remedies.evaluate import Reference, evaluate, make_reference
+from gobrrr.remedies.evaluate import Reference, evaluate, make_reference, time_ab
 from gobrrr.remedies.plan import (
     MODE_FACTOR,
     TIER_NAMES,
@@ -65,7 +65,9 @@ from gobrrr.remedies.plan import (
     options,
     plan,
 )
+from gobrrr.remedies.quiet import QuietCheck
 from gobrrr.remedies.result import NONFINITE_REFERENCE, OptimizeResult
+from gobrrr.remedies.verify import ABResult
 from gobrrr.settings import tf32_enabled
 from gobrrr.state import (
     Copied,
@@ -310,6 +312,10 @@ class ChildProber:
                 f"in the background (cores {span}, nice {BACKGROUND_NICE}) while the other "
                 "candidates were measured: their timings shared the machine with it" + tail)
 
+    def compiling(self) -> bool:
+        """Whether the background child compiles now (quiet.py)."""
+        return self.background is not None and self.background.compiling()
+
     @property
     def speculating(self) -> tuple[str, ...]:
         """What the background child compiles on its own guess (speculation.py)."""
@@ -382,7 +388,8 @@ def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
 
     results, best_cand, best_res = search(
         specs, ctx, run_one, call_s=ref.call_s, ab_budget_s=ab_budget_s, deadline=deadline,
-        say=say, notes=notes, child=child)
+        say=say, notes=notes, child=child,
+        retime=lambda cand: time_ab(cand, ref, ctx.device, ab_budget_s, deadline))
     return results, best_cand, best_res, any(compiled)
 
 
@@ -390,7 +397,8 @@ def search(specs: list[RemedySpec], ctx: Context,
            run_one: Callable[[list[RemedySpec]], tuple[RemedyResult, Candidate | None]], *,
            call_s: float, ab_budget_s: float, deadline: float, say: Progress,
            notes: list[str], coordinator: Coordinator = SOLO,
-           child: ChildProbe | None = None
+           child: ChildProbe | None = None,
+           retime: Callable[[Candidate], ABResult] | None = None
            ) -> tuple[list[RemedyResult], Candidate | None, RemedyResult | None]:
     """Plan (plan.py), run the first option (`run_one`), plan again with what it
     measured, until nothing fits; what never ran is "skipped" with the plan's reason.
@@ -398,7 +406,9 @@ def search(specs: list[RemedySpec], ctx: Context,
     plan runs as a probe (its time a prior guess that does not fit).
     Under torchrun (dist/optimize.py) every decision is rank 0's (`coordinator`): the
     remedies and their predictions (only rank 0 has the merged diagnosis), and each next
-    candidate, so every rank runs the same candidate at the same time."""
+    candidate, so every rank runs the same candidate at the same time.
+    `retime`: a live candidate's A/B timing, for the best row timed while the background
+    compile ran, timed again once it has ended (quiet.py)."""
     coord = coordinator
     results: list[RemedyResult] = []
     best_cand: Candidate | None = None
@@ -412,17 +422,24 @@ def search(specs: list[RemedySpec], ctx: Context,
                         ctx.budget)
     state.recorded_compile = compile_record.nearest(ctx.device, state.n_ops)
     ran = 0
+    quiet = QuietCheck(lambda: isinstance(child, ChildProber) and child.compiling(), retime)
+    live_res: RemedyResult | None = None  # best_cand's row
     with _ctrl_c_recorded() as ctrl_c:
         while True:
             try:
+                if quiet.settle(live_res, best_cand, deadline, say):
+                    best_res, best_cand, live_s = _after_settling(results, live_res,
+                                                                  best_cand)
                 now = plan(options(state), deadline - time.perf_counter())
                 if ran == 0 and isinstance(child, ChildProber) and coord is SOLO:
                     _start_background(now, state, child, by_name, say, notes)
                 opt = coord.decide(now.order[0] if now.order else None, "the next candidate")
                 if opt is None:
                     break
+                compiling = quiet.before()
                 got, cand = _run_option(opt, by_name, run_one, ctx, gains, state, results,
                                         say, child, deadline)
+                quiet.after(got, compiling)
                 ran += 1
                 if ctrl_c:
                     # a Ctrl-C some library swallowed while this candidate ran (dynamo's
@@ -438,7 +455,7 @@ def search(specs: list[RemedySpec], ctx: Context,
                         best_res is None or speed > (best_res.measured_speedup or 0)):
                     best_res = got
                 if cand is not None and got.status == "verified" and speed > live_s:
-                    best_cand, live_s = cand, speed
+                    best_cand, live_s, live_res = cand, speed, got
             except KeyboardInterrupt:
                 # Ctrl-C, wherever it lands: what was measured is kept and shown; the
                 # candidate it stopped and what never ran are skipped
@@ -447,6 +464,9 @@ def search(specs: list[RemedySpec], ctx: Context,
                 say(f"interrupted: {ran} candidate(s) measured; the rest are skipped")
                 now = Plan((), tuple(Skip(o.name, INTERRUPTED) for o in options(state)))
                 break
+    if quiet.settle(live_res, best_cand, deadline, say):
+        best_res, best_cand, _ = _after_settling(results, live_res, best_cand)
+    notes += quiet.notes()
     remaining = {o.name: o for o in options(state)}
     for skip in now.skipped:
         found = remaining[skip.name]
@@ -463,6 +483,22 @@ def search(specs: list[RemedySpec], ctx: Context,
         notes.append(f"search: {ran} candidate(s) run, {len(now.skipped)} skipped for "
                      "time or worth (docs/optimize.md: the search)")
     return results, best_cand, best_res
+
+
+def _after_settling(results: list[RemedyResult], live_res: RemedyResult | None,
+                    live: Candidate | None
+                    ) -> tuple[RemedyResult | None, Candidate | None, float]:
+    """(best row, live candidate, its speedup) once the live best row was timed again
+    (quiet.py): still faster, it stays live; the best row is the fastest verified one
+    that is live or was measured in a compile child (the rows the search can hold)."""
+    kept = live_res is not None and live_res.status == "verified"
+    holdable = [r for r in results if r.status == "verified" and r.measured_speedup
+                and (r is live_res or r.checks.get("measured_in_child"))]
+    best = max(holdable, key=lambda r: r.measured_speedup or 0.0) if holdable else None
+    if not kept:
+        return best, None, 0.0
+    assert live_res is not None
+    return best, live, live_res.measured_speedup or 0.0
 
 
 def _start_background(now: Plan, state: SearchState, child: ChildProber,

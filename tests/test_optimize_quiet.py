@@ -1,0 +1,144 @@
+"""The best row timed while the background compile ran is timed again once it has ended
+(remedies/quiet.py): on an H100 ResNet-50 b1's cuda_graphs measured 11.03x beside the
+compile where, without it, the same capture measured 6.7-7.0x."""
+
+import time
+
+from gobrrr.gains import Gain
+from gobrrr.remedies.base import STAGE_MUTATE, Candidate, Context, RemedyResult, RemedySpec
+from gobrrr.remedies.quiet import BESIDE, BESIDE_SPEEDUP, QuietCheck
+from gobrrr.remedies.verify import ABResult, OutOfTime
+
+
+def _row(name, speedup, status="verified"):
+    row = RemedyResult(name, "overhead", status,
+                       f"{speedup:.2f}x (95% interval 1.10-1.20, 9 A/B rounds); a note")
+    row.measured_speedup, row.interval = speedup, (speedup - 0.1, speedup + 0.1)
+    return row
+
+
+def _cand():
+    return Candidate(lambda: None, (), {}, [], [], [])
+
+
+def _ab(speedup, lo, hi):
+    return ABResult(speedup, (lo, hi), 6e-3, 6e-3 / speedup, 40, 1)
+
+
+def test_a_row_timed_beside_the_compile_is_marked_and_the_best_timed_again():
+    compiling = [True]
+    timed = []
+
+    def retime(cand):
+        timed.append(cand)
+        return _ab(6.7, 6.6, 6.8)
+
+    q = QuietCheck(lambda: compiling[0], retime)
+    said = []
+    a = _row("cuda_graphs", 11.03)
+    q.after(a, q.before())
+    assert a.checks[BESIDE] is True
+    # still compiling: not timed again yet
+    cand = _cand()
+    assert not q.settle(a, cand, time.perf_counter() + 60, said.append) and timed == []
+    compiling[0] = False
+    # the compile ended before this one started and after it: not marked
+    b = _row("tf32", 1.2)
+    q.after(b, q.before())
+    assert BESIDE not in b.checks
+    # started beside the compile (it ended meanwhile): marked
+    c = _row("inference_mode", 1.02)
+    q.after(c, True)
+    assert c.checks[BESIDE] is True
+    # a row measured in the child is not the search's timing
+    d = _row("compile", 5.0)
+    d.checks["measured_in_child"] = True
+    q.after(d, True)
+    assert BESIDE not in d.checks
+    assert q.settle(a, cand, time.perf_counter() + 60, said.append) and timed == [cand]
+    assert a.measured_speedup == 6.7 and a.interval == (6.6, 6.8)
+    assert a.checks[BESIDE_SPEEDUP] == 11.03 and a.checks["beside_compile_interval"] == [
+        11.03 - 0.1, 11.03 + 0.1]
+    assert a.status == "verified" and a.checks["ab_rounds"] == 40
+    assert a.reason == ("6.70x (95% interval 6.60-6.80, 40 A/B rounds), timed again once "
+                        "the background compile had ended (11.03x while it compiled); "
+                        "a note")
+    assert said[-1] == "  -> 6.70x with the compile ended (was 11.03x)"
+    # once only
+    assert not q.settle(a, cand, time.perf_counter() + 60, said.append)
+    assert len(timed) == 1
+    notes = q.notes()
+    assert notes[0].startswith("timed again once the background compile had ended: "
+                               "cuda_graphs (")
+    assert notes[1].startswith("timed while the background compile ran and not again: "
+                               "inference_mode (")
+
+
+def test_timed_again_inside_the_noise_it_is_no_longer_verified_faster():
+    q = QuietCheck(lambda: False, lambda cand: _ab(1.01, 0.97, 1.05))
+    a = _row("cuda_graphs", 1.3)
+    a.checks[BESIDE] = True
+    assert q.settle(a, _cand(), time.perf_counter() + 60, lambda m: None)
+    assert a.status == "no significant change" and a.measured_speedup == 1.01
+
+
+def test_no_time_left_leaves_the_row_as_timed_and_says_so():
+    def out_of_time(cand):
+        raise OutOfTime("deadline")
+
+    q = QuietCheck(lambda: False, out_of_time)
+    a = _row("cuda_graphs", 11.03)
+    a.checks[BESIDE] = True
+    q.beside.append(a.name)
+    assert not q.settle(a, _cand(), time.perf_counter() + 60, lambda m: None)
+    assert a.measured_speedup == 11.03 and BESIDE_SPEEDUP not in a.checks
+    assert q.notes()[-1] == ("cuda_graphs was not timed again after the background "
+                             "compile: the --budget-s deadline came first")
+    # past the deadline it is not tried at all
+    q2 = QuietCheck(lambda: False, out_of_time)
+    assert not q2.settle(a, _cand(), time.perf_counter() - 1, lambda m: None)
+    assert q2.not_timed_again is None
+
+
+def test_the_search_times_its_best_again_when_the_compile_ends_before_going_on():
+    # a: 4x timed beside the compile (really 2x); b, run next, measures 3x: b wins only
+    # because a was timed again before the plan went on
+    from gobrrr.remedies.runner import ChildProber, search
+
+    def spec(name, gain):
+        return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
+                          lambda ctx, g=gain: Gain(g, "predicted"), lambda c, ctx: c, "")
+
+    class Child(ChildProber):
+        def compiling(self):
+            return not ran  # compiling while the first candidate runs
+
+    events, ran = [], []
+    cands = {}
+    speeds = {"a": 4.0, "b": 3.0}
+
+    def run_one(combo):
+        name = "+".join(s.name for s in combo)
+        events.append(f"run {name}")
+        ran.append(name)
+        cands[name] = _cand()
+        return _row(name, speeds.get(name, 1.5)), cands[name]
+
+    def retime(cand):
+        name = next(n for n, c in cands.items() if c is cand)
+        events.append(f"again {name}")
+        return _ab(2.0, 1.9, 2.1)
+
+    notes = []
+    rows, best_cand, best = search(
+        [spec("a", 5.0), spec("b", 4.5)], Context("cpu"), run_one, call_s=1e-3,
+        ab_budget_s=0.2, deadline=time.perf_counter() + 60, say=lambda m: None,
+        notes=notes, child=Child({}, None), retime=retime)
+    # then the stack of both (1.5x): b stays the best
+    assert events == ["run a", "again a", "run b", "run a+b"]
+    by = {r.name: r for r in rows}
+    assert by["a"].measured_speedup == 2.0 and by["a"].checks[BESIDE_SPEEDUP] == 4.0
+    assert BESIDE not in by["b"].checks
+    assert best is by["b"] and best_cand is cands["b"]
+    assert any(n.startswith("timed again once the background compile had ended: a (")
+               for n in notes)
