@@ -313,11 +313,14 @@ def run_gobrrr(case_name: str, out: Path, budget_s: float) -> dict[str, Any]:
                 "setup_s": d.get("setup_s"),
                 "remedies": [{k: r.get(k) for k in ("name", "status", "predicted_speedup",
                                                     "measured_speedup", "compile_s",
-                                                    "reason")}
+                                                    "reason", "prediction_basis")}
                              # the plan's tier and estimate, a child's compile time and
-                             # when (since its spawn) it built, began and answered
+                             # when (since its spawn) it built, began and answered; whether
+                             # it was timed beside the background compile, and its first
+                             # figure where it was timed again (remedies/quiet.py)
                              | {k: (r.get("checks") or {}).get(k)
-                                for k in ("plan", "child_compile_s", "child_timeline")}
+                                for k in ("plan", "child_compile_s", "child_timeline",
+                                          "timed_beside_compile", "beside_compile_speedup")}
                              for r in d["remedies"]]}
     else:
         res |= {"best": "error", "speedup": None, "error": proc.stderr[-2000:]}
