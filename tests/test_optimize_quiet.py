@@ -100,7 +100,8 @@ def test_no_time_left_leaves_the_row_as_timed_and_says_so():
     assert q2.not_timed_again is None
 
 
-def test_the_search_times_its_best_again_when_the_compile_ends_before_going_on():
+def test_the_search_times_its_best_again_when_the_compile_ends_before_going_on(
+        monkeypatch):
     # a: 4x timed beside the compile (really 2x); b, run next, measures 3x: b wins only
     # because a was timed again before the plan went on
     from gobrrr.remedies.runner import ChildProber, search
@@ -129,6 +130,16 @@ def test_the_search_times_its_best_again_when_the_compile_ends_before_going_on()
         events.append(f"again {name}")
         return _ab(2.0, 1.9, 2.1)
 
+    from gobrrr.remedies import runner
+
+    seen = []  # what the plan knew of "a" each time it planned
+    real_options = runner.options
+
+    def options(state):
+        seen.append(state.done["a"].measured if "a" in state.done else None)
+        return real_options(state)
+
+    monkeypatch.setattr(runner, "options", options)
     notes = []
     rows, best_cand, best = search(
         [spec("a", 5.0), spec("b", 4.5)], Context("cpu"), run_one, call_s=1e-3,
@@ -140,5 +151,7 @@ def test_the_search_times_its_best_again_when_the_compile_ends_before_going_on()
     assert by["a"].measured_speedup == 2.0 and by["a"].checks[BESIDE_SPEEDUP] == 4.0
     assert BESIDE not in by["b"].checks
     assert best is by["b"] and best_cand is cands["b"]
+    # the plan after "a" ran planned with its quiet figure, not the first
+    assert seen[0] is None and seen[1] == 2.0
     assert any(n.startswith("timed again once the background compile had ended: a (")
                for n in notes)

@@ -429,7 +429,7 @@ def search(specs: list[RemedySpec], ctx: Context,
             try:
                 if quiet.settle(live_res, best_cand, deadline, say):
                     best_res, best_cand, live_s = _after_settling(results, live_res,
-                                                                  best_cand)
+                                                                  best_cand, state)
                 now = plan(options(state), deadline - time.perf_counter())
                 if ran == 0 and isinstance(child, ChildProber) and coord is SOLO:
                     _start_background(now, state, child, by_name, say, notes)
@@ -465,7 +465,7 @@ def search(specs: list[RemedySpec], ctx: Context,
                 now = Plan((), tuple(Skip(o.name, INTERRUPTED) for o in options(state)))
                 break
     if quiet.settle(live_res, best_cand, deadline, say):
-        best_res, best_cand, _ = _after_settling(results, live_res, best_cand)
+        best_res, best_cand, _ = _after_settling(results, live_res, best_cand, state)
     notes += quiet.notes()
     remaining = {o.name: o for o in options(state)}
     for skip in now.skipped:
@@ -486,11 +486,16 @@ def search(specs: list[RemedySpec], ctx: Context,
 
 
 def _after_settling(results: list[RemedyResult], live_res: RemedyResult | None,
-                    live: Candidate | None
+                    live: Candidate | None, state: SearchState
                     ) -> tuple[RemedyResult | None, Candidate | None, float]:
     """(best row, live candidate, its speedup) once the live best row was timed again
     (quiet.py): still faster, it stays live; the best row is the fastest verified one
-    that is live or was measured in a compile child (the rows the search can hold)."""
+    that is live or was measured in a compile child (the rows the search can hold). The
+    plan's record of it takes the new figure: the stacks built on it are predicted from
+    the quiet one."""
+    if live_res is not None and live_res.name in state.done:
+        state.done[live_res.name] = Outcome(live_res.status, live_res.measured_speedup,
+                                            state.done[live_res.name].prep_s)
     kept = live_res is not None and live_res.status == "verified"
     holdable = [r for r in results if r.status == "verified" and r.measured_speedup
                 and (r is live_res or r.checks.get("measured_in_child"))]
