@@ -112,6 +112,42 @@ def test_batch_reading_disagreement_is_reported():
     assert out.agrees is False and "DISAGREES" in out.reading
 
 
+def _batch_from_one(t4, batch_size=1):
+    # This CPU's examples:mlp (2026-12-05): 58.3 us at batch 1, 80.4 at 2 (its addmm
+    # leaves the batch-1 matrix-vector path), t4 at 4. Budget: 50 us overhead, 8.3 us of
+    # memory whose bytes grow 1.06x and 1.18x; no compute.
+    times = BatchTimes((BatchTime(1, batch_size, 58.3e-6),
+                        BatchTime(2, 2 * batch_size, 80.4e-6),
+                        BatchTime(4, 4 * batch_size, t4)))
+    budget = type("B", (), {"overhead_s": 50e-6, "memory_s": 8.3e-6, "compute_s": 0.0,
+                            "total_s": 58.3e-6})
+    return read_batch(times, {1: (100, 1000), 2: (200, 1060), 4: (400, 1180)}, budget)
+
+
+def test_from_batch_one_the_step_past_two_checks_the_budget():
+    # 1 -> 2: 1.379x against (50 + 8.3*1.06) / 58.3 = 1.0085x: disagrees. 2 -> 4:
+    # 84.1/80.4 = 1.046x against (50 + 8.3*1.18) / (50 + 8.3*1.06) = 1.0169x: within 25%.
+    out = _batch_from_one(84.1e-6)
+    assert out.time_ratio == pytest.approx(80.4 / 58.3)
+    assert out.predicted_time_ratio == pytest.approx(58.798 / 58.3)
+    assert out.step_ratio == pytest.approx(84.1 / 80.4)
+    assert out.predicted_step_ratio == pytest.approx(59.794 / 58.798)
+    assert out.agrees is True
+    assert "DISAGREES; from batch 1" in out.reading and "2x -> 4x: 1.05x" in out.reading
+
+
+def test_the_step_past_two_can_disagree_too():
+    # 2 -> 4 took 2.0x where the budget predicts 1.02x: the budget's model fails there too
+    out = _batch_from_one(160.8e-6)
+    assert out.agrees is False and out.step_ratio == pytest.approx(2.0)
+    assert out.reading.endswith("budget predicted 1.02x, DISAGREES")
+
+
+def test_a_base_batch_over_one_is_checked_on_its_first_step_alone():
+    out = _batch_from_one(84.1e-6, batch_size=8)
+    assert out.agrees is False and out.step_ratio is None
+
+
 # Measured on this CPU. Margins: each example is built so its regime is unmistakable
 # (examples.py says why); the dominant share must exceed one half, far from a coin toss.
 # The regime must win two diagnoses of three. Why not one: each distinct op is replayed

@@ -63,7 +63,9 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #       largest_allocation_bytes and largest_allocation (the step's largest tensor)
 # 1.15: budget.gemm_times[].bf16_padded_s, tf32_padded_s (an unaligned shape timed padded
 #       to 16 bytes, as Inductor pads it; null where aligned)
-SCHEMA_VERSION = "1.15"
+# 1.16: experiments.batch_scaling.step_ratio, predicted_step_ratio (from a batch of 1,
+#       the 2x -> 4x step checks the budget: experiments._past_batch_one)
+SCHEMA_VERSION = "1.16"
 
 
 @dataclass

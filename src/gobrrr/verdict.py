@@ -202,8 +202,11 @@ def verdict_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     noise = batch is not None and batch.implausible
     disagree = []
     if batch is not None and batch.agrees is False and not noise:
-        disagree.append(f"batch scaling measured {batch.time_ratio:.2f}x where the budget "
-                        f"predicted {batch.predicted_time_ratio:.2f}x")
+        disagree.append(
+            f"batch scaling measured {batch.time_ratio:.2f}x where the budget "
+            f"predicted {batch.predicted_time_ratio:.2f}x" if batch.step_ratio is None
+            else f"batch scaling from 2x to 4x measured {batch.step_ratio:.2f}x where "
+            f"the budget predicted {batch.predicted_step_ratio:.2f}x")
     if graph is not None and graph.agrees is False:
         disagree.append(f"graph replay gained {graph.speedup:.2f}x where the budget "
                         f"predicted {graph.predicted_speedup:.2f}x")

@@ -232,6 +232,12 @@ def batch_scaling_svg(batch: dict[str, Any]) -> str | None:
         if pred and two:
             ax.plot([two["batch_size"]], [base["time_s"] * 1e3 * pred], marker="x",
                     ms=9, mew=2, ls="none", color="#d62728", label="budget's prediction")
+        step = batch.get("predicted_step_ratio")
+        four = next((p for p in pts if p["factor"] == 4), None)
+        if step and two and four:  # from batch 1 the 2x -> 4x step is the check
+            ax.plot([four["batch_size"]], [two["time_s"] * 1e3 * step], marker="x",
+                    ms=9, mew=2, ls="none", color="#9467bd",
+                    label="budget's prediction from 2x")
         _label_batch_axes(ax, bs, "batch size", "time per call (ms)")
         return svg_of(fig)
 
