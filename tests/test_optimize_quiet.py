@@ -6,7 +6,13 @@ import time
 
 from gobrrr.gains import Gain
 from gobrrr.remedies.base import STAGE_MUTATE, Candidate, Context, RemedyResult, RemedySpec
-from gobrrr.remedies.quiet import BESIDE, BESIDE_SPEEDUP, QuietCheck
+from gobrrr.remedies.quiet import (
+    BESIDE,
+    BESIDE_SPEEDUP,
+    NotTimedAgain,
+    QuietCheck,
+    captured_before_compile,
+)
 from gobrrr.remedies.verify import ABResult, OutOfTime
 
 
@@ -29,9 +35,9 @@ def test_a_row_timed_beside_the_compile_is_marked_and_the_best_timed_again():
     compiling = [True]
     timed = []
 
-    def retime(cand):
+    def retime(row, cand):
         timed.append(cand)
-        return _ab(6.7, 6.6, 6.8)
+        return _ab(6.7, 6.6, 6.8), cand
 
     q = QuietCheck(lambda: compiling[0], retime)
     said = []
@@ -75,7 +81,7 @@ def test_a_row_timed_beside_the_compile_is_marked_and_the_best_timed_again():
 
 
 def test_timed_again_inside_the_noise_it_is_no_longer_verified_faster():
-    q = QuietCheck(lambda: False, lambda cand: _ab(1.01, 0.97, 1.05))
+    q = QuietCheck(lambda: False, lambda row, cand: (_ab(1.01, 0.97, 1.05), None))
     a = _row("cuda_graphs", 1.3)
     a.checks[BESIDE] = True
     assert q.settle(a, _cand(), time.perf_counter() + 60, lambda m: None)
@@ -83,7 +89,7 @@ def test_timed_again_inside_the_noise_it_is_no_longer_verified_faster():
 
 
 def test_no_time_left_leaves_the_row_as_timed_and_says_so():
-    def out_of_time(cand):
+    def out_of_time(row, cand):
         raise OutOfTime("deadline")
 
     q = QuietCheck(lambda: False, out_of_time)
@@ -125,10 +131,10 @@ def test_the_search_times_its_best_again_when_the_compile_ends_before_going_on(
         cands[name] = _cand()
         return _row(name, speeds.get(name, 1.5)), cands[name]
 
-    def retime(cand):
+    def retime(row, cand):
         name = next(n for n, c in cands.items() if c is cand)
         events.append(f"again {name}")
-        return _ab(2.0, 1.9, 2.1)
+        return _ab(2.0, 1.9, 2.1), cand
 
     from gobrrr.remedies import runner
 
@@ -155,3 +161,33 @@ def test_the_search_times_its_best_again_when_the_compile_ends_before_going_on(
     assert seen[0] is None and seen[1] == 2.0
     assert any(n.startswith("timed again once the background compile had ended: a (")
                for n in notes)
+
+
+def test_a_graph_captured_before_a_compile_here_is_captured_again_not_replayed():
+    # the H100 (session ac): GPT-2 1x1's bf16_cast+cuda_graphs, captured before a
+    # reduce-overhead compile ran in the search's process, hit an illegal memory access
+    # on its first replay after it
+    graph = _cand()
+    graph.compile_info["cuda_graph"] = object()
+    assert captured_before_compile(graph, compiles_now=1, compiles_at_capture=0)
+    assert not captured_before_compile(graph, compiles_now=1, compiles_at_capture=1)
+    assert not captured_before_compile(_cand(), compiles_now=3, compiles_at_capture=0)
+    # the retime's fresh capture holds the row from then on
+    fresh = _cand()
+    q = QuietCheck(lambda: False, lambda row, cand: (_ab(6.7, 6.6, 6.8), fresh))
+    a = _row("bf16_cast+cuda_graphs", 15.84)
+    a.checks[BESIDE] = True
+    assert q.settle(a, graph, time.perf_counter() + 60, lambda m: None)
+    assert q.live is fresh and a.measured_speedup == 6.7
+    # a fresh capture that failed: the row keeps its first figure, and the note says why
+
+    def failed(row, cand):
+        raise NotTimedAgain("captured again after this process compiled, it failed: x")
+
+    q2 = QuietCheck(lambda: False, failed)
+    b = _row("cuda_graphs", 8.0)
+    b.checks[BESIDE] = True
+    assert not q2.settle(b, graph, time.perf_counter() + 60, lambda m: None)
+    assert b.measured_speedup == 8.0 and q2.notes()[-1] == (
+        "cuda_graphs was not timed again after the background compile: captured again "
+        "after this process compiled, it failed: x")

@@ -14,6 +14,12 @@ and the best live row so timed is timed again as soon as the compile has ended, 
 the search goes on: its figure is then the quiet one, the first kept beside it
 (`checks["beside_compile_speedup"]`). Rows timed beside it and not the best keep their
 figure; the notes name them.
+
+A live row that holds a CUDA graph captured before a compile ran in this process is
+captured again for its second timing, not replayed (`Retime` returns the candidate that
+holds the row now): on an H100 (session ac) GPT-2 1x1's bf16_cast+cuda_graphs, captured
+before bf16_cast+inference_mode+compile_reduce_overhead compiled in the search's
+process, hit an illegal memory access on its first replay after it, which ended the run.
 """
 
 from __future__ import annotations
@@ -24,12 +30,27 @@ from collections.abc import Callable
 from gobrrr.remedies.base import Candidate, RemedyResult
 from gobrrr.remedies.verify import ABResult, OutOfTime
 
-__all__ = ["QuietCheck", "BESIDE", "BESIDE_SPEEDUP"]
+__all__ = ["QuietCheck", "BESIDE", "BESIDE_SPEEDUP", "NotTimedAgain", "Retime",
+           "captured_before_compile"]
 
 BESIDE = "timed_beside_compile"  # the row's A/B timing overlapped the child's compile
 BESIDE_SPEEDUP = "beside_compile_speedup"  # a row timed again: its first figure
 
-Retime = Callable[[Candidate], ABResult]
+# (the row, its live candidate) -> (the A/B timing, the candidate that holds the row
+# now: the same, a fresh capture, or None where the fresh one was not faster)
+Retime = Callable[[RemedyResult, Candidate], tuple[ABResult, Candidate | None]]
+
+
+def captured_before_compile(cand: Candidate, compiles_now: int,
+                            compiles_at_capture: int | None) -> bool:
+    """Whether `cand` holds a CUDA graph (graphs.capture) captured before a compile that
+    has since run in this process: timed again, it is captured again, not replayed."""
+    return cand.compile_info.get("cuda_graph") is not None and \
+        compiles_now > (compiles_at_capture or 0)
+
+
+class NotTimedAgain(Exception):
+    """The row could not be timed again; the message says why."""
 
 
 class QuietCheck:
@@ -44,6 +65,7 @@ class QuietCheck:
         self.beside: list[str] = []  # rows marked, in order
         self.timed_again: list[str] = []
         self.not_timed_again: str | None = None  # why the best was left as timed
+        self.live: Candidate | None = None  # after a settle: the row's candidate now
 
     def before(self) -> bool:
         """Call before a candidate runs; pass what it returns to `after`."""
@@ -69,10 +91,14 @@ class QuietCheck:
         say(f"timing {row.name} again: its {row.measured_speedup or 0:.2f}x was timed "
             "while the background compile ran")
         try:
-            ab = self.retime(cand)
+            ab, self.live = self.retime(row, cand)
         except OutOfTime:
             self.not_timed_again = (f"{row.name} was not timed again after the background "
                                     "compile: the --budget-s deadline came first")
+            return False
+        except NotTimedAgain as exc:
+            self.not_timed_again = (f"{row.name} was not timed again after the background "
+                                    f"compile: {exc}")
             return False
         first = row.measured_speedup or 0.0
         row.checks[BESIDE_SPEEDUP] = first

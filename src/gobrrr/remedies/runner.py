@@ -65,7 +65,12 @@ from gobrrr.remedies.plan import (
     options,
     plan,
 )
-from gobrrr.remedies.quiet import QuietCheck
+from gobrrr.remedies.quiet import (
+    NotTimedAgain,
+    QuietCheck,
+    Retime,
+    captured_before_compile,
+)
 from gobrrr.remedies.result import NONFINITE_REFERENCE, OptimizeResult
 from gobrrr.remedies.verify import ABResult
 from gobrrr.settings import tf32_enabled
@@ -381,15 +386,32 @@ def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
     """One process's search: each candidate through evaluate.py; and whether this
     process evaluated a candidate that compiles (a compile child's are not)."""
     compiled: list[bool] = []
+    compiles_before: dict[int, int] = {}  # id(live candidate) -> compiles here before it
 
     def run_one(combo: list[RemedySpec]) -> tuple[RemedyResult, Candidate | None]:
+        before = sum(compiled)
         compiled.append(any(s.prep == PREP_COMPILE for s in combo))
-        return evaluate(combo, base, ref, ctx, ab_budget_s, deadline)
+        got, cand = evaluate(combo, base, ref, ctx, ab_budget_s, deadline)
+        if cand is not None:
+            compiles_before[id(cand)] = before
+        return got, cand
+
+    def retime(row: RemedyResult, cand: Candidate) -> tuple[ABResult, Candidate | None]:
+        if not captured_before_compile(cand, sum(compiled), compiles_before.get(id(cand))):
+            return time_ab(cand, ref, ctx.device, ab_budget_s, deadline), cand
+        # a compile ran here since its capture: captured again (quiet.py)
+        by_name = {s.name: s for s in specs}
+        got, fresh = run_one([by_name[n] for n in row.components])
+        if got.measured_speedup is None or got.interval is None:
+            raise NotTimedAgain(f"captured again after this process compiled, it "
+                                f"{got.status}: {got.reason}")
+        return ABResult(got.measured_speedup, got.interval, got.eager_s or 0.0,
+                        got.candidate_s or 0.0, got.checks.get("ab_rounds", 0),
+                        got.checks.get("calls_per_block", 0)), fresh
 
     results, best_cand, best_res = search(
         specs, ctx, run_one, call_s=ref.call_s, ab_budget_s=ab_budget_s, deadline=deadline,
-        say=say, notes=notes, child=child,
-        retime=lambda cand: time_ab(cand, ref, ctx.device, ab_budget_s, deadline))
+        say=say, notes=notes, child=child, retime=retime)
     return results, best_cand, best_res, any(compiled)
 
 
@@ -398,7 +420,7 @@ def search(specs: list[RemedySpec], ctx: Context,
            call_s: float, ab_budget_s: float, deadline: float, say: Progress,
            notes: list[str], coordinator: Coordinator = SOLO,
            child: ChildProbe | None = None,
-           retime: Callable[[Candidate], ABResult] | None = None
+           retime: Retime | None = None
            ) -> tuple[list[RemedyResult], Candidate | None, RemedyResult | None]:
     """Plan (plan.py), run the first option (`run_one`), plan again with what it
     measured, until nothing fits; what never ran is "skipped" with the plan's reason.
@@ -429,7 +451,7 @@ def search(specs: list[RemedySpec], ctx: Context,
             try:
                 if quiet.settle(live_res, best_cand, deadline, say):
                     best_res, best_cand, live_s = _after_settling(results, live_res,
-                                                                  best_cand, state)
+                                                                  quiet.live, state)
                 now = plan(options(state), deadline - time.perf_counter())
                 if ran == 0 and isinstance(child, ChildProber) and coord is SOLO:
                     _start_background(now, state, child, by_name, say, notes)
@@ -465,7 +487,7 @@ def search(specs: list[RemedySpec], ctx: Context,
                 now = Plan((), tuple(Skip(o.name, INTERRUPTED) for o in options(state)))
                 break
     if quiet.settle(live_res, best_cand, deadline, say):
-        best_res, best_cand, _ = _after_settling(results, live_res, best_cand, state)
+        best_res, best_cand, _ = _after_settling(results, live_res, quiet.live, state)
     notes += quiet.notes()
     remaining = {o.name: o for o in options(state)}
     for skip in now.skipped:
@@ -496,7 +518,7 @@ def _after_settling(results: list[RemedyResult], live_res: RemedyResult | None,
     if live_res is not None and live_res.name in state.done:
         state.done[live_res.name] = Outcome(live_res.status, live_res.measured_speedup,
                                             state.done[live_res.name].prep_s)
-    kept = live_res is not None and live_res.status == "verified"
+    kept = live_res is not None and live_res.status == "verified" and live is not None
     holdable = [r for r in results if r.status == "verified" and r.measured_speedup
                 and (r is live_res or r.checks.get("measured_in_child"))]
     best = max(holdable, key=lambda r: r.measured_speedup or 0.0) if holdable else None
