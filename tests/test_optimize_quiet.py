@@ -191,3 +191,44 @@ def test_a_graph_captured_before_a_compile_here_is_captured_again_not_replayed()
     assert b.measured_speedup == 8.0 and q2.notes()[-1] == (
         "cuda_graphs was not timed again after the background compile: captured again "
         "after this process compiled, it failed: x")
+
+
+def test_the_best_is_timed_again_before_this_process_compiles(monkeypatch):
+    # the background compile ends between the plan and the next candidate, a compile
+    # made here: the best row is timed again before that compile, so a graph captured
+    # before it is replayed in the state it was measured in (quiet.captured_before_compile)
+    from gobrrr.remedies.base import PREP_COMPILE
+    from gobrrr.remedies.runner import ChildProber, search
+
+    def spec(name, gain, **kw):
+        return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
+                          lambda ctx, g=gain: Gain(g, "predicted"), lambda c, ctx: c, "",
+                          **kw)
+
+    # compiling() as the search asks it: (the plan after "a") still compiling, (before
+    # "compile" runs) still compiling, then (before its compile here) done
+    answers = [True, True]
+
+    class Child(ChildProber):
+        def compiling(self):
+            return answers.pop(0) if answers else False
+
+    events, cands = [], {}
+
+    def run_one(combo):
+        name = "+".join(s.name for s in combo)
+        events.append(f"run {name}")
+        cands[name] = _cand()
+        return _row(name, {"a": 4.0, "compile": 3.0}.get(name, 1.5)), cands[name]
+
+    def retime(row, cand):
+        events.append(f"again {row.name}")
+        return _ab(2.0, 1.9, 2.1), cand
+
+    rows, best_cand, best = search(
+        [spec("a", 5.0), spec("compile", 4.5, prep=PREP_COMPILE, compile_mode="default")],
+        Context("cpu"), run_one, call_s=1e-3, ab_budget_s=0.2,
+        deadline=time.perf_counter() + 60, say=lambda m: None, notes=[],
+        child=Child({}, None), retime=retime)
+    assert events[:3] == ["run a", "again a", "run compile"]
+    assert best is next(r for r in rows if r.name == "compile")

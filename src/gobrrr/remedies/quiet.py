@@ -11,9 +11,9 @@ run, channels_last+inference_mode+cuda_graphs measured 6.98x, and doctor's graph
 experiment on that machine, no child beside it, 6.69x (session ab). So each row records
 whether its A/B timing overlapped the child's compile (`checks["timed_beside_compile"]`),
 and the best live row so timed is timed again as soon as the compile has ended, before
-the search goes on: its figure is then the quiet one, the first kept beside it
-(`checks["beside_compile_speedup"]`). Rows timed beside it and not the best keep their
-figure; the notes name them.
+the search plans or compiles here again (runner.search): its figure is then the quiet
+one, the first kept beside it (`checks["beside_compile_speedup"]`). Rows timed beside it
+and not the best keep their figure; the notes name them.
 
 A live row that holds a CUDA graph captured before a compile ran in this process is
 captured again for its second timing, not replayed (`Retime` returns the candidate that

@@ -446,12 +446,21 @@ def search(specs: list[RemedySpec], ctx: Context,
     ran = 0
     quiet = QuietCheck(lambda: isinstance(child, ChildProber) and child.compiling(), retime)
     live_res: RemedyResult | None = None  # best_cand's row
+
+    def settle() -> None:
+        """The best live row timed again, where it was timed beside the background
+        compile and that has ended (quiet.py): before each plan, and before this process
+        compiles, so that a graph captured before is replayed in the state it was
+        measured in (the one captured again otherwise: quiet.captured_before_compile)."""
+        nonlocal best_res, best_cand, live_s
+        if quiet.settle(live_res, best_cand, deadline, say):
+            best_res, best_cand, live_s = _after_settling(results, live_res, quiet.live,
+                                                          state)
+
     with _ctrl_c_recorded() as ctrl_c:
         while True:
             try:
-                if quiet.settle(live_res, best_cand, deadline, say):
-                    best_res, best_cand, live_s = _after_settling(results, live_res,
-                                                                  quiet.live, state)
+                settle()
                 now = plan(options(state), deadline - time.perf_counter())
                 if ran == 0 and isinstance(child, ChildProber) and coord is SOLO:
                     _start_background(now, state, child, by_name, say, notes)
@@ -460,7 +469,7 @@ def search(specs: list[RemedySpec], ctx: Context,
                     break
                 compiling = quiet.before()
                 got, cand = _run_option(opt, by_name, run_one, ctx, gains, state, results,
-                                        say, child, deadline)
+                                        say, child, deadline, before_compile=settle)
                 quiet.after(got, compiling)
                 ran += 1
                 if ctrl_c:
@@ -486,8 +495,7 @@ def search(specs: list[RemedySpec], ctx: Context,
                 say(f"interrupted: {ran} candidate(s) measured; the rest are skipped")
                 now = Plan((), tuple(Skip(o.name, INTERRUPTED) for o in options(state)))
                 break
-    if quiet.settle(live_res, best_cand, deadline, say):
-        best_res, best_cand, _ = _after_settling(results, live_res, quiet.live, state)
+    settle()
     notes += quiet.notes()
     remaining = {o.name: o for o in options(state)}
     for skip in now.skipped:
@@ -583,12 +591,14 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
                 run_one: Callable[[list[RemedySpec]], tuple[RemedyResult, Candidate | None]],
                 ctx: Context, gains: dict[str, Gain], state: SearchState,
                 results: list[RemedyResult], say: Progress,
-                child: ChildProbe | None = None, deadline: float = float("inf")
+                child: ChildProbe | None = None, deadline: float = float("inf"),
+                before_compile: Callable[[], None] | None = None
                 ) -> tuple[RemedyResult, Candidate | None]:
     """One candidate of the search: its row appended to `results` and its outcome to
     `state` as soon as it is measured (a Ctrl-C a moment later keeps it); (the row, the
     live candidate when verified faster). A compile probe first compiles in `child`
-    where there is one (compile_child.py)."""
+    where there is one (compile_child.py). `before_compile`: called before this process
+    compiles the candidate (the search's quiet re-timing)."""
     combo = [by_name[n] for n in opt.components]
     pred = f"predicted {opt.predicted:.2f}x, " if opt.predicted else ""
     probe = (" as a probe: the largest predicted gain, its estimate a guess before any "
@@ -619,6 +629,8 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
                                say), None
         else:
             cold_s = pre
+    if compiles and before_compile is not None:
+        before_compile()
     got, cand = run_one(combo)
     if cold_s is not None:
         got.checks["child_compile_s"] = cold_s
