@@ -20,6 +20,14 @@ captured again for its second timing, not replayed (`Retime` returns the candida
 holds the row now): on an H100 (session ac) GPT-2 1x1's bf16_cast+cuda_graphs, captured
 before bf16_cast+inference_mode+compile_reduce_overhead compiled in the search's
 process, hit an illegal memory access on its first replay after it, which ended the run.
+
+While the best live row waits to be timed again, the search also holds the runner-up's
+candidate (`holds_runner_up`), where the device has room for it: timed again, the best
+may fall below it. On an H100 (session ad) GPT-2 1x1's cuda_graphs measured 10.59x beside
+the compile and 7.24x quiet, below inference_mode+compile_reduce_overhead's 8.07x, whose
+candidate had been dropped: cuda_graphs was reported the best. Now the runner-up, held,
+is timed again too where its figure is above the best's quiet one (`settle_runner_up`),
+and the faster of the two holds the result.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from gobrrr.remedies.base import Candidate, RemedyResult
 from gobrrr.remedies.verify import ABResult, OutOfTime
 
 __all__ = ["QuietCheck", "BESIDE", "BESIDE_SPEEDUP", "NotTimedAgain", "Retime",
-           "captured_before_compile"]
+           "captured_before_compile", "holds_runner_up", "room_for_another"]
 
 BESIDE = "timed_beside_compile"  # the row's A/B timing overlapped the child's compile
 BESIDE_SPEEDUP = "beside_compile_speedup"  # a row timed again: its first figure
@@ -47,6 +55,28 @@ def captured_before_compile(cand: Candidate, compiles_now: int,
     has since run in this process: timed again, it is captured again, not replayed."""
     return cand.compile_info.get("cuda_graph") is not None and \
         compiles_now > (compiles_at_capture or 0)
+
+
+def holds_runner_up(best: RemedyResult | None, row: RemedyResult) -> bool:
+    """Whether `row`'s live candidate may be held beside the best's: the best was timed
+    beside the compile and not yet again (it may fall below `row`), and `row` is a
+    verified row no faster than it."""
+    if best is None or row is best or not best.checks.get(BESIDE) \
+            or best.checks.get(BESIDE_SPEEDUP) is not None or row.status != "verified":
+        return False
+    return (row.measured_speedup or 0.0) <= (best.measured_speedup or 0.0)
+
+
+def room_for_another(device: str) -> bool:
+    """Whether the device could hold again all that this process holds on it now: a
+    second live candidate must not make the next candidate run out of memory. Only CUDA
+    runs a background compile (compile_child.py); elsewhere nothing is held beside."""
+    if device != "cuda":
+        return True  # no device memory to run out of; and no compile runs beside here
+    import torch  # here: gobrrr's import stays light
+
+    free_b, _ = torch.cuda.mem_get_info()
+    return free_b >= torch.cuda.memory_reserved()
 
 
 class NotTimedAgain(Exception):
@@ -118,6 +148,28 @@ class QuietCheck:
         self.timed_again.append(row.name)
         say(f"  -> {ab.speedup:.2f}x with the compile ended (was {first:.2f}x)")
         return True
+
+    def settle_runner_up(self, best: RemedyResult, runner: RemedyResult,
+                         cand: Candidate, deadline: float,
+                         say: Callable[[str], None]) -> Candidate | None:
+        """Once the best was timed again (`settle`): the runner-up timed again too where
+        its figure is above the best's quiet one, and the candidate that holds it where
+        it is then the faster verified row (None: the best stays)."""
+        quiet_best = (best.measured_speedup or 0.0) if best.status == "verified" else 0.0
+        if (runner.measured_speedup or 0.0) <= quiet_best:
+            return None
+        if not runner.checks.get(BESIDE):  # timed quiet already: comparable as it is
+            return cand
+        kept = self.live
+        try:
+            if not self.settle(runner, cand, deadline, say):
+                return None
+            now = self.live
+        finally:
+            self.live = kept
+        if runner.status != "verified" or (runner.measured_speedup or 0.0) <= quiet_best:
+            return None
+        return now
 
     def notes(self) -> list[str]:
         """What the report says about the rows timed beside the compile."""

@@ -70,6 +70,8 @@ from gobrrr.remedies.quiet import (
     QuietCheck,
     Retime,
     captured_before_compile,
+    holds_runner_up,
+    room_for_another,
 )
 from gobrrr.remedies.result import NONFINITE_REFERENCE, OptimizeResult
 from gobrrr.remedies.verify import ABResult
@@ -446,16 +448,28 @@ def search(specs: list[RemedySpec], ctx: Context,
     ran = 0
     quiet = QuietCheck(lambda: isinstance(child, ChildProber) and child.compiling(), retime)
     live_res: RemedyResult | None = None  # best_cand's row
+    # the runner-up's row and candidate, held while the best waits to be timed again
+    runner: tuple[RemedyResult, Candidate] | None = None
 
     def settle() -> None:
         """The best live row timed again, where it was timed beside the background
         compile and that has ended (quiet.py): before each plan, and before this process
         compiles, so that a graph captured before is replayed in the state it was
-        measured in (the one captured again otherwise: quiet.captured_before_compile)."""
-        nonlocal best_res, best_cand, live_s
-        if quiet.settle(live_res, best_cand, deadline, say):
-            best_res, best_cand, live_s = _after_settling(results, live_res, quiet.live,
-                                                          state)
+        measured in (the one captured again otherwise: quiet.captured_before_compile).
+        The runner-up held beside it is timed again where the best fell below it."""
+        nonlocal best_res, best_cand, live_s, live_res, runner
+        if not quiet.settle(live_res, best_cand, deadline, say):
+            return
+        assert live_res is not None
+        held, runner = runner, None
+        row, live = live_res, quiet.live
+        if held is not None:
+            took = quiet.settle_runner_up(live_res, held[0], held[1], deadline, say)
+            if took is not None:
+                row, live = held[0], took
+        best_res, best_cand, live_s = _after_settling(
+            results, row, live, state, [live_res] + ([held[0]] if held else []))
+        live_res = row
 
     with _ctrl_c_recorded() as ctrl_c:
         while True:
@@ -485,8 +499,13 @@ def search(specs: list[RemedySpec], ctx: Context,
                         cand is not None or got.checks.get("measured_in_child")) and (
                         best_res is None or speed > (best_res.measured_speedup or 0)):
                     best_res = got
-                if cand is not None and got.status == "verified" and speed > live_s:
-                    best_cand, live_s, live_res = cand, speed, got
+                if cand is not None and got.status == "verified":
+                    pair = (got, cand)
+                    if speed > live_s:
+                        if best_cand is not None and live_res is not None:
+                            pair = (live_res, best_cand)  # the best until now
+                        best_cand, live_s, live_res = cand, speed, got
+                    runner = _runner_up(live_res, runner, pair, ctx.device)
             except KeyboardInterrupt:
                 # Ctrl-C, wherever it lands: what was measured is kept and shown; the
                 # candidate it stopped and what never ran are skipped
@@ -515,17 +534,35 @@ def search(specs: list[RemedySpec], ctx: Context,
     return results, best_cand, best_res
 
 
+def _runner_up(best: RemedyResult | None, held: tuple[RemedyResult, Candidate] | None,
+               new: tuple[RemedyResult, Candidate], device: str
+               ) -> tuple[RemedyResult, Candidate] | None:
+    """The row and candidate the search holds beside the best while the best waits to be
+    timed again (quiet.holds_runner_up): the faster of the one held and `new`, a new one
+    only where the device has room for it (quiet.room_for_another)."""
+    fits = [p for p in (held, new) if p is not None and holds_runner_up(best, p[0])]
+    if not fits:
+        return None
+    top = max(fits, key=lambda p: p[0].measured_speedup or 0.0)
+    if top is held or room_for_another(device):
+        return top
+    return held if held in fits else None
+
+
 def _after_settling(results: list[RemedyResult], live_res: RemedyResult | None,
-                    live: Candidate | None, state: SearchState
+                    live: Candidate | None, state: SearchState,
+                    retimed: list[RemedyResult]
                     ) -> tuple[RemedyResult | None, Candidate | None, float]:
-    """(best row, live candidate, its speedup) once the live best row was timed again
-    (quiet.py): still faster, it stays live; the best row is the fastest verified one
-    that is live or was measured in a compile child (the rows the search can hold). The
-    plan's record of it takes the new figure: the stacks built on it are predicted from
+    """(best row, live candidate, its speedup) once the live best row (and the runner-up
+    held beside it) was timed again (quiet.py): `live_res` is the one that stays live,
+    where it is still verified; the best row is the fastest verified one that is live or
+    was measured in a compile child (the rows the search can hold). The plan's record of
+    each row timed again takes the new figure: the stacks built on it are predicted from
     the quiet one."""
-    if live_res is not None and live_res.name in state.done:
-        state.done[live_res.name] = Outcome(live_res.status, live_res.measured_speedup,
-                                            state.done[live_res.name].prep_s)
+    for row in retimed:
+        if row.name in state.done:
+            state.done[row.name] = Outcome(row.status, row.measured_speedup,
+                                           state.done[row.name].prep_s)
     kept = live_res is not None and live_res.status == "verified" and live is not None
     holdable = [r for r in results if r.status == "verified" and r.measured_speedup
                 and (r is live_res or r.checks.get("measured_in_child"))]
