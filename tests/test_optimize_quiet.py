@@ -308,3 +308,78 @@ def test_a_quiet_runner_up_takes_over_as_timed_and_none_is_held_without_room(
         {"a": 10.59, "b": 8.07}, {"a": 7.24, "b": 7.9}, compiling_runs=2, room=False,
         monkeypatch=monkeypatch)
     assert "again b" not in events and best is by["a"] and best_cand is cands["a"]
+
+
+def test_a_runner_up_already_timed_again_is_compared_as_it_is():
+    # the H100 (session ad): bf16_cast+inference_mode+cuda_graphs, timed again at 11.99x,
+    # was overtaken by a compile row's 14.22x timed beside the compile, which timed
+    # again read 8.96x: the graph row, quiet already, holds the result
+    compile_row = _row("compile", 14.22)
+    compile_row.checks[BESIDE] = True
+    graphs = _row("graphs", 11.99)
+    graphs.checks[BESIDE], graphs.checks[BESIDE_SPEEDUP] = True, 9.92
+    from gobrrr.remedies.quiet import holds_runner_up
+    assert holds_runner_up(compile_row, graphs)
+    timed = []
+
+    def retime(row, cand):
+        timed.append(row.name)
+        return _ab(8.96, 8.4, 9.8), cand
+
+    q = QuietCheck(lambda: False, retime)
+    first, held = _cand(), _cand()
+    assert q.settle(compile_row, first, time.perf_counter() + 60, lambda m: None)
+    assert q.settle_runner_up(compile_row, graphs, held, time.perf_counter() + 60,
+                              lambda m: None) is held
+    assert timed == ["compile"] and q.live is first and graphs.measured_speedup == 11.99
+    # below the best's quiet figure: the best stays
+    graphs.measured_speedup = 8.5
+    assert q.settle_runner_up(compile_row, graphs, held, time.perf_counter() + 60,
+                              lambda m: None) is None
+
+
+def test_the_search_keeps_a_row_timed_again_over_a_compile_that_falls_below_it(
+        monkeypatch):
+    # "a" beside the compile (4x), timed again before this process compiles (2x); the
+    # compile row, started while the child compiled, 3x, timed again 1.5x: "a" holds
+    # the result at its quiet figure
+    from gobrrr.remedies import runner
+    from gobrrr.remedies.base import PREP_COMPILE
+    from gobrrr.remedies.runner import ChildProber, search
+
+    def spec(name, gain, **kw):
+        return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
+                          lambda ctx, g=gain: Gain(g, "predicted"), lambda c, ctx: c, "",
+                          **kw)
+
+    answers = [True, True]  # "a" starts, the plan after it; then the compile has ended
+
+    class Child(ChildProber):
+        def compiling(self):
+            return answers.pop(0) if answers else False
+
+    events, cands = [], {}
+
+    def run_one(combo):
+        name = "+".join(s.name for s in combo)
+        events.append(f"run {name}")
+        cands[name] = _cand()
+        if name == "compile":
+            answers[:0] = [True]  # it started while the child compiled: marked
+        return _row(name, {"a": 4.0, "compile": 3.0}.get(name, 1.05)), cands[name]
+
+    def retime(row, cand):
+        events.append(f"again {row.name}")
+        s = {"a": 2.0, "compile": 1.5}[row.name]
+        return _ab(s, s - 0.1, s + 0.1), cand
+
+    monkeypatch.setattr(runner, "room_for_another", lambda device: True)
+    rows, best_cand, best = search(
+        [spec("a", 5.0), spec("compile", 4.5, prep=PREP_COMPILE, compile_mode="default")],
+        Context("cpu"), run_one, call_s=1e-3, ab_budget_s=0.2,
+        deadline=time.perf_counter() + 60, say=lambda m: None, notes=[],
+        child=Child({}, None), retime=retime)
+    by = {r.name: r for r in rows}
+    assert events[:4] == ["run a", "again a", "run compile", "again compile"]
+    assert by["compile"].checks[BESIDE] and by["compile"].measured_speedup == 1.5
+    assert best is by["a"] and best_cand is cands["a"] and best.measured_speedup == 2.0
