@@ -344,7 +344,7 @@ def _sides(dirs: list[Path]) -> dict[str, dict[str, Any]]:
     return sides
 
 
-def table(dirs: list[Path], json_out: Path, md_out: Path) -> None:
+def table(dirs: list[Path], json_out: Path, md_out: Path, card: str = "H200") -> None:
     sides = _sides(dirs)
     # Rows already committed stay unless re-measured (the table grows over sittings).
     rows = {r["case"]: r for r in (json.loads(json_out.read_text())
@@ -364,7 +364,7 @@ def table(dirs: list[Path], json_out: Path, md_out: Path) -> None:
                       "measured": g["created"]}
     ordered = sorted(rows.values(), key=lambda r: list(CASES).index(r.get("case", "")))
     json_out.write_text(json.dumps(ordered, indent=1) + "\n")
-    lines = ["# gobrrr optimize vs a fixed hand search, real models, H200",
+    lines = [f"# gobrrr optimize vs a fixed hand search, real models, {card}",
              "", "torch 2.11.0+cu130; random weights; each side from a cold Inductor cache; "
              "speedups from gobrrr's interleaved A/B timer (median ratio); the hand search "
              "space is fixed in benchmarks/optimize_models.py (`_space`). Pass: gobrrr >= "
@@ -403,9 +403,10 @@ def main() -> int:
     t.add_argument("dirs", type=Path, nargs="+")
     t.add_argument("--json", type=Path, required=True)
     t.add_argument("--md", type=Path, required=True)
+    t.add_argument("--card", default="H200", help="the card the rows ran on (the title)")
     o = ap.parse_args()
     if o.side == "table":
-        table(o.dirs, o.json, o.md)
+        table(o.dirs, o.json, o.md, o.card)
         return 0
     o.out.mkdir(parents=True, exist_ok=True)
     if o.side == "hand":
