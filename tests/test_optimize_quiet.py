@@ -383,3 +383,58 @@ def test_the_search_keeps_a_row_timed_again_over_a_compile_that_falls_below_it(
     assert events[:4] == ["run a", "again a", "run compile", "again compile"]
     assert by["compile"].checks[BESIDE] and by["compile"].measured_speedup == 1.5
     assert best is by["a"] and best_cand is cands["a"] and best.measured_speedup == 2.0
+
+
+def _graph_then_compile(retime):
+    """A search of a graph row "a" (4x) then "compile" (2x), nothing beside a compile,
+    with `stale` true for "a"'s candidate once "compile" ran; (rows, best cand, best,
+    notes, cands)."""
+    from gobrrr.remedies.base import PREP_COMPILE
+    from gobrrr.remedies.runner import search
+
+    def spec(name, gain, **kw):
+        return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
+                          lambda ctx, g=gain: Gain(g, "predicted"), lambda c, ctx: c, "",
+                          **kw)
+
+    ran, cands = [], {}
+
+    def run_one(combo):
+        name = "+".join(s.name for s in combo)
+        ran.append(name)
+        cands[name] = _cand()
+        return _row(name, {"a": 4.0, "compile": 2.0}.get(name, 1.0)), cands[name]
+
+    notes = []
+    rows, best_cand, best = search(
+        [spec("a", 5.0), spec("compile", 4.5, prep=PREP_COMPILE, compile_mode="default")],
+        Context("cpu"), run_one, call_s=1e-3, ab_budget_s=0.2,
+        deadline=time.perf_counter() + 60, say=lambda m: None, notes=notes,
+        retime=retime, stale=lambda c: c is cands.get("a") and "compile" in ran)
+    return {r.name: r for r in rows}, best_cand, best, notes, cands
+
+
+def test_the_result_never_holds_a_graph_captured_before_a_compile_here():
+    # session ac: a graph replayed after a compile in the same process hit an illegal
+    # memory access; the result's callable would replay it for the user
+    fresh = _cand()
+    again = []
+
+    def retime(row, cand):
+        again.append(row.name)
+        return _ab(3.5, 3.4, 3.6), fresh
+
+    by, best_cand, best, notes, cands = _graph_then_compile(retime)
+    assert again == ["a"] and best_cand is fresh and best is by["a"]
+    assert by["a"].measured_speedup == 3.5
+    assert by["a"].checks["before_recapture_speedup"] == 4.0
+    assert "captured again after this process compiled (4.00x before)" in by["a"].reason
+
+    def failed(row, cand):
+        raise NotTimedAgain("captured again after this process compiled, it failed: x")
+
+    by, best_cand, best, notes, cands = _graph_then_compile(failed)
+    # the row keeps its figure; the callable holds none of it, and the notes say why
+    assert best_cand is None and by["a"].measured_speedup == 4.0
+    assert notes[-1].startswith("a's CUDA graph, captured before this process compiled, "
+                                "could not be captured again (")

@@ -82,6 +82,21 @@ def room_for_another(device: str) -> bool:
     return free_b >= torch.cuda.memory_reserved()
 
 
+def _replace(row: RemedyResult, ab: ABResult, why: str) -> None:
+    """`row`'s figures, reason and status from its second timing `ab` (`why` it was
+    timed again); the reason's notes after its first part are kept."""
+    row.measured_speedup, row.interval = ab.speedup, ab.interval
+    row.eager_s, row.candidate_s = ab.eager_s, ab.candidate_s
+    row.checks["ab_rounds"], row.checks["calls_per_block"] = ab.rounds, ab.calls_per_block
+    lo, hi = ab.interval
+    rest = row.reason.split("; ")[1:]
+    row.reason = "; ".join([f"{ab.speedup:.2f}x (95% interval {lo:.2f}-{hi:.2f}, "
+                            f"{ab.rounds} A/B rounds), {why}", *rest])
+    change = ab.change
+    if change != "faster":
+        row.status = "slower" if change == "slower" else "no significant change"
+
+
 class NotTimedAgain(Exception):
     """The row could not be timed again; the message says why."""
 
@@ -98,6 +113,7 @@ class QuietCheck:
         self.beside: list[str] = []  # rows marked, in order
         self.timed_again: list[str] = []
         self.not_timed_again: str | None = None  # why the best was left as timed
+        self.not_recaptured: str | None = None  # why the result holds no fresh capture
         self.live: Candidate | None = None  # after a settle: the row's candidate now
 
     def before(self) -> bool:
@@ -136,21 +152,36 @@ class QuietCheck:
         first = row.measured_speedup or 0.0
         row.checks[BESIDE_SPEEDUP] = first
         row.checks["beside_compile_interval"] = list(row.interval) if row.interval else None
-        row.measured_speedup, row.interval = ab.speedup, ab.interval
-        row.eager_s, row.candidate_s = ab.eager_s, ab.candidate_s
-        row.checks["ab_rounds"], row.checks["calls_per_block"] = ab.rounds, ab.calls_per_block
-        lo, hi = ab.interval
-        rest = row.reason.split("; ")[1:]
-        row.reason = "; ".join([
-            f"{ab.speedup:.2f}x (95% interval {lo:.2f}-{hi:.2f}, {ab.rounds} A/B rounds), "
-            f"timed again once the background compile had ended ({first:.2f}x while it "
-            "compiled)", *rest])
-        change = ab.change
-        if change != "faster":
-            row.status = "slower" if change == "slower" else "no significant change"
+        _replace(row, ab, f"timed again once the background compile had ended ({first:.2f}x "
+                          "while it compiled)")
         self.timed_again.append(row.name)
         say(f"  -> {ab.speedup:.2f}x with the compile ended (was {first:.2f}x)")
         return True
+
+    def recapture(self, row: RemedyResult, cand: Candidate,
+                  say: Callable[[str], None]) -> Candidate | None:
+        """The result's live row, whose candidate holds a CUDA graph captured before a
+        compile ran in this process (`captured_before_compile`), captured again and timed
+        (its figures replaced; the first kept in `checks["before_recapture_speedup"]`):
+        the result's callable must not replay the old graph (session ac's illegal memory
+        access). The candidate that holds the row now, or None where the fresh capture
+        failed or is no longer faster: the result then holds no remedy of it."""
+        assert self.retime is not None
+        say(f"capturing {row.name} again: its CUDA graph was captured before this process "
+            "compiled a candidate, and the result must not replay it")
+        first = row.measured_speedup or 0.0
+        try:
+            ab, fresh = self.retime(row, cand)
+        except (OutOfTime, NotTimedAgain) as exc:
+            self.not_recaptured = (f"{row.name}'s CUDA graph, captured before this "
+                                   f"process compiled, could not be captured again ({exc}): "
+                                   "the optimized callable does not hold it")
+            return None
+        row.checks["before_recapture_speedup"] = first
+        _replace(row, ab, f"captured again after this process compiled ({first:.2f}x "
+                          "before)")
+        say(f"  -> {ab.speedup:.2f}x captured again (was {first:.2f}x)")
+        return fresh if row.status == "verified" else None
 
     def settle_runner_up(self, best: RemedyResult, runner: RemedyResult,
                          cand: Candidate, deadline: float,
@@ -189,5 +220,7 @@ class QuietCheck:
                        "high)")
         if self.not_timed_again:
             out.append(self.not_timed_again)
+        if self.not_recaptured:
+            out.append(self.not_recaptured)
         return out
 

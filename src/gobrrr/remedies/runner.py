@@ -91,6 +91,10 @@ __all__ = ["search_workload", "search", "best_callable", "INTERRUPTED", "base_co
 
 # The reason of every candidate a Ctrl-C left unmeasured (and the note that says it).
 INTERRUPTED = "interrupted (Ctrl-C)"
+# Seconds past the deadline, beside two A/B budgets, that capturing a graph again may
+# take where the search ended (quiet.captured_before_compile): the apply, the copy and
+# the capture's warm-up calls
+RECAPTURE_GRACE_S = 5.0
 
 Progress = Callable[[str], None]
 
@@ -390,10 +394,11 @@ def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
     compiled: list[bool] = []
     compiles_before: dict[int, int] = {}  # id(live candidate) -> compiles here before it
 
-    def run_one(combo: list[RemedySpec]) -> tuple[RemedyResult, Candidate | None]:
+    def run_one(combo: list[RemedySpec], by: float = deadline
+                ) -> tuple[RemedyResult, Candidate | None]:
         before = sum(compiled)
         compiled.append(any(s.prep == PREP_COMPILE for s in combo))
-        got, cand = evaluate(combo, base, ref, ctx, ab_budget_s, deadline)
+        got, cand = evaluate(combo, base, ref, ctx, ab_budget_s, by)
         if cand is not None:
             compiles_before[id(cand)] = before
         return got, cand
@@ -401,9 +406,11 @@ def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
     def retime(row: RemedyResult, cand: Candidate) -> tuple[ABResult, Candidate | None]:
         if not captured_before_compile(cand, sum(compiled), compiles_before.get(id(cand))):
             return time_ab(cand, ref, ctx.device, ab_budget_s, deadline), cand
-        # a compile ran here since its capture: captured again (quiet.py)
+        # a compile ran here since its capture: captured again (quiet.py), where the
+        # search ended, past the deadline by what one capture and A/B timing take
         by_name = {s.name: s for s in specs}
-        got, fresh = run_one([by_name[n] for n in row.components])
+        by = max(deadline, time.perf_counter() + RECAPTURE_GRACE_S + 2 * ab_budget_s)
+        got, fresh = run_one([by_name[n] for n in row.components], by)
         if got.measured_speedup is None or got.interval is None:
             raise NotTimedAgain(f"captured again after this process compiled, it "
                                 f"{got.status}: {got.reason}")
@@ -411,9 +418,12 @@ def _search(specs: list[RemedySpec], base: Copied, ref: Reference, ctx: Context,
                         got.candidate_s or 0.0, got.checks.get("ab_rounds", 0),
                         got.checks.get("calls_per_block", 0)), fresh
 
+    def stale(cand: Candidate) -> bool:
+        return captured_before_compile(cand, sum(compiled), compiles_before.get(id(cand)))
+
     results, best_cand, best_res = search(
         specs, ctx, run_one, call_s=ref.call_s, ab_budget_s=ab_budget_s, deadline=deadline,
-        say=say, notes=notes, child=child, retime=retime)
+        say=say, notes=notes, child=child, retime=retime, stale=stale)
     return results, best_cand, best_res, any(compiled)
 
 
@@ -422,7 +432,8 @@ def search(specs: list[RemedySpec], ctx: Context,
            call_s: float, ab_budget_s: float, deadline: float, say: Progress,
            notes: list[str], coordinator: Coordinator = SOLO,
            child: ChildProbe | None = None,
-           retime: Retime | None = None
+           retime: Retime | None = None,
+           stale: Callable[[Candidate], bool] | None = None
            ) -> tuple[list[RemedyResult], Candidate | None, RemedyResult | None]:
     """Plan (plan.py), run the first option (`run_one`), plan again with what it
     measured, until nothing fits; what never ran is "skipped" with the plan's reason.
@@ -432,7 +443,9 @@ def search(specs: list[RemedySpec], ctx: Context,
     remedies and their predictions (only rank 0 has the merged diagnosis), and each next
     candidate, so every rank runs the same candidate at the same time.
     `retime`: a live candidate's A/B timing, for the best row timed while the background
-    compile ran, timed again once it has ended (quiet.py)."""
+    compile ran, timed again once it has ended (quiet.py). `stale`: whether a live
+    candidate holds a CUDA graph captured before a compile ran in this process: the
+    result's is captured again at the end (QuietCheck.recapture)."""
     coord = coordinator
     results: list[RemedyResult] = []
     best_cand: Candidate | None = None
@@ -515,6 +528,11 @@ def search(specs: list[RemedySpec], ctx: Context,
                 now = Plan((), tuple(Skip(o.name, INTERRUPTED) for o in options(state)))
                 break
     settle()
+    if (stale is not None and retime is not None and best_cand is not None
+            and live_res is not None and stale(best_cand)):
+        fresh = quiet.recapture(live_res, best_cand, say)
+        best_res, best_cand, live_s = _after_settling(results, live_res, fresh, state,
+                                                      [live_res])
     notes += quiet.notes()
     remaining = {o.name: o for o in options(state)}
     for skip in now.skipped:
