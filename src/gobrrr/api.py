@@ -22,7 +22,7 @@ from gobrrr.generation_detect import find_generation
 from gobrrr.live import measure_live
 from gobrrr.remedies import catalog
 from gobrrr.remedies.plan import DIAGNOSE_SHARE, diagnose_budget
-from gobrrr.remedies.runner import prestart, search_workload
+from gobrrr.remedies.runner import PROBE_OVERRUN, prestart, search_workload
 from gobrrr.remedies.verify import AB_BUDGET_S
 from gobrrr.report import Report
 from gobrrr.state import preserved_state
@@ -155,7 +155,8 @@ def optimize_workload(w: Workload, *, report: Report | None = None, diagnose: bo
         diagnose_s = time.perf_counter() - t0
         result = search_workload(w, deadline=deadline, report=report, only=only,
                                  ab_budget_s=ab_budget_s, compile_backend=compile_backend,
-                                 extra_specs=extra_specs, progress=say, prestarted=child)
+                                 extra_specs=extra_specs, progress=say, prestarted=child,
+                                 overrun_s=PROBE_OVERRUN * budget_s)
     finally:
         if child is not None:
             child.stop()
