@@ -31,6 +31,23 @@ def _ab(speedup, lo, hi):
     return ABResult(speedup, (lo, hi), 6e-3, 6e-3 / speedup, 40, 1)
 
 
+def _spec(name, gain, **kw):
+    return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
+                      lambda ctx, g=gain: Gain(g, "predicted"), lambda c, ctx: c, "", **kw)
+
+
+def _answering(answers):
+    """A compile prober whose child is compiling while `answers` says so (in the order
+    the search asks), then not."""
+    from gobrrr.remedies.runner import ChildProber
+
+    class Child(ChildProber):
+        def compiling(self):
+            return answers.pop(0) if answers else False
+
+    return Child({}, None)
+
+
 def test_a_row_timed_beside_the_compile_is_marked_and_the_best_timed_again():
     compiling = [True]
     timed = []
@@ -112,10 +129,6 @@ def test_the_search_times_its_best_again_when_the_compile_ends_before_going_on(
     # because a was timed again before the plan went on
     from gobrrr.remedies.runner import ChildProber, search
 
-    def spec(name, gain):
-        return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
-                          lambda ctx, g=gain: Gain(g, "predicted"), lambda c, ctx: c, "")
-
     class Child(ChildProber):
         def compiling(self):
             return not ran  # compiling while the first candidate runs
@@ -148,7 +161,7 @@ def test_the_search_times_its_best_again_when_the_compile_ends_before_going_on(
     monkeypatch.setattr(runner, "options", options)
     notes = []
     rows, best_cand, best = search(
-        [spec("a", 5.0), spec("b", 4.5)], Context("cpu"), run_one, call_s=1e-3,
+        [_spec("a", 5.0), _spec("b", 4.5)], Context("cpu"), run_one, call_s=1e-3,
         ab_budget_s=0.2, deadline=time.perf_counter() + 60, say=lambda m: None,
         notes=notes, child=Child({}, None), retime=retime)
     # then the stack of both (1.5x): b stays the best
@@ -198,20 +211,11 @@ def test_the_best_is_timed_again_before_this_process_compiles(monkeypatch):
     # made here: the best row is timed again before that compile, so a graph captured
     # before it is replayed in the state it was measured in (quiet.captured_before_compile)
     from gobrrr.remedies.base import PREP_COMPILE
-    from gobrrr.remedies.runner import ChildProber, search
-
-    def spec(name, gain, **kw):
-        return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
-                          lambda ctx, g=gain: Gain(g, "predicted"), lambda c, ctx: c, "",
-                          **kw)
+    from gobrrr.remedies.runner import search
 
     # compiling() as the search asks it: (the plan after "a") still compiling, (before
     # "compile" runs) still compiling, then (before its compile here) done
     answers = [True, True]
-
-    class Child(ChildProber):
-        def compiling(self):
-            return answers.pop(0) if answers else False
 
     events, cands = [], {}
 
@@ -226,10 +230,10 @@ def test_the_best_is_timed_again_before_this_process_compiles(monkeypatch):
         return _ab(2.0, 1.9, 2.1), cand
 
     rows, best_cand, best = search(
-        [spec("a", 5.0), spec("compile", 4.5, prep=PREP_COMPILE, compile_mode="default")],
+        [_spec("a", 5.0), _spec("compile", 4.5, prep=PREP_COMPILE, compile_mode="default")],
         Context("cpu"), run_one, call_s=1e-3, ab_budget_s=0.2,
         deadline=time.perf_counter() + 60, say=lambda m: None, notes=[],
-        child=Child({}, None), retime=retime)
+        child=_answering(answers), retime=retime)
     assert events[:3] == ["run a", "again a", "run compile"]
     assert best is next(r for r in rows if r.name == "compile")
 
@@ -239,10 +243,6 @@ def _two_beside_the_compile(speeds, again, compiling_runs, room=True, monkeypatc
     `compiling_runs` candidates ran; (rows, best candidate, best row, events, cands)."""
     from gobrrr.remedies import runner
     from gobrrr.remedies.runner import ChildProber, search
-
-    def spec(name, gain):
-        return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
-                          lambda ctx, g=gain: Gain(g, "predicted"), lambda c, ctx: c, "")
 
     ran, events, cands = [], [], {}
 
@@ -264,7 +264,7 @@ def _two_beside_the_compile(speeds, again, compiling_runs, room=True, monkeypatc
 
     monkeypatch.setattr(runner, "room_for_another", lambda device: room)
     rows, best_cand, best = search(
-        [spec("a", 5.0), spec("b", 4.5)], Context("cpu"), run_one, call_s=1e-3,
+        [_spec("a", 5.0), _spec("b", 4.5)], Context("cpu"), run_one, call_s=1e-3,
         ab_budget_s=0.2, deadline=time.perf_counter() + 60, say=lambda m: None,
         notes=[], child=Child({}, None), retime=retime)
     return {r.name: r for r in rows}, best_cand, best, events, cands
@@ -345,18 +345,9 @@ def test_the_search_keeps_a_row_timed_again_over_a_compile_that_falls_below_it(
     # the result at its quiet figure
     from gobrrr.remedies import runner
     from gobrrr.remedies.base import PREP_COMPILE
-    from gobrrr.remedies.runner import ChildProber, search
-
-    def spec(name, gain, **kw):
-        return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
-                          lambda ctx, g=gain: Gain(g, "predicted"), lambda c, ctx: c, "",
-                          **kw)
+    from gobrrr.remedies.runner import search
 
     answers = [True, True]  # "a" starts, the plan after it; then the compile has ended
-
-    class Child(ChildProber):
-        def compiling(self):
-            return answers.pop(0) if answers else False
 
     events, cands = [], {}
 
@@ -375,10 +366,10 @@ def test_the_search_keeps_a_row_timed_again_over_a_compile_that_falls_below_it(
 
     monkeypatch.setattr(runner, "room_for_another", lambda device: True)
     rows, best_cand, best = search(
-        [spec("a", 5.0), spec("compile", 4.5, prep=PREP_COMPILE, compile_mode="default")],
+        [_spec("a", 5.0), _spec("compile", 4.5, prep=PREP_COMPILE, compile_mode="default")],
         Context("cpu"), run_one, call_s=1e-3, ab_budget_s=0.2,
         deadline=time.perf_counter() + 60, say=lambda m: None, notes=[],
-        child=Child({}, None), retime=retime)
+        child=_answering(answers), retime=retime)
     by = {r.name: r for r in rows}
     assert events[:4] == ["run a", "again a", "run compile", "again compile"]
     assert by["compile"].checks[BESIDE] and by["compile"].measured_speedup == 1.5
@@ -392,11 +383,6 @@ def _graph_then_compile(retime):
     from gobrrr.remedies.base import PREP_COMPILE
     from gobrrr.remedies.runner import search
 
-    def spec(name, gain, **kw):
-        return RemedySpec(name, name, "overhead", STAGE_MUTATE, name, lambda ctx: None,
-                          lambda ctx, g=gain: Gain(g, "predicted"), lambda c, ctx: c, "",
-                          **kw)
-
     ran, cands = [], {}
 
     def run_one(combo):
@@ -407,7 +393,7 @@ def _graph_then_compile(retime):
 
     notes = []
     rows, best_cand, best = search(
-        [spec("a", 5.0), spec("compile", 4.5, prep=PREP_COMPILE, compile_mode="default")],
+        [_spec("a", 5.0), _spec("compile", 4.5, prep=PREP_COMPILE, compile_mode="default")],
         Context("cpu"), run_one, call_s=1e-3, ab_budget_s=0.2,
         deadline=time.perf_counter() + 60, say=lambda m: None, notes=notes,
         retime=retime, stale=lambda c: c is cands.get("a") and "compile" in ran)
