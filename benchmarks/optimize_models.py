@@ -317,10 +317,12 @@ def run_gobrrr(case_name: str, out: Path, budget_s: float) -> dict[str, Any]:
                              # the plan's tier and estimate, a child's compile time and
                              # when (since its spawn) it built, began and answered; whether
                              # it was timed beside the background compile, and its first
-                             # figure where it was timed again (remedies/quiet.py)
+                             # figure where it was timed again or captured again
+                             # (remedies/quiet.py)
                              | {k: (r.get("checks") or {}).get(k)
                                 for k in ("plan", "child_compile_s", "child_timeline",
-                                          "timed_beside_compile", "beside_compile_speedup")}
+                                          "timed_beside_compile", "beside_compile_speedup",
+                                          "before_recapture_speedup")}
                              for r in d["remedies"]]}
     else:
         res |= {"best": "error", "speedup": None, "error": proc.stderr[-2000:]}
