@@ -37,7 +37,8 @@ benchmark, channels_last, fused optimizers, set_to_none, CUDA graphs, torch.comp
                    "workload's build and the diagnosis included (it gets a quarter of "
                    "what the build leaves): a candidate starts only when its estimated "
                    "cost fits, one still timing at the deadline is abandoned; the command "
-                   "ends within about 1.15x this + 10 s. A limit on the run, not the "
+                   "ends within about 1.15x this + 10 s (the compile with the largest "
+                   "predicted gain may run into that 15%). A limit on the run, not the "
                    "sampling time per measurement (that is doctor's --time-budget).")
 @click.option("--only", "only", multiple=True,
               help="Remedies or families to try, e.g. --only compile,tf32 (repeatable).")
