@@ -359,3 +359,39 @@ def test_found_steps_take_the_median_call_as_t_wall(tmp_path, monkeypatch):
     assert ("T_wall per step is the median of the 4 calls' times (0.100 ms; their mean "
             "0.124 ms), as doctor takes the median of its calls: the profiler slows calls "
             "unevenly") in r.notes
+
+
+def test_a_range_with_the_steps_work_between_its_repeats_is_not_the_step(tmp_path):
+    # DDP's forward range recorded on a loaded 2-core CPU (CI): its waits on the other
+    # rank made it cover more than half of the time, and it was read as the step
+    events = []
+    for t0 in (1000, 3000, 5000):
+        events += [x("Optimizer.zero_grad#SGD.zero_grad", t0, 10, cat="user_annotation"),
+                   x("DistributedDataParallel.forward", t0 + 20, 1500,
+                     cat="user_annotation"),
+                   x("aten::sum", t0 + 1530, 10),
+                   x("Optimizer.step#SGD.step", t0 + 1600, 100, cat="user_annotation")]
+    cols = find_steps(trace(tmp_path, events))
+    assert 3 * 1500 > 0.5 * (5000 + 1700 - 1000)  # it covers more than half the time
+    assert cols.step_rule.kind == "repeated calls"
+    assert [round(ts) for _, ts, _ in cols.steps] == [1000, 3000, 5000]
+    # an inference loop's range around a part of each call, with the calls' other work
+    # (three top-level ops) between its repeats
+    events = []
+    for t0 in (1000, 2000, 3000):
+        events += [x("encoder", t0, 600, cat="user_annotation"),
+                   *call(t0 + 610), x("aten::softmax", t0 + 700, 10)]
+    cols = find_steps(trace(tmp_path, events))
+    assert cols.step_rule.kind == "repeated calls"
+    # a step range with the loop's own call between its repeats (a DataLoader's
+    # __next__) is the step
+    events = []
+    for t0 in (1000, 2000, 3000):
+        events += [x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, 50,
+                     cat="user_annotation"),
+                   x("train_step", t0 + 60, 800, cat="user_annotation"),
+                   *call(t0 + 61),
+                   x("Optimizer.step#SGD.step", t0 + 200, 50, cat="user_annotation")]
+    cols = find_steps(trace(tmp_path, events))
+    assert cols.step_rule.kind == "record_function"
+    assert cols.steps == [(0, 1060.0, 800.0), (1, 2060.0, 800.0), (2, 3060.0, 800.0)]

@@ -9,8 +9,11 @@ GPU (seen on an H200: a pointwise chain at 89% of the bandwidth roof said
    thread (the first to start of the threads with a tenth or more of the top-level
    events: the user's, not autograd's device thread) and covers at least half of its
    time: each range is a step. Ranges that name a phase (an optimizer's step, autograd,
-   a DataLoader's `__next__`, prefill, decode) or cover less (DDP's forward range) are
-   parts of a step, not steps.
+   a DataLoader's `__next__`, prefill, decode) or cover less are parts of a step, not
+   steps; so is a range with an optimizer's step between its repeats, or more than
+   MAX_BETWEEN top-level calls between them on average (DDP's forward range: on a loaded
+   2-core CPU its waits on the other rank made it cover more than half of the time, and
+   the steps were read as its repeats).
 3. A repeated sequence of top-level calls on the main thread: the longest run, at the end
    of the trace or at its start, that repeats one sequence of top-level event names at
    least twice and holds at least half of the main thread's top-level events (less is a
@@ -54,6 +57,10 @@ MAIN_SHARE = 0.1  # of the top-level events, for a thread to be the main one
 # the autograd engine's events (on CUDA, on its device threads: never the user's calls)
 AUTOGRAD_EVENT = "autograd::engine::evaluate_function"
 COVERAGE = 0.5  # of the main thread's top-level events (rule 3) or time (rule 2) steps hold
+# Top-level calls between a step range's repeats, on average, at the most (rule 2): the
+# loop's own (a DataLoader's __next__, a copy to the device), not the step's work
+MAX_BETWEEN = 2
+STEP_RANGE = "Optimizer.step#"  # an optimizer's step: inside a training step's range
 _MIN_REPEATS = 2
 
 
@@ -175,7 +182,7 @@ def _repeated_range(cols: TraceColumns, main: np.ndarray, end_us: float
         if len(rows) < _MIN_REPEATS or range_label(nm, "\0", "\0") != (nm, "\0"):
             continue  # once only, or a phase's range (an optimizer's step, autograd...)
         covered = float(cpu["dur_us"][rows].sum())
-        if covered < COVERAGE * span_us:
+        if covered < COVERAGE * span_us or _work_between(cols, main, rows):
             continue  # a part of each step (DDP's forward range), not the step
         if best is None or covered > best[0]:
             best = (covered, n)
@@ -189,6 +196,21 @@ def _repeated_range(cols: TraceColumns, main: np.ndarray, end_us: float
                            f"steps: the {len(rows)} record_function ranges \"{nm}\" (no "
                            "ProfilerStep# ranges; a range that repeats is a step)",
                            f"the record_function ranges \"{nm}\"")
+
+
+def _work_between(cols: TraceColumns, main: np.ndarray, rows: list[int]) -> bool:
+    """Whether the step's work runs between a range's repeats `rows` (indices into the
+    CPU events, top-level on the main thread `main`): an optimizer's step, or more than
+    MAX_BETWEEN top-level calls a gap on average."""
+    cpu, names = cols.cpu, cols.names
+    ts = cpu["ts_us"][main]
+    first, last = float(cpu["ts_us"][rows[0]]), float(cpu["ts_us"][rows[-1]])
+    taken = set(rows)
+    between = [int(i) for i, t in zip(main.tolist(), ts.tolist(), strict=True)
+               if first < t < last and int(i) not in taken]
+    if any(names[cpu["name"][i]].startswith(STEP_RANGE) for i in between):
+        return True
+    return len(between) > MAX_BETWEEN * (len(rows) - 1)
 
 
 def _periodic_prefix(tokens: list[int]) -> tuple[int, int]:
