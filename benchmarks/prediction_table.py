@@ -3,11 +3,13 @@ the validation suite (the nine H200 rows of `results/h200/optimize-budget60.md`,
 from the sitting that table takes), and the per-kind summary the optimize report reads
 (`src/gobrrr/remedies/prediction_record.json`; gobrrr.remedies.prediction_record).
 
-    python benchmarks/prediction_table.py [--check]
+    python benchmarks/prediction_table.py [--check] [--suite h100-ae]
 
 Writes `results/h200/prediction-vs-measured.{md,json}` and the package's summary;
 `--check` writes nothing and fails if any of them differs from what the rows give (the
-test suite runs it: the package's summary has one source, these rows).
+test suite runs it: the package's summary has one source, these rows). `--suite
+h100-ae`: the same table for session ae's H100 rows (all nine on one code, 8474694),
+beside them; the package's summary stays the H200 suite's.
 """
 
 from __future__ import annotations
@@ -42,13 +44,25 @@ ROWS = {
     "timm:convnext_tiny --batch-size 64": f"{T}/rows_c/models/gobrrr_convnext_tiny_b64.json",
 }
 
+H100_AE = ROOT / "benchmarks" / "results" / "h100" / "session-2026-12-05ae"
+CASES = {"hf:gpt2 --batch-size 1 --seq-len 1": "gpt2_1x1",
+         "hf:gpt2 --batch-size 8 --seq-len 512": "gpt2_8x512",
+         "torchvision:resnet50 --batch-size 1": "resnet50_b1",
+         "torchvision:resnet50 --batch-size 256": "resnet50_b256",
+         "torchvision:vit_b_16 --batch-size 32": "vit_b16_b32",
+         "hf:gpt2 --batch-size 8 --seq-len 256 --train": "gpt2_train_8x256",
+         "optimize_targets.py:mlp_16k --batch-size 16384": "mlp_16k",
+         "hf:bert-base-uncased --batch-size 32 --seq-len 128": "bert_base_b32x128",
+         "timm:convnext_tiny --batch-size 64": "convnext_tiny_b64"}
+ROWS_H100_AE = {w: f"models/gobrrr_{c}.json" for w, c in CASES.items()}
 
-def table() -> list[dict[str, Any]]:
+
+def table(base: Path = H200, sources: dict[str, str] = ROWS) -> list[dict[str, Any]]:
     from gobrrr.remedies.prediction_record import WITHIN, checked
 
     out = []
-    for workload, rel in ROWS.items():
-        rows = json.loads((H200 / rel).read_text())["remedies"]
+    for workload, rel in sources.items():
+        rows = json.loads((base / rel).read_text())["remedies"]
         by_name = {r["name"]: r for r in rows}
         for kind, name, ratio in checked(rows):
             r = by_name[name]
@@ -72,20 +86,23 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "table": "benchmarks/results/h200/prediction-vs-measured.md", "kinds": kinds}
 
 
-def markdown(rows: list[dict[str, Any]], summ: dict[str, Any]) -> str:
+def markdown(rows: list[dict[str, Any]], summ: dict[str, Any], card: str = "H200") -> str:
     from gobrrr.remedies.prediction_record import WITHIN
 
     lines = [
-        "# Predicted against measured: every candidate optimize measured on the H200 "
+        f"# Predicted against measured: every candidate optimize measured on the {card} "
         "validation suite", "",
         "Written by `benchmarks/prediction_table.py` from the optimize rows of "
         "`optimize-budget60.md` (each row's newest sitting: the `source` column, under "
-        "this folder). One NVIDIA H200, torch 2.11.0+cu130. A candidate counts when a "
+        f"this folder). One NVIDIA {card}, torch 2.11.0+cu130. A candidate counts when a "
         "measurement checked its prediction: verified, no significant change or slower "
         "(outputs verified, timed A/B against eager). ratio = measured / predicted; "
         f"within: {1 / WITHIN:.2f} <= ratio <= {WITHIN:g}. The kinds are "
-        "`gobrrr.remedies.prediction_record.kind_of`'s; the summary below is what "
-        "`gobrrr optimize` prints beside its own candidates on a CUDA machine.", "",
+        "`gobrrr.remedies.prediction_record.kind_of`'s; "
+        + ("the summary below is what `gobrrr optimize` prints beside its own candidates "
+           "on a CUDA machine." if card == "H200" else "`gobrrr optimize` prints the H200 "
+           "suite's summary (`results/h200/prediction-vs-measured.md`), not this one."),
+        "",
         "## By kind", "",
         "| kind | measured | within 1.5x | ratio low | median | high |",
         "|---|---|---|---|---|---|",
@@ -107,7 +124,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true",
                     help="write nothing; fail if a file differs from what the rows give")
+    ap.add_argument("--suite", choices=("h200", "h100-ae"), default="h200")
     a = ap.parse_args()
+    if a.suite == "h100-ae":
+        rows = table(H100_AE, ROWS_H100_AE)
+        summ = summary(rows)
+        (H100_AE / "prediction-vs-measured.json").write_text(json.dumps(rows, indent=1)
+                                                             + "\n")
+        (H100_AE / "prediction-vs-measured.md").write_text(markdown(rows, summ, "H100"))
+        for kind, s in summ["kinds"].items():
+            print(f"{kind}: {s['n']} measured, {s['within']} within 1.5x")
+        return 0
     rows = table()
     summ = summary(rows)
     files = {H200 / "prediction-vs-measured.json": json.dumps(rows, indent=1) + "\n",

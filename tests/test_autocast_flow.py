@@ -115,9 +115,11 @@ def test_the_autocast_prediction_counts_the_casts_kernels_and_their_dispatch(
     assert gain.speedup == pytest.approx(100 / (left_us ** 2 + 75 ** 2) ** 0.5)
     assert "5 cast(s) autocast adds" in gain.basis
     assert "1 memory-bound op(s) with every input in bf16" in gain.basis
-    # under torch.compile the casts fuse away: the matmul time alone
+    # under torch.compile the casts fuse away: the matmul time and relu's halving
     assert gain.under_compile is not None
-    assert gain.under_compile.saved_s == pytest.approx({"compute": 60e-6 * 13 / 14})
+    assert gain.under_compile.saved_s == pytest.approx({"compute": 60e-6 * 13 / 14,
+                                                        "memory": 5e-6})
+    assert "(the casts fused into their neighbours)" in gain.under_compile.basis
     assert gain.under_compile.host_added_s == 0.0
     # a CUDA-graph replay issues the casts too: a stack with one adds no host work
     replay = Gain(1.25, "replay", {"overhead": 20e-6}, host_left_s=5e-6)
@@ -143,3 +145,38 @@ def test_batch_norm_keeps_its_inputs_bf16_beside_fp32_weights():
     # the conv's bf16 output beside its fp32 weight, bias and statistics, and writes bf16
     assert flow.cast_bytes == (1536 * 3 // 2, 432 * 3 // 2, 16 * 3 // 2)
     assert flow.halved == {2, 3}
+
+
+def test_under_a_compile_autocast_still_halves_what_fusion_leaves(round_cuda_ceilings):
+    """A memory-bound call: the compile's fusion and autocast's halving each take their
+    share of the memory time (session ae: ResNet-50 b256's compiled autocast stack was
+    predicted below the same stack without the compile, the halving dropped)."""
+    step, modules = _block()
+    records = count(step).records
+
+    def row(i: int, regime: str, time_s: float) -> CallRow:
+        r = records[i]
+        return CallRow(i, r.op, r.module, r.phase, r.op_class, regime, time_s, r.flops,
+                       r.bytes, 0.0)
+
+    # 100 us: the two fp32 matmuls 10 us each, the norm 5, relu 60, the add 10, 5 idle;
+    # no issue time measured (no host floor)
+    b = Budget(wall_s=100e-6, busy_s=95e-6, overhead_s=5e-6, memory_s=75e-6,
+               compute_s=20e-6, floor_s=0.0, below_roof_s=0.0,
+               compute_s_by_unit={"fp32": 20e-6},
+               per_call=[row(0, "memory", 5e-6), row(2, "compute", 10e-6),
+                         row(3, "memory", 60e-6), row(5, "compute", 10e-6),
+                         row(6, "memory", 10e-6)])
+    ctx = Context("cuda", b, round_cuda_ceilings, records,
+                  **workload_facts(modules, []))
+    gain = dict((s.name, g) for s, g in predictions(ctx))["bf16_autocast"]
+    assert gain.under_compile is not None
+    # compute: 20 us at 14x saves 18.571 us; relu's 60 us halved saves 30 us
+    assert gain.under_compile.saved_s == pytest.approx({"compute": 20e-6 * 13 / 14,
+                                                        "memory": 30e-6})
+    fusion = Gain(100 / 80, "fusion", {"memory": 20e-6})
+    stacked = combine(b, [gain, fusion], compiled=True)
+    # memory: 75 us x (1 - 30/75) x (1 - 20/75) = 33 us left, 42 us saved
+    saved_us = 20 * 13 / 14 + 42
+    assert stacked.speedup == pytest.approx(100 / (100 - saved_us))
+    assert stacked.speedup > combine(b, [gain]).speedup

@@ -424,3 +424,28 @@ def test_the_result_never_holds_a_graph_captured_before_a_compile_here():
     assert best_cand is None and by["a"].measured_speedup == 4.0
     assert notes[-1].startswith("a's CUDA graph, captured before this process compiled, "
                                 "could not be captured again (")
+
+
+def test_a_faster_row_let_go_before_the_best_fell_is_named():
+    """Session ae, GPT-2 1x1 on an H100: the graph stack captured again at 11.02x, below
+    the compile stack's 12.59x measured before; the report says so, naming the --only
+    that compares the two. A row timed beside the compile and not again is no rival."""
+    from gobrrr.remedies.runner import faster_unheld
+
+    best = _row("bf16_cast+cuda_graphs", 11.02)
+    compiled = _row("bf16_cast+compile_reduce_overhead", 12.59)
+    beside = _row("tf32+cuda_graphs", 15.0)
+    beside.checks[BESIDE] = True
+    slower = _row("cuda_graphs", 8.0)
+    failed = _row("compile", 20.0, status="failed")
+    note = faster_unheld([best, compiled, beside, slower, failed], best)
+    assert note is not None
+    assert note.startswith("bf16_cast+compile_reduce_overhead measured 12.59x earlier")
+    assert "bf16_cast+cuda_graphs at 11.02x" in note
+    assert note.endswith("--only bf16_cast,compile_reduce_overhead,cuda_graphs")
+    # timed again after the compile: a rival again
+    beside.checks[BESIDE_SPEEDUP] = 16.0
+    note = faster_unheld([best, compiled, beside], best)
+    assert note is not None and note.startswith("tf32+cuda_graphs measured 15.00x")
+    assert faster_unheld([best, slower], best) is None
+    assert faster_unheld([best], None) is None
