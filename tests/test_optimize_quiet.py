@@ -430,7 +430,7 @@ def test_a_faster_row_let_go_before_the_best_fell_is_named():
     """Session ae, GPT-2 1x1 on an H100: the graph stack captured again at 11.02x, below
     the compile stack's 12.59x measured before; the report says so, naming the --only
     that compares the two. A row timed beside the compile and not again is no rival."""
-    from gobrrr.remedies.runner import faster_unheld
+    from gobrrr.remedies.run_notes import faster_unheld
 
     best = _row("bf16_cast+cuda_graphs", 11.02)
     compiled = _row("bf16_cast+compile_reduce_overhead", 12.59)
@@ -449,3 +449,21 @@ def test_a_faster_row_let_go_before_the_best_fell_is_named():
     assert note is not None and note.startswith("tf32+cuda_graphs measured 15.00x")
     assert faster_unheld([best, slower], best) is None
     assert faster_unheld([best], None) is None
+
+
+def test_eager_moving_under_the_ratios_is_said():
+    """Eager's A/B time per call across the run's rows: past 1.3x apart the notes say the
+    ratios moved with it (session ae: GPT-2 1x1's eager 4.5-8.5 ms on an H100 host)."""
+    from gobrrr.remedies.run_notes import eager_drift
+
+    rows = [_row("cuda_graphs", 8.0), _row("tf32", 1.0, status="no significant change"),
+            _row("compile", 3.0, status="failed"), _row("bf16_cast", 0.9, status="slower")]
+    for r, eager_ms in zip(rows, (4.5, 5.0, 20.0, 8.5), strict=True):
+        r.eager_s = eager_ms / 1e3
+    note = eager_drift(rows)
+    assert note is not None
+    assert note.startswith("eager's own time per call moved 1.89x")
+    assert "(4.5 ms beside cuda_graphs, 8.5 ms beside bf16_cast)" in note
+    rows[3].eager_s = 5.8e-3  # 1.29x: within the drift a quiet run shows
+    assert eager_drift(rows) is None
+    assert eager_drift(rows[:1]) is None

@@ -18,7 +18,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,8 +66,6 @@ from gobrrr.remedies.plan import (
     plan,
 )
 from gobrrr.remedies.quiet import (
-    BESIDE,
-    BESIDE_SPEEDUP,
     NotTimedAgain,
     QuietCheck,
     Retime,
@@ -76,6 +74,7 @@ from gobrrr.remedies.quiet import (
     room_for_another,
 )
 from gobrrr.remedies.result import NONFINITE_REFERENCE, OptimizeResult
+from gobrrr.remedies.run_notes import eager_drift, faster_unheld
 from gobrrr.remedies.verify import ABResult
 from gobrrr.settings import tf32_enabled
 from gobrrr.state import (
@@ -89,7 +88,7 @@ from gobrrr.state import (
 from gobrrr.workload import Workload
 
 __all__ = ["search_workload", "search", "best_callable", "INTERRUPTED", "base_copy", "prime",
-           "prestart", "context_of", "wants_child", "faster_unheld"]
+           "prestart", "context_of", "wants_child"]
 
 # The reason of every candidate a Ctrl-C left unmeasured (and the note that says it).
 INTERRUPTED = "interrupted (Ctrl-C)"
@@ -551,10 +550,10 @@ def search(specs: list[RemedySpec], ctx: Context,
         best_res, best_cand, live_s = _after_settling(results, live_res, fresh, state,
                                                       [live_res])
     notes += quiet.notes()
-    unheld = faster_unheld(results, best_res)
-    if unheld is not None:
-        say(unheld)
-        notes.append(unheld)
+    for note in (faster_unheld(results, best_res), eager_drift(results)):
+        if note is not None:
+            say(note)
+            notes.append(note)
     remaining = {o.name: o for o in options(state)}
     for skip in now.skipped:
         found = remaining[skip.name]
@@ -586,31 +585,6 @@ def _runner_up(best: RemedyResult | None, held: tuple[RemedyResult, Candidate] |
     if top is held or room_for_another(device):
         return top
     return held if held in fits else None
-
-
-def faster_unheld(results: Sequence[RemedyResult], best: RemedyResult | None
-                  ) -> str | None:
-    """A sentence where a verified row measured faster than the result's best earlier in
-    the run, and its candidate was let go (the search holds the best one and, while the
-    best waits to be timed again, a runner-up): the best fell below it when timed again
-    or captured again. On an H100 (session ae) GPT-2 1x1's graph stack read 14.24x timed
-    again and 11.02x captured again, below the compile stack's 12.59x measured before,
-    and the report did not say so. None where the best is the fastest."""
-    if best is None or not best.measured_speedup:
-        return None
-    # a row timed beside the compile and not again may read high: not a fair rival
-    faster = [r for r in results if r.status == "verified" and r is not best
-              and (r.measured_speedup or 0.0) > best.measured_speedup
-              and (not r.checks.get(BESIDE) or r.checks.get(BESIDE_SPEEDUP) is not None)]
-    if not faster:
-        return None
-    top = max(faster, key=lambda r: r.measured_speedup or 0.0)
-    both = dict.fromkeys(top.name.split("+") + best.name.split("+"))
-    return (f"{top.name} measured {top.measured_speedup:.2f}x earlier in this run, above "
-            f"the result's {best.name} at {best.measured_speedup:.2f}x, which fell when "
-            f"timed again; {top.name}'s candidate was not kept (one live candidate is held, "
-            "two while the best waits to be timed again): to compare the two at one "
-            f"sitting, run optimize again with --only {','.join(both)}")
 
 
 def _after_settling(results: list[RemedyResult], live_res: RemedyResult | None,
