@@ -80,15 +80,20 @@ def test_an_fp32_op_casts_its_bf16_input_up_and_an_in_place_op_keeps_the_dtype()
     assert flow.halved == {2}
 
 
-def test_the_autocast_prediction_counts_the_casts_kernels_and_their_dispatch(
-        round_cuda_ceilings):
-    step, modules = _block()
-    records = count(step).records
-
+def _row_of(records):
+    """A budget row of the counted op `i`: its regime and time as given."""
     def row(i: int, regime: str, time_s: float) -> CallRow:
         r = records[i]
         return CallRow(i, r.op, r.module, r.phase, r.op_class, regime, time_s, r.flops,
                        r.bytes, 0.0)
+    return row
+
+
+def test_the_autocast_prediction_counts_the_casts_kernels_and_their_dispatch(
+        round_cuda_ceilings):
+    step, modules = _block()
+    records = count(step).records
+    row = _row_of(records)
 
     # 100 us a call: the two fp32 matmuls 30 us each, the norm 5, relu 10, the add 5, 20
     # of GPU idle; the host issues a call in 50 us (measured)
@@ -153,11 +158,7 @@ def test_under_a_compile_autocast_still_halves_what_fusion_leaves(round_cuda_cei
     predicted below the same stack without the compile, the halving dropped)."""
     step, modules = _block()
     records = count(step).records
-
-    def row(i: int, regime: str, time_s: float) -> CallRow:
-        r = records[i]
-        return CallRow(i, r.op, r.module, r.phase, r.op_class, regime, time_s, r.flops,
-                       r.bytes, 0.0)
+    row = _row_of(records)
 
     # 100 us: the two fp32 matmuls 10 us each, the norm 5, relu 60, the add 10, 5 idle;
     # no issue time measured (no host floor)
