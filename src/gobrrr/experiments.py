@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import gc
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -343,6 +344,64 @@ def read_graph(g: GraphTiming, budget: Budget) -> GraphReplay:
                        agrees)
 
 
+def make_capturable(optimizers: Sequence[Any]) -> int:
+    """Set capturable=True on every param group that has the flag; move step counts to
+    the parameter's device (as torch's own load_state_dict does for capturable groups).
+    Returns how many groups changed."""
+    import torch
+
+    changed = 0
+    for o in optimizers:
+        for g in o.param_groups:
+            if "capturable" in g and not g["capturable"]:
+                g["capturable"] = True
+                changed += 1
+        for p, st in o.state.items():
+            step = st.get("step")
+            if isinstance(step, torch.Tensor) and step.device != p.device:
+                st["step"] = step.to(device=p.device, dtype=torch.float32)
+    return changed
+
+
+@contextmanager
+def capturable_while(optimizers: Sequence[Any]) -> Iterator[int]:
+    """`make_capturable` for the length of the block, then the user's flags back.
+
+    Adam and AdamW refuse a capture unless `capturable=True` ("param_groups' capturable
+    is False"); the graph-replay experiment measures the step as the CUDA-graph remedy
+    would run it, which sets the flag. On exit each group's flag is put back, and each
+    step count goes back to where a group of that kind keeps it: the original tensor,
+    with the count reached, for counts that were moved; on the CPU for counts created
+    inside the block by a group that is not capturable (nor fused) again."""
+    import torch
+
+    flags = [(g, g["capturable"]) for o in optimizers for g in o.param_groups
+             if "capturable" in g]
+    steps = [(st, st["step"]) for o in optimizers for st in o.state.values()
+             if isinstance(st.get("step"), torch.Tensor)]
+    try:
+        yield make_capturable(optimizers)
+    finally:
+        for g, flag in flags:
+            g["capturable"] = flag
+        for st, step in steps:
+            now = st.get("step")
+            if isinstance(now, torch.Tensor) and now is not step:
+                step.copy_(now)
+                st["step"] = step
+        kept = {id(st) for st, _ in steps}
+        for o in optimizers:
+            for g in o.param_groups:
+                if g.get("capturable") or g.get("fused"):
+                    continue
+                for p in g["params"]:
+                    st = o.state.get(p)
+                    if (st is not None and id(st) not in kept
+                            and isinstance(st.get("step"), torch.Tensor)
+                            and st["step"].device.type != "cpu"):
+                        st["step"] = st["step"].cpu()
+
+
 def capture_cuda_graph(fn: Callable[[], Any], warmup: int = 3) -> tuple[Any, Any]:
     """Capture one call of `fn` in a CUDA graph: (graph, the call's static output).
 
@@ -383,10 +442,21 @@ def _release_generators() -> None:
 
 
 def graph_replay(w: Workload, eager: Timing,
-                 timer: Callable[[Callable[[], Any]], Timing]) -> GraphTiming:
-    """Capture one call in a CUDA graph and time its replay against eager."""
+                 timer: Callable[[Callable[[], Any]], Timing],
+                 optimizers: Sequence[Any] = ()) -> GraphTiming:
+    """Capture one call in a CUDA graph and time its replay against eager.
+
+    `optimizers` (those the call reaches) are made capturable for the capture and the
+    replays, as the CUDA-graph remedy makes them, so that a training step's replay is
+    measured rather than refused (`capturable_while`)."""
     if w.device != "cuda":
         return GraphTiming(False, "CUDA graphs need a CUDA device")
+    with capturable_while(optimizers):
+        return _capture_and_time(w, eager, timer)
+
+
+def _capture_and_time(w: Workload, eager: Timing,
+                      timer: Callable[[Callable[[], Any]], Timing]) -> GraphTiming:
     import torch
 
     graph: Any = None

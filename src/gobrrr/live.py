@@ -88,6 +88,7 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
     counts_by_factor: dict[int, tuple[int, int]] = {}
     compile_info: CompileInfo | None = None
     is_compiled = comp.is_compiled(w)
+    facts = reached_facts(w)  # its modules and optimizers (the graph experiment's too)
     with preserved_state(w) as state:
         if is_compiled:
             # Compile (and capture) happen here, timed apart: never inside T_wall.
@@ -124,7 +125,8 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
             if w.device == "cuda":
                 say("experiment: CUDA-graph replay")
             graph_t = _attempt("the CUDA-graph replay experiment", warn, lambda: exps.graph_replay(
-                w, wall, lambda f: measure(f, device=w.device, budget_s=time_budget_s)))
+                w, wall, lambda f: measure(f, device=w.device, budget_s=time_budget_s),
+                facts["optimizers"]))
             if is_compiled and w.factory is None:
                 batch_t = BatchTimes((), "the workload is compiled and has no factory: a "
                                      "2x batch would compile your code again (and can "
@@ -183,7 +185,7 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
                       contention_counted=cpu_counted[0] if cpu_counted else None,
                       host_issue_s=host_issue_s, gemm_times=gemm_times)
     return LiveMeasurement(run, ceil, Measured(batch_t, counts_by_factor, graph_t), state,
-                           compile_info, reached_facts(w), t0, memory)
+                           compile_info, facts, t0, memory)
 
 
 def _host_issue(w: Workload, wall_s: float, time_budget_s: float) -> HostIssue:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gobrrr.experiments import capture_cuda_graph
+from gobrrr.experiments import capture_cuda_graph, make_capturable
 from gobrrr.gains import Gain
 from gobrrr.remedies import savings
 from gobrrr.remedies.base import (
@@ -27,25 +27,6 @@ from gobrrr.remedies.base import (
 )
 
 __all__ = ["SPEC", "make_capturable", "capture"]
-
-
-def make_capturable(optimizers: list[Any]) -> int:
-    """Set capturable=True on every param group that has the flag; move step counts to
-    the parameter's device (as torch's own load_state_dict does for capturable groups).
-    Returns how many groups changed."""
-    import torch
-
-    changed = 0
-    for o in optimizers:
-        for g in o.param_groups:
-            if "capturable" in g and not g["capturable"]:
-                g["capturable"] = True
-                changed += 1
-        for p, st in o.state.items():
-            step = st.get("step")
-            if isinstance(step, torch.Tensor) and step.device != p.device:
-                st["step"] = step.to(device=p.device, dtype=torch.float32)
-    return changed
 
 
 def capture(c: Candidate) -> None:

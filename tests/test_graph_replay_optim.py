@@ -1,0 +1,61 @@
+"""The graph-replay experiment on a training step: the optimizers are made capturable for
+the capture (as the CUDA-graph remedy makes them) and given back as they were."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gobrrr.experiments import capturable_while, graph_replay
+from gobrrr.timing import measure
+from gobrrr.workload import Workload
+
+
+def _adam_step(device: str) -> tuple[Workload, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8).to(device)
+    opt = torch.optim.AdamW([{"params": [model.weight], "weight_decay": 0.1},
+                             {"params": [model.bias], "weight_decay": 0.0}], lr=1e-3)
+    x = torch.randn(4, 8, device=device)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=False)
+        model(x).square().mean().backward()
+        opt.step()
+
+    return Workload("adam_step", step, (), device=device), opt
+
+
+def test_flags_are_set_inside_and_given_back_after():
+    w, opt = _adam_step("cpu")
+    w()  # the state exists: a step count on the CPU
+    before = opt.state[opt.param_groups[0]["params"][0]]["step"]
+    with capturable_while([opt]) as changed:
+        assert changed == 2
+        assert [g["capturable"] for g in opt.param_groups] == [True, True]
+    assert [g["capturable"] for g in opt.param_groups] == [False, False]
+    assert opt.state[opt.param_groups[0]["params"][0]]["step"] is before
+
+
+def test_flags_come_back_when_the_block_raises():
+    _, opt = _adam_step("cpu")
+    with pytest.raises(RuntimeError), capturable_while([opt]):
+        raise RuntimeError("capture failed")
+    assert [g["capturable"] for g in opt.param_groups] == [False, False]
+
+
+@pytest.mark.cuda
+def test_an_adamw_step_is_captured_and_replayed_then_steps_as_before():
+    w, opt = _adam_step("cuda")
+    w()  # the counts on the CPU, as a non-capturable AdamW keeps them
+    p0 = opt.param_groups[0]["params"][0]
+    count = opt.state[p0]["step"]
+    eager = measure(w, device="cuda", budget_s=0.5)
+    g = graph_replay(w, eager, lambda f: measure(f, device="cuda", budget_s=0.5), [opt])
+    assert g.possible, g.reason
+    assert g.replay_s is not None and g.replay_s > 0
+    assert [x["capturable"] for x in opt.param_groups] == [False, False]
+    # the same count object, on the CPU, holding every step taken in the experiment
+    assert opt.state[p0]["step"] is count and count.device.type == "cpu"
+    assert count.item() > 1
+    w()  # a non-capturable step runs after the experiment
