@@ -288,6 +288,7 @@ def test_the_default_compile_on_cuda_issues_fewer_launches(round_cuda_ceilings):
         device, diagnosed, records = "cuda", True, _records()
         ceilings, param_storages = round_cuda_ceilings, ()
         budget = replace(budget(7e-3, 1e-3, 0.0, host_issue_s=8e-3), kernels=kernels)
+        graph = None
 
     g = predict_default(Ctx())
     assert g.host_left_s == pytest.approx(8e-3 * 5 / 7)
@@ -301,6 +302,18 @@ def test_the_default_compile_on_cuda_issues_fewer_launches(round_cuda_ceilings):
     # beside a remedy that shortens the kernels, the issuing it leaves is the floor
     both = combine(Ctx.budget, [gain_from_saved(Ctx.budget, {"memory": 0.9e-3}, "x"), g])
     assert both.speedup == pytest.approx(8 / floor_ms(0.1, 8 * 5 / 7, 8, 1, 8))
+    # a measured replay of every kernel (8 -> 7 ms) removed 1 ms: fewer launches remove
+    # no more than that
+    Ctx.graph = GraphReplay(True, None, 8e-3, 7e-3, 8 / 7, 8, False)
+    capped = predict_default(Ctx())
+    assert capped.saved_s == {"overhead": pytest.approx(1e-3)}
+    assert capped.speedup == pytest.approx(8 / 7)
+    assert capped.basis.endswith(", capped at the 1 ms the graph-replay experiment "
+                                 "removed with every launch gone (1.14x)")
+    # a replay that removed more leaves the scaling's 2 ms
+    Ctx.graph = GraphReplay(True, None, 8e-3, 4e-3, 2.0, 8, False)
+    assert predict_default(Ctx()).saved_s == {"overhead": pytest.approx(2e-3)}
+    Ctx.graph = None
     # no measured issue time (a trace): fusion alone, as before
     Ctx.budget = replace(Ctx.budget, host_issue_s=None)
     assert predict_default(Ctx()).speedup is None
