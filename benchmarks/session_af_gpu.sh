@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Session af's device call for what its CPU-only changes predict (written 2026-12-05 with
+# no device lent; issue 24):
+#   OUT=$OUT bash benchmarks/session_af_gpu.sh diag      (about 200 s)
+# - doctor of the GPT-2 training step: the graph-replay experiment now captures it (Adam
+#   made capturable for the capture, 9515c34): its replay against the profiled kernel
+#   time (the H100's candidate replayed in ~59.5 ms against 48.9 ms of kernels);
+# - doctor of BERT-base and GPT-2 8x512 cast to bf16: their kernel time against what the
+#   bf16 cast's prediction gave them (on the H100 BERT's cast + graphs was predicted
+#   6.51x and measured 3.76x, no faster than the cast alone);
+# - the CUDA-marked test of the capture with AdamW.
+# The nine rows: `OUT=$OUT bash benchmarks/session_ad_rows.sh gobrrr CASE ...`.
+. benchmarks/gpu_preamble.sh session_af "$1"
+doctor() {  # doctor NAME TARGET ARGS...
+  local name=$1; shift
+  echo "== doctor $name: $*"
+  python3 -m gobrrr doctor "$@" --json > "$OUT/doctor-$name.json" 2> "$OUT/doctor-$name.err"
+  echo "rc=$?"; tail -2 "$OUT/doctor-$name.err"
+  python3 - "$OUT/doctor-$name.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+b, g = d["budget"], (d.get("experiments") or {}).get("graph_replay") or {}
+print(f"T_wall {b['wall_s'] * 1e3:.2f} ms, busy {b.get('busy_s', 0) * 1e3:.2f} ms, "
+      f"fractions {d['fractions']}, host issue {b.get('host_issue_s')}")
+print("graph replay:", {k: g.get(k) for k in ("possible", "reason", "eager_s", "replay_s",
+                                              "speedup")})
+for r in d.get("remedies", []):
+    print(f"  {r['name']}: predicted {r.get('predicted_speedup')}; {(r.get('basis') or '')[:300]}")
+PY
+}
+case "$1" in
+  diag)
+    timeout 120 python3 -m pytest -q -m cuda tests/test_graph_replay_optim.py 2>&1 | tail -3
+    doctor train hf:gpt2 --batch-size 8 --seq-len 256 --train
+    doctor bert_bf16 hf:bert-base-uncased --batch-size 32 --seq-len 128 --dtype bf16 \
+      --no-experiments
+    doctor bert_fp32 hf:bert-base-uncased --batch-size 32 --seq-len 128 --no-experiments
+    doctor gpt2_bf16 hf:gpt2 --batch-size 8 --seq-len 512 --dtype bf16 --no-experiments
+    ;;
+  *) echo "unknown part $1"; exit 2 ;;
+esac
