@@ -8,7 +8,7 @@
 # - doctor of BERT-base and GPT-2 8x512 cast to bf16: their kernel time against what the
 #   bf16 cast's prediction gave them (on the H100 BERT's cast + graphs was predicted
 #   6.51x and measured 3.76x, no faster than the cast alone);
-# - the CUDA-marked test of the capture with AdamW.
+# - the CUDA-marked test of the capture with AdamW; compile_cost.py on CUDA.
 # The nine rows: `OUT=$OUT bash benchmarks/session_ad_rows.sh gobrrr CASE ...`.
 . benchmarks/gpu_preamble.sh session_af "$1"
 doctor() {  # doctor NAME TARGET ARGS...
@@ -31,6 +31,10 @@ PY
 case "$1" in
   diag)
     timeout 120 python3 -m pytest -q -m cuda tests/test_graph_replay_optim.py 2>&1 | tail -3
+    # a compiled call's host cost on this GPU's host (calibrated on CPU only so far;
+    # the H100's reduce-overhead wrapper: ~1-1.4 us per tensor)
+    python3 -c "from gobrrr.compile_cost import compiled_call_costs as c
+print('compiled call, per tensor (s):', c('cuda', 0.5))"
     doctor train hf:gpt2 --batch-size 8 --seq-len 256 --train
     doctor bert_bf16 hf:bert-base-uncased --batch-size 32 --seq-len 128 --dtype bf16 \
       --no-experiments

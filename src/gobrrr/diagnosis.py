@@ -34,7 +34,7 @@ from gobrrr.hardware import Ceilings
 from gobrrr.report import Report
 from gobrrr.run import MeasuredRun
 from gobrrr.state import StateCheck
-from gobrrr.verdict import remedies_for, verdict_for
+from gobrrr.verdict import remedies_for, slower_notes, verdict_for
 
 __all__ = ["budget_for", "report_for"]
 
@@ -83,10 +83,12 @@ def report_for(run: MeasuredRun, ceilings: Ceilings, *, experiments: Measured | 
         verdict = replace(verdict, evidence=[*distributed.evidence(), *verdict.evidence])
     remedies = remedies_for(budget, run.counts, ceilings, run.device, batch, graph,
                             data_loading=run.data_loading, **(facts or {}))
+    slower = slower_notes(budget, run.counts, ceilings, run.device, batch, graph,
+                          data_loading=run.data_loading, **(facts or {}))
     return Report(
         workload=run.workload, ceilings=ceilings, timing=run.timing, counts=run.counts,
         budget=budget, verdict=verdict, remedies=remedies, batch=batch, graph=graph,
         diagnose_s=0.0 if started_s is None else time.perf_counter() - started_s,
-        notes=run.notes + budget.notes + defense, state=state, compiled=compiled,
+        notes=run.notes + budget.notes + defense + slower, state=state, compiled=compiled,
         distributed=distributed, steps=run.steps_dict(), data_loading=run.data_loading,
         contention=run.contention, contention_counted=run.contention_counted, memory=memory)

@@ -1,8 +1,9 @@
 """This machine's ceilings, measured, never assumed (nanoGPT's hard-coded 312e12 is the
 anti-pattern): dense matmul FLOP/s per dtype, memory bandwidth, the rate of element-wise
-math (exp and a row softmax, elements/s per dtype), eager per-op cost and Python's scalar
-op rate. Cached per machine fingerprint; a cache file that does not match
-ceilings.schema.json (or holds a NaN or infinity) is re-measured and overwritten.
+math (exp and a row softmax, elements/s per dtype), eager per-op cost, Python's scalar
+op rate and (CPU) a compiled call's host cost (compile_cost.py). Cached per machine
+fingerprint; a cache file that does not match ceilings.schema.json (or holds a NaN or
+infinity) is re-measured and overwritten.
 
 Element-wise math (`exp_elems_per_s`, `softmax_elems_per_s`). The roofline credits a
 softmax with 5 FLOPs per element (counting.py) against the fp32 FMA peak: tens of TFLOP/s
@@ -49,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from gobrrr import datasheet
+from gobrrr.compile_cost import compiled_call_costs
+from gobrrr.errors import first_line
 from gobrrr.schema import SchemaError, validate
 from gobrrr.settings import tf32
 from gobrrr.timing import measure
@@ -101,6 +104,11 @@ class Ceilings:
     softmax_elems_per_s: dict[str, float] = field(default_factory=dict)
     source: str = "measured"  # "measured" | "cache" | "datasheet" (analyze: not measured here)
     schema_version: int = SCHEMA_VERSION
+    # The host cost of a torch.compile'd call besides its kernels (compile_cost.py): per
+    # call with one input, and per further tensor the graph reads. None: not measured
+    # (CUDA for now, a cache written before them, or a machine that cannot compile).
+    compiled_call_s: float | None = None
+    compiled_tensor_s: float | None = None
 
     @property
     def roof_kind(self) -> str:
@@ -227,6 +235,7 @@ PLAUSIBLE = {
     "elems_per_s": (1e5, 1e15),
     "op_overhead_s": (1e-8, 1e-1),  # 10 ns .. 100 ms for one tiny eager op
     "python_ops_per_s": (1e3, 1e10),
+    "compiled_s": (0.0, 1e-1),  # a compiled call's host cost, or one tensor's share of it
 }
 
 
@@ -242,6 +251,8 @@ def _implausible(data: dict[str, Any]) -> str | None:
           for k, v in (data.get(f"{kind}_elems_per_s") or {}).items()),
         ("op_overhead_s", data.get("op_overhead_s"), "op_overhead_s"),
         ("python_ops_per_s", data.get("python_ops_per_s"), "python_ops_per_s"),
+        ("compiled_call_s", data.get("compiled_call_s"), "compiled_s"),
+        ("compiled_tensor_s", data.get("compiled_tensor_s"), "compiled_s"),
     ]
     for where, value, kind in checks:
         lo, hi = PLAUSIBLE[kind]
@@ -570,6 +581,36 @@ def _cpu_bf16_runs() -> bool:
         return False
 
 
+def _compiled_costs(device: str, details: dict[str, Any], progress: Progress
+                    ) -> tuple[float | None, float | None]:
+    """compile_cost.compiled_call_costs on CPU (on CUDA not measured yet, nor used by a
+    prediction); (None, None) where it cannot compile, the error kept in `details`."""
+    if device != "cpu":
+        return None, None
+    progress("a compiled call's host cost (torch.compile of two tiny functions)")
+    try:
+        return compiled_call_costs(device, budget_s=0.5)
+    except Exception as exc:  # no C++ compiler, a Python Dynamo does not support...
+        details["compiled_call_error"] = first_line(exc, 200)
+        return None, None
+
+
+def _with_compiled_costs(ceil: Ceilings, path: Path, progress: Progress,
+                         notes: list[str]) -> Ceilings:
+    """A CPU cache written before the compiled call's costs were calibrated gets them
+    measured now (a few seconds, once) and saved, rather than a re-measure of every roof
+    or predictions that lack them until `--force`."""
+    if (ceil.device != "cpu" or ceil.compiled_call_s is not None
+            or "compiled_call_error" in ceil.details):
+        return ceil
+    details = dict(ceil.details)
+    call_s, tensor_s = _compiled_costs(ceil.device, details, progress)
+    done = replace(ceil, compiled_call_s=call_s, compiled_tensor_s=tensor_s,
+                   details=details)
+    _save_cache(path, done, notes)
+    return done
+
+
 def _measure(device: str, progress: Progress) -> Ceilings:
     import torch
 
@@ -633,6 +674,7 @@ def _measure(device: str, progress: Progress) -> Ceilings:
     op_s = _op_overhead_s(device, budget_s=1.0)
     progress("Python scalar additions")
     py = _python_ops_per_s(budget_s=1.0)
+    call_s, tensor_s = _compiled_costs(device, details, progress)
     if device == "cuda":
         torch.cuda.empty_cache()
     return Ceilings(
@@ -649,6 +691,8 @@ def _measure(device: str, progress: Progress) -> Ceilings:
         bandwidth_kernel=kernel,
         exp_elems_per_s=rates["exp"],
         softmax_elems_per_s=rates["softmax"],
+        compiled_call_s=call_s,
+        compiled_tensor_s=tensor_s,
     )
 
 
@@ -674,6 +718,8 @@ def calibrate(
                          f", not this {fp.get('name')!r}; re-measuring")
             cached = None
         if cached is not None:
+            cached = _with_compiled_costs(cached, path, progress or (lambda _msg: None),
+                                          notes)
             loaded = _loaded_note(cached)
             if loaded:
                 cached.notes = [*cached.notes, loaded]

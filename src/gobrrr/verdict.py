@@ -21,11 +21,11 @@ from gobrrr.gains import HostTime, host_time
 from gobrrr.hardware import Ceilings
 from gobrrr.phases import DATA_LOADING, working_ops
 from gobrrr.remedies.base import Context
-from gobrrr.remedies.catalog import predictions
+from gobrrr.remedies.catalog import predicted_slower, predictions
 from gobrrr.units import fmt_bytes_per_s, fmt_flops, fmt_num, fmt_pct, fmt_s
 
-__all__ = ["Remedy", "Verdict", "HostTime", "host_time", "remedies_for", "verdict_for",
-           "share_ranges", "HOST_NOTE_FRACTION"]
+__all__ = ["Remedy", "Verdict", "HostTime", "host_time", "remedies_for", "slower_notes",
+           "verdict_for", "share_ranges", "HOST_NOTE_FRACTION"]
 
 # Host time outside PyTorch ops is named in the evidence from this share of T_wall up:
 # below it, it is within the error of its own estimate (a tiny op's cost stands for every
@@ -250,15 +250,39 @@ def remedies_for(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
     wait for data (remedies/data.py); repeated_blocks: the modules' repeated blocks
     (remedies/nested.py), which a CUDA training step's compile snippet marks."""
 
-    ctx = Context(device, b, ceil, counts.records, batch, graph,
-                  module_types=module_types or set(), optimizers=optimizers or [],
-                  param_storages=param_storages, comm=comm, loaders=loaders or [],
-                  data_loading=data_loading, repeated_blocks=repeated_blocks)
+    ctx = _context(b, counts, ceil, device, batch, graph, module_types=module_types,
+                   optimizers=optimizers, param_storages=param_storages, comm=comm,
+                   loaders=loaders, data_loading=data_loading,
+                   repeated_blocks=repeated_blocks)
     return [Remedy(spec.title or spec.name, addressed_regime(spec.regime, gain.saved_s),
                    gain.speedup, gain.basis,
                    spec.snippet_in(ctx) if spec.snippet_for else spec.how or spec.snippet,
                    spec.name)
             for spec, gain in predictions(ctx)]
+
+
+def _context(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
+             batch: BatchScaling | None, graph: GraphReplay | None, *,
+             module_types: set[str] | None = None, optimizers: list[Any] | None = None,
+             param_storages: frozenset[int] = frozenset(), comm: Any | None = None,
+             loaders: list[Any] | None = None, data_loading: Any | None = None,
+             repeated_blocks: tuple[str, ...] = ()) -> Context:
+    return Context(device, b, ceil, counts.records, batch, graph,
+                   module_types=module_types or set(), optimizers=optimizers or [],
+                   param_storages=param_storages, comm=comm, loaders=loaders or [],
+                   data_loading=data_loading, repeated_blocks=repeated_blocks)
+
+
+def slower_notes(b: Budget, counts: CountResult, ceil: Ceilings, device: str,
+                 batch: BatchScaling | None, graph: GraphReplay | None,
+                 **facts: Any) -> list[str]:
+    """One note per remedy that applies but is predicted to slow the workload
+    (`catalog.predicted_slower`), so a remedy the user may expect (torch.compile on an
+    overhead-bound CPU call) is not missing without a word. `facts`: remedies_for's."""
+    ctx = _context(b, counts, ceil, device, batch, graph, **facts)
+    return [f"{spec.title or spec.name} is not listed: predicted slower here "
+            f"({speedup:.2f}x): {gain.basis}"
+            for spec, speedup, gain in predicted_slower(ctx)]
 
 
 def addressed_regime(declared: str, saved_s: dict[str, float]) -> str:

@@ -30,7 +30,8 @@ from gobrrr.remedies import (
 )
 from gobrrr.remedies.base import Context, RemedySpec
 
-__all__ = ["ALL", "SINGLE", "DISTRIBUTED", "INPUT", "names", "select", "by_name", "predictions"]
+__all__ = ["ALL", "SINGLE", "DISTRIBUTED", "INPUT", "names", "select", "by_name", "predictions",
+           "predicted_slower"]
 
 SINGLE: list[RemedySpec] = [
     grad.SPEC,
@@ -95,4 +96,20 @@ def predictions(ctx: Context) -> list[tuple[RemedySpec, Gain]]:
             if gain.speedup is not None:
                 out.append((spec, gain))
     out.sort(key=lambda sg: -(sg[1].speedup or 0.0))
+    return out
+
+
+def predicted_slower(ctx: Context) -> list[tuple[RemedySpec, float, Gain]]:
+    """Every remedy that applies and that the budget predicts to add more time than it
+    removes (a compiled call's host work on a CPU call of a few microsecond ops): (spec,
+    the predicted speedup, under 1, its gain). Not among `predictions`: the doctor says
+    why it is not listed rather than offering it."""
+    total_s = ctx.budget.total_s if ctx.budget is not None else 0.0
+    out = []
+    for spec in ALL:
+        if spec.applies(ctx) is None:
+            gain = spec.predict(ctx)
+            added_s = -sum(gain.saved_s.values())
+            if gain.speedup is None and added_s > 0 and total_s > 0:
+                out.append((spec, total_s / (total_s + added_s), gain))
     return out

@@ -16,12 +16,12 @@ from typing import Any
 
 from gobrrr.fusion_estimate import compiled_launches, fusable_bytes_saved, is_fusable
 from gobrrr.gains import Gain, gain_from_saved, host_time
-from gobrrr.phases import FORWARD
+from gobrrr.phases import DATA_LOADING, FORWARD
 from gobrrr.remedies.base import Context
 from gobrrr.units import fmt_num, fmt_s
 
 __all__ = ["Saving", "gain_of", "dispatch", "replay", "replay_host_left_s", "fusion",
-           "fewer_launches", "compiled_host_left_s",
+           "fewer_launches", "compiled_host_left_s", "compiled_call",
            "matmul_gap", "autograd", "constant_folding", "folding_ops",
            "AUTOTUNE_GAP_SHARE", "AUTOGRAD_COST_PER_OP"]
 
@@ -189,6 +189,42 @@ def fewer_launches(ctx: Context) -> Saving:
             basis += (f", capped at the {fmt_s(replay_saved_s)} the graph-replay "
                       f"experiment removed with every launch gone ({g.speedup:.2f}x)")
     return ({"overhead": saved_s} if saved_s > 0 else {}), basis
+
+
+def compiled_call(ctx: Context) -> Saving:
+    """torch.compile on CPU: the eager ops' dispatch goes (n_ops x the per-op cost, at
+    most the overhead), and the compiled call's own host work comes: its guards and
+    wrappers with the tensors it reads (the calibration's `compiled_call_s`, then
+    `compiled_tensor_s` for each parameter and buffer storage beyond one input), and each
+    extern call or fused kernel after the first at an eager op's cost (the generated code
+    calls them one by one; `fusion_estimate.compiled_launches`). The result may be a loss:
+    on this project's 2-core CPU `examples:mlp` at batch 1 was predicted 3.09x by the
+    dispatch alone and measured 0.71x (60 -> 83 us). Without those calibrated figures
+    (a cache written before them, a machine that could not compile) the dispatch alone,
+    an upper bound, as before. A training step's wrappers cost more (autograd's): under
+    this estimate."""
+    ceil = ctx.ceilings
+    if ctx.budget is None or ceil is None or ceil.compiled_call_s is None \
+            or ceil.compiled_tensor_s is None:
+        return dispatch(ctx, launch=False)
+    b = ctx.budget
+    host = host_time(b, ctx.records, ceil)
+    records = list(ctx.records)
+    working = [r.index for r in records if r.op_class != "view" and r.phase != DATA_LOADING]
+    before, after = compiled_launches(records, list(working))
+    tensors = len(ctx.param_storages) + 1  # and one input
+    call_s = (ceil.compiled_call_s + (tensors - 1) * ceil.compiled_tensor_s
+              + max(0, after - 1) * ceil.op_overhead_s)
+    saved_s = host.dispatch_s - call_s
+    basis = (f"the dispatch of {host.n_ops} eager ops goes ({fmt_s(host.dispatch_s)}); "
+             f"the compiled call costs the host {fmt_s(call_s)}: "
+             f"{fmt_s(ceil.compiled_call_s)} a call, {tensors - 1} parameter and buffer "
+             f"tensor(s) x {fmt_s(ceil.compiled_tensor_s)}, ~{after} extern calls and "
+             f"fused kernels where eager ran {before} ops x {fmt_s(ceil.op_overhead_s)} "
+             "(calibrated)")
+    if saved_s < 0:
+        basis += f": {fmt_s(-saved_s)} more host time a call"
+    return ({"overhead": saved_s} if saved_s != 0 else {}), basis
 
 
 def compiled_host_left_s(ctx: Context) -> float | None:
