@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from gobrrr.budget import Budget
+from gobrrr.gains import predicted_loss
 from gobrrr.hardware import Ceilings
 from gobrrr.remedies.base import Context
 from gobrrr.remedies.catalog import predicted_slower
@@ -53,6 +54,7 @@ def test_the_compiled_call_costs_its_guards_tensors_and_launches():
                      "(calibrated): 5 us more host time a call")
     ctx = _ctx(10e-6, 1e-6)
     assert predict_default(ctx).speedup is None  # a loss: not offered
+    assert predicted_loss(ctx.budget, predict_default(ctx)) == pytest.approx(50 / 55)
     slower = {spec.name: speedup for spec, speedup, _ in predicted_slower(ctx)}
     assert slower["compile"] == pytest.approx(50 / 55)
 
@@ -64,6 +66,7 @@ def test_a_cheap_compiled_call_still_gains_the_dispatch_it_removes():
     assert compiled_call(ctx)[0] == {"overhead": pytest.approx(6e-6)}
     assert predict_default(ctx).speedup == pytest.approx(50 / 44)
     assert "compile" not in {spec.name for spec, _, _ in predicted_slower(ctx)}
+    assert predicted_loss(ctx.budget, predict_default(ctx)) is None
 
 
 def test_without_the_calibrated_costs_the_dispatch_alone_is_an_upper_bound():

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Gain", "speedup_from_saved", "gain_from_saved", "combine", "HostTime",
            "host_time", "part_seconds", "host_floor_s", "speedup_with_floor", "time_floor_s",
-           "OVERLAP_P"]
+           "OVERLAP_P", "predicted_loss"]
 
 
 def speedup_from_saved(total_s: float, saved_s: float) -> float | None:
@@ -168,6 +168,16 @@ def gain_from_saved(b: Budget, saved_by_part: dict[str, float], basis: str,
                   f"time left it overlaps only in part (fit on H200 rows), so a call takes "
                   f"at least {_fmt_s(floor_s)} ({speedup:.2f}x)")
     return Gain(speedup, basis, saved, host_left_s, host_added_s=host_added_s)
+
+
+def predicted_loss(b: Budget | None, gain: Gain) -> float | None:
+    """The speedup, under 1, of a gain whose savings add up to time added (a compiled
+    call's own host work beyond the dispatch it removes: savings.compiled_call), which
+    `speedup` leaves None as no gain; None for any other gain."""
+    added_s = -sum(gain.saved_s.values())
+    if b is None or gain.speedup is not None or added_s <= 0 or b.total_s <= 0:
+        return None
+    return b.total_s / (b.total_s + added_s)
 
 
 def combine(b: Budget, gains: Sequence[Gain], names: Iterable[str] = (),

@@ -13,7 +13,7 @@ single-process ones, a torchrun job its wrapper's (dist/optimize.py)."""
 from __future__ import annotations
 
 from gobrrr.errors import UserError
-from gobrrr.gains import Gain
+from gobrrr.gains import Gain, predicted_loss
 from gobrrr.remedies import (
     attention,
     batch,
@@ -104,12 +104,11 @@ def predicted_slower(ctx: Context) -> list[tuple[RemedySpec, float, Gain]]:
     removes (a compiled call's host work on a CPU call of a few microsecond ops): (spec,
     the predicted speedup, under 1, its gain). Not among `predictions`: the doctor says
     why it is not listed rather than offering it."""
-    total_s = ctx.budget.total_s if ctx.budget is not None else 0.0
     out = []
     for spec in ALL:
         if spec.applies(ctx) is None:
             gain = spec.predict(ctx)
-            added_s = -sum(gain.saved_s.values())
-            if gain.speedup is None and added_s > 0 and total_s > 0:
-                out.append((spec, total_s / (total_s + added_s), gain))
+            loss = predicted_loss(ctx.budget, gain)
+            if loss is not None:
+                out.append((spec, loss, gain))
     return out

@@ -25,7 +25,7 @@ from typing import Any
 from gobrrr.coordinator import SOLO, Coordinator
 from gobrrr.counting import count
 from gobrrr.errors import WARNING
-from gobrrr.gains import Gain, combine
+from gobrrr.gains import Gain, combine, predicted_loss
 from gobrrr.phases import working_ops
 from gobrrr.remedies import catalog, compile_record, verify
 from gobrrr.remedies.base import (
@@ -864,6 +864,10 @@ def _record(opt: Option, got: RemedyResult, ctx: Context,
     scales every later estimate."""
     combo = [by_name[n] for n in opt.components]
     got.predicted_speedup = opt.predicted
+    if opt.predicted is None and len(opt.components) == 1 and opt.name in gains:
+        # a predicted loss (under 1) is no gain to plan by, but the row shows it beside
+        # what was measured
+        got.predicted_speedup = predicted_loss(ctx.budget, gains[opt.name])
     got.prediction_basis = _basis(ctx, opt.components, gains, by_name)
     got.snippet = _row(opt.name, opt.components, by_name, "", "", ctx).snippet
     got.checks["plan"] = {"tier": TIER_NAMES[opt.tier], "estimated_prep_s": opt.prep_s,
