@@ -429,3 +429,35 @@ def test_fsdp2_ranks_recorded_without_step_markers(tmp_path):
     assert {c["bytes"] for c in per_step.values()} == {(512 * 512 + 512) * 4}
     for rank in d["distributed"]["ranks"]:
         assert rank["fractions"]["communication"] > 0
+
+
+def test_a_cpu_rank_waiting_for_its_bucket_past_gloos_range_counts(tmp_path):
+    # One step [0, 200) on a gloo rank. The step's thread (tid 1): backward work [0, 50),
+    # bucket 0 copied back [50, 60), then idle until [150, 151), a view of bucket 1, and
+    # its copy back [151, 160); optimizer work [160, 200). gloo's all-reduce of bucket 1
+    # ran on its worker thread (tid 2) over [40, 120): the thread woke 30 us after it
+    # ended. The whole wait [60, 150) is communication: exposed = [40, 150) less the
+    # aten ops [0, 50) and [51, 59): [50, 51) and [59, 150) = 92 us (62 without the wait).
+    dims = {"Input Dims": [[4, 4], [4, 4]], "Input type": ["float", "float"]}
+    events = [
+        _x("user_annotation", "ProfilerStep#0", 0, 200),
+        _x("cpu_op", "aten::mm", 0, 50, **dims),
+        _x("user_annotation", "torch.distributed.ddp.reducer::copy_bucket_to_grad", 50, 10),
+        _x("cpu_op", "aten::copy_", 51, 8, **dims),
+        _x("cpu_op", "aten::as_strided", 150, 1),
+        _x("user_annotation", "torch.distributed.ddp.reducer::copy_bucket_to_grad", 151, 9),
+        _x("cpu_op", "aten::copy_", 152, 7, **dims),
+        _x("cpu_op", "aten::add_", 160, 40, **dims),
+        _x("user_annotation", "gloo:all_reduce", 40, 80, tid=2,
+           **{"Input Dims": [[1024]], "Input type": ["float"]}),
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events,
+                                "distributedInfo": {"backend": "gloo", "rank": 0,
+                                                    "world_size": 2}}))
+    cols = stream_trace(path)
+    t = rank_comm(check_traces([path])[0], cols, 0, 1, "cpu")
+    assert [(c.name, c.start_us, c.dur_us) for c in t.collectives] == [
+        ("all_reduce", 40.0, 80.0)]
+    assert t.blocked == [(60.0, 150.0)]
+    assert t.exposed_us == pytest.approx(92.0)

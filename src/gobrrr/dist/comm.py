@@ -46,7 +46,8 @@ from gobrrr.intervals import Interval, exposed_us, subtract_list, total_us
 
 __all__ = ["Collective", "RankTrace", "busbw_factor", "bandwidth_gbps", "Matched",
            "match_collectives", "exposed_split_us", "normalise_collective", "WINDOW",
-           "BUCKET_COPY_RANGES", "element_bytes", "least_step_waiting_us"]
+           "BUCKET_COPY_RANGES", "COPY_BACK_RANGE", "element_bytes",
+           "least_step_waiting_us"]
 
 # The profiler range around the profiled steps on every rank (dist/diagnose.py).
 WINDOW = "gobrrr:dist-window"
@@ -58,9 +59,10 @@ WINDOW = "gobrrr:dist-window"
 # bucket back into the gradient. Work launched inside them is the bucket copies that
 # no_sync() removes and gradient_as_bucket_view=True avoids (the gradients are views of
 # the buckets): named by the reducer itself, never guessed from kernel names.
+COPY_BACK_RANGE = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
 BUCKET_COPY_RANGES = frozenset({
     "torch::distributed::reducer::mul_out", "torch::distributed::reducer::copy_",
-    "torch.distributed.ddp.reducer::copy_bucket_to_grad"})
+    COPY_BACK_RANGE})
 
 
 # Collective names as the profiler writes them (NCCL's record_param_comms, gloo's ranges,
