@@ -20,7 +20,9 @@ commread.read_trace):
   "communication stream", the step's thread its "compute stream", and the same interval
   arithmetic applies: exposed
   communication is gloo time during which the step's thread ran no op (it was waiting in
-  DDP's end-of-backward or in Python). Matching key: (group, order in the window): every
+  DDP's end-of-backward or in Python), and the step thread's idle stretch before it
+  copies an all-reduced bucket back, where it outlasts gloo's range (the thread woke
+  late: commread._waited_for_buckets). Matching key: (group, order in the window): every
   rank profiles the same calls and a process group's collectives are issued in the same
   order on every rank, so the n-th collective is the same one everywhere (one process
   group: gloo names none, so collectives of two groups could be confused).
