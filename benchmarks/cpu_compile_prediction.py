@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-CASES: dict[str, tuple[str, int, dict[str, Any]]] = {
+CASES: dict[str, tuple[str, int | None, dict[str, Any]]] = {
     "mlp_b1": ("examples:mlp", 1, {}),
     "mlp_b256": ("examples:mlp", 256, {}),
     "transformer_b1": ("examples:transformer", 1, {}),
+    "mlp_train": ("examples:mlp_train", None, {}),
     "gpt2_1x8": ("hf:gpt2", 1, {"seq_len": 8}),
     "bert_1x16": ("hf:bert-base-uncased", 1, {"seq_len": 16}),
 }
