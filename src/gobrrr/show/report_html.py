@@ -243,6 +243,9 @@ def _ceilings_table(m: dict[str, Any]) -> Any:
                  fmt_num(bw, "B/s"),
                  fmt_num(sbw, "B/s") if sbw else "-", f"{100 * bw / sbw:.0f}%" if sbw else "-"])
     rows.append(["eager cost of one tiny op", fmt_s(m["op_overhead_s"]), "-", "-"])
+    if m.get("compiled_call_s") is not None and m.get("compiled_tensor_s") is not None:
+        rows.append(["a compiled call's host cost", f"{fmt_s(m['compiled_call_s'])} + "
+                     f"{fmt_s(m['compiled_tensor_s'])} per tensor", "-", "-"])
     from gobrrr.hardware import MATH_KINDS, Ceilings
 
     ceil = Ceilings.from_dict(m)  # its bytes/s per probe, as `gobrrr calibrate` shows

@@ -122,6 +122,9 @@ def print_ceilings(ceil: Ceilings) -> None:
     )
     table.add_row("eager per-op cost", fmt_s(ceil.op_overhead_s), "-", "-")
     table.add_row("Python float adds", f"{ceil.python_ops_per_s / 1e6:.3g} M/s", "-", "-")
+    if ceil.compiled_call_s is not None and ceil.compiled_tensor_s is not None:
+        table.add_row("compiled call (host)", f"{fmt_s(ceil.compiled_call_s)} + "
+                      f"{fmt_s(ceil.compiled_tensor_s)}/tensor", "-", "-")
     out = console()
     print_table(out, table)
     math = _math_table(ceil)
