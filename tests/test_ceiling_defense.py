@@ -27,7 +27,8 @@ def _ceilings(fp32):
         device="cpu", fingerprint=hardware.fingerprint("cpu"),
         peak_flops_per_s={"fp32": fp32}, bandwidth_bytes_per_s=2e10, op_overhead_s=2e-6,
         python_ops_per_s=5e7, measured_at="2026-12-01T00:00:00+00:00", calibrate_s=12.0,
-        details={"matmul_n": 256, "llc_bytes": 2**25})
+        details={"matmul_n": 256, "llc_bytes": 2**25}, compiled_call_s=2e-5,
+        compiled_tensor_s=1e-6)
 
 
 def test_an_op_above_the_peak_names_the_roof_it_beat():

@@ -18,6 +18,7 @@ def fake_ceilings(device="cpu"):
         peak_flops_per_s={"fp32": 1e11}, bandwidth_bytes_per_s=2e10, op_overhead_s=3e-6,
         python_ops_per_s=3e7, measured_at="2026-01-01T00:00:00+00:00", calibrate_s=0.1,
         exp_elems_per_s={"fp32": 1e9}, softmax_elems_per_s={"fp32": 5e8},
+        compiled_call_s=2e-5, compiled_tensor_s=1e-6,
     )
 
 
