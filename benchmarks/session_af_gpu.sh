@@ -10,6 +10,13 @@
 #   6.51x and measured 3.76x, no faster than the cast alone);
 # - the CUDA-marked test of the capture with AdamW; compile_cost.py on CUDA.
 # The nine rows: `OUT=$OUT bash benchmarks/session_ad_rows.sh gobrrr CASE ...`.
+# Session ag's part (issue 24's training row: 7.73x predicted, 4.44x measured on the H100):
+#   OUT=$OUT bash benchmarks/session_af_gpu.sh compiled   (about 200 s)
+# - doctor of the training row's winning stack with the whole step compiled (default
+#   mode; benchmarks/diag_targets.py): is the compiled step's time in its kernels or
+#   between them (the same stack without the compile: its autocast + graphs row, 17.7 ms);
+# - doctor of BERT-base cast to bf16 with its graph-replay experiment (cast + graphs:
+#   predicted 6.51x, measured 3.76x on the H100 in session ae).
 . benchmarks/gpu_preamble.sh session_af "$1"
 doctor() {  # doctor NAME TARGET ARGS...
   local name=$1; shift
@@ -24,6 +31,9 @@ print(f"T_wall {b['wall_s'] * 1e3:.2f} ms, busy {b.get('busy_s', 0) * 1e3:.2f} m
       f"fractions {d['fractions']}, host issue {b.get('host_issue_s')}")
 print("graph replay:", {k: g.get(k) for k in ("possible", "reason", "eager_s", "replay_s",
                                               "speedup")})
+for part in ("per_phase", "per_class"):
+    print(f"  {part}:", ", ".join(f"{c['name']} {c['calls']} calls {c['time_s'] * 1e3:.2f} ms"
+                               for c in sorted(b.get(part) or [], key=lambda c: -c['time_s'])[:8]))
 for r in d.get("remedies", []):
     print(f"  {r['name']}: predicted {r.get('predicted_speedup')}; {(r.get('basis') or '')[:300]}")
 PY
@@ -40,6 +50,10 @@ print('compiled call, per tensor (s):', c('cuda', 0.5))"
       --no-experiments
     doctor bert_fp32 hf:bert-base-uncased --batch-size 32 --seq-len 128 --no-experiments
     doctor gpt2_bf16 hf:gpt2 --batch-size 8 --seq-len 512 --dtype bf16 --no-experiments
+    ;;
+  compiled)
+    doctor train_compiled benchmarks/diag_targets.py:gpt2_train_compiled
+    doctor bert_bf16_graphs hf:bert-base-uncased --batch-size 32 --seq-len 128 --dtype bf16
     ;;
   *) echo "unknown part $1"; exit 2 ;;
 esac
