@@ -23,25 +23,25 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "benchmarks" / "results" / "h200"
 PACKAGE = ROOT / "src" / "gobrrr" / "remedies" / "prediction_record.json"
-SOURCE = ("the H200 validation suite (optimize --budget-s 60, nine models, 2026-12-04; four "
-          "rows from session w, four from session t, one from session m, the newest "
-          "sitting of each)")
+SOURCE = ("the H200 validation suite (optimize --budget-s 60, nine models, 2026-12-04/05; "
+          "four rows from session ab, four from session ag, one from session t, the "
+          "newest sitting of each)")
 T = "session-2026-12-04t"
-W = "session-2026-12-04w/call1/models"
+AB = "session-2026-12-05ab"
+AG = "session-2026-12-05ag/calls/3-rows/models"
 # The newest sitting of each row, as optimize-budget60.md's table takes them.
 ROWS = {
-    "hf:gpt2 --batch-size 1 --seq-len 1": f"{W}/gobrrr_gpt2_1x1.json",
-    "hf:gpt2 --batch-size 8 --seq-len 512": f"{W}/gobrrr_gpt2_8x512.json",
-    "torchvision:resnet50 --batch-size 1": f"{W}/gobrrr_resnet50_b1.json",
+    "hf:gpt2 --batch-size 1 --seq-len 1": f"{AB}/rows2/models/gobrrr_gpt2_1x1.json",
+    "hf:gpt2 --batch-size 8 --seq-len 512": f"{AB}/models/gobrrr_gpt2_8x512.json",
+    "torchvision:resnet50 --batch-size 1": f"{AB}/rows2/models/gobrrr_resnet50_b1.json",
     "torchvision:resnet50 --batch-size 256": f"{T}/rows_b/models/gobrrr_resnet50_b256.json",
-    "torchvision:vit_b_16 --batch-size 32": f"{T}/rows_b/models/gobrrr_vit_b16_b32.json",
+    "torchvision:vit_b_16 --batch-size 32": f"{AG}/gobrrr_vit_b16_b32.json",
     "hf:gpt2 --batch-size 8 --seq-len 256 --train":
-        f"{W}/gobrrr_gpt2_train_8x256-2.json",
-    "optimize_targets.py:mlp_16k --batch-size 16384":
-        "session-2026-12-04m/rows3/models/gobrrr_mlp_16k.json",
+        f"{AB}/models/gobrrr_gpt2_train_8x256.json",
+    "optimize_targets.py:mlp_16k --batch-size 16384": f"{AG}/gobrrr_mlp_16k.json",
     "hf:bert-base-uncased --batch-size 32 --seq-len 128":
-        f"{T}/rows_a/models/gobrrr_bert_base_b32x128.json",
-    "timm:convnext_tiny --batch-size 64": f"{T}/rows_c/models/gobrrr_convnext_tiny_b64.json",
+        f"{AG}/gobrrr_bert_base_b32x128.json",
+    "timm:convnext_tiny --batch-size 64": f"{AG}/gobrrr_convnext_tiny_b64.json",
 }
 
 H100_AE = ROOT / "benchmarks" / "results" / "h100" / "session-2026-12-05ae"
