@@ -311,9 +311,13 @@ def run_gobrrr(case_name: str, out: Path, budget_s: float) -> dict[str, Any]:
                 "predicted_speedup": d["best"].get("predicted_speedup"),
                 "diagnose_s": d["diagnose_s"], "optimize_s": d["optimize_s"],
                 "setup_s": d.get("setup_s"),
+                # what the predictions are ratios against; each row's eager_s is eager's
+                # time beside it in the A/B timing, candidate_s the candidate's
+                "diagnosed_eager_s": d.get("diagnosed_eager_s"),
                 "remedies": [{k: r.get(k) for k in ("name", "status", "predicted_speedup",
                                                     "measured_speedup", "compile_s",
-                                                    "reason", "prediction_basis")}
+                                                    "reason", "prediction_basis",
+                                                    "eager_s", "candidate_s")}
                              # the plan's tier and estimate, a child's compile time and
                              # when (since its spawn) it built, began and answered; whether
                              # it was timed beside the background compile, and its first

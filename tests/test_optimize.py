@@ -63,6 +63,7 @@ def test_pointwise_chain_gets_verified_faster_compiled_version():
     assert {"name", "predicted_speedup", "measured_speedup", "verified"} <= set(d["best"])
     assert {"name", "status", "reason", "predicted_speedup", "measured_speedup",
             "verified"} <= set(d["remedies"][0])
+    assert d["diagnosed_eager_s"] is None  # diagnose=False: no prediction to rest on
     json.dumps(d)
 
 

@@ -467,3 +467,41 @@ def test_eager_moving_under_the_ratios_is_said():
     rows[3].eager_s = 5.8e-3  # 1.29x: within the drift a quiet run shows
     assert eager_drift(rows) is None
     assert eager_drift(rows[:1]) is None
+
+
+def test_eager_far_from_the_diagnosis_is_said():
+    """The A/B timings' eager agree with one another but stand apart from the diagnosis's,
+    which every prediction is a ratio against (session ag: GPT-2 1x1's diagnosis 9.34 ms,
+    6.96 ms beside its graph replay): the note says both; within 1.3x it says nothing."""
+    from gobrrr.remedies.run_notes import eager_drift
+
+    rows = [_row("cuda_graphs", 8.0), _row("tf32", 1.0, status="no significant change")]
+    rows[0].eager_s, rows[1].eager_s = 6.96e-3, 7.2e-3
+    note = eager_drift(rows, diagnosed_s=9.34e-3)
+    assert note is not None
+    assert note.startswith("eager's own time per call in this run's A/B timings (6.96 ms "
+                           "beside cuda_graphs, 7.2 ms beside tf32); the diagnosis timed "
+                           "it at 9.34 ms, and every predicted speedup is a ratio against "
+                           "that")
+    assert eager_drift(rows, diagnosed_s=8.0e-3) is None  # 8.0 / 6.96 = 1.15x
+    one = eager_drift(rows[:1], diagnosed_s=9.34e-3)
+    assert one is not None and "(6.96 ms beside cuda_graphs)" in one
+    rows[1].eager_s = 10.0e-3  # both: the A/B spread (1.44x) and the diagnosis
+    both = eager_drift(rows, diagnosed_s=9.34e-3)
+    assert both is not None and both.startswith("eager's own time per call moved 1.44x")
+    assert "the diagnosis timed it at 9.34 ms" in both
+
+
+def test_the_diagnosed_eager_time_is_the_budget_total():
+    """The optimize JSON's diagnosed_eager_s is the diagnosis budget's total, what each
+    predicted speedup is a ratio against; None without a diagnosis."""
+    from types import SimpleNamespace
+
+    from gobrrr.budget import Budget
+    from gobrrr.remedies.result import diagnosed_eager_s
+
+    b = Budget(wall_s=0.01, busy_s=0.007, overhead_s=0.002, memory_s=0.003,
+               compute_s=0.004, floor_s=0.005, below_roof_s=0.0)
+    assert abs(diagnosed_eager_s(SimpleNamespace(budget=b)) - 0.009) < 1e-12
+    assert diagnosed_eager_s(None) is None
+    assert diagnosed_eager_s(SimpleNamespace(budget=None)) is None

@@ -12,8 +12,8 @@ from gobrrr.errors import WARNING
 from gobrrr.remedies.base import RemedyResult
 from gobrrr.version import __version__
 
-__all__ = ["OptimizeResult", "SCHEMA_VERSION", "NONFINITE_REFERENCE", "ALL_ZERO_REFERENCE",
-           "snippet_for", "conclusion", "MEASURED", "KEEP"]
+__all__ = ["OptimizeResult", "SCHEMA_VERSION", "diagnosed_eager_s", "NONFINITE_REFERENCE",
+           "ALL_ZERO_REFERENCE", "snippet_for", "conclusion", "MEASURED", "KEEP"]
 
 SCHEMA_VERSION = "1.0"
 NONFINITE_REFERENCE = "the reference output is not finite"
@@ -119,6 +119,13 @@ def snippet_for(best: RemedyResult | None, why: str = KEEP) -> str:
     return head + "\n" + best.snippet
 
 
+def diagnosed_eager_s(report: Any) -> float | None:
+    """The eager time per call the diagnosis's predictions are ratios against (its
+    budget's total), None without one."""
+    budget = None if report is None else getattr(report, "budget", None)
+    return None if budget is None else budget.total_s
+
+
 def _diagnose_warnings(report: Any) -> list[str]:
     """Failures the diagnosis survived stay visible in optimize's result too."""
     return [] if report is None else [n for n in report.notes if n.startswith(WARNING)]
@@ -161,6 +168,10 @@ class OptimizeResult:
     # how far predictions of each kind among this run's measured candidates have been
     # off (remedies/prediction_record.py): this run, the validation suite, this machine
     prediction_record: list[dict[str, Any]] = field(default_factory=list)
+    # the diagnosis's eager time per call (its budget's total): every predicted speedup
+    # is a ratio against it, every measured one against eager timed beside the candidate
+    # (RemedyResult.eager_s); None without a diagnosis
+    diagnosed_eager_s: float | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the best configuration (on gobrrr's copy of the model)."""
@@ -186,6 +197,7 @@ class OptimizeResult:
             optimize_s=elapsed_s,
             prediction_record=prediction_record.for_run(
                 w.device, w.name, (r.to_dict() for r in results)),
+            diagnosed_eager_s=diagnosed_eager_s(report),
         )
 
     @property
@@ -221,4 +233,5 @@ class OptimizeResult:
             "optimize_s": self.optimize_s, "diagnose_s": self.diagnose_s,
             "budget_s": self.budget_s, "setup_s": self.setup_s,
             "prediction_record": self.prediction_record,
+            "diagnosed_eager_s": self.diagnosed_eager_s,
         } | ({} if self.distributed is None else {"distributed": self.distributed})

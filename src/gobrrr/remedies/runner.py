@@ -550,7 +550,8 @@ def search(specs: list[RemedySpec], ctx: Context,
         best_res, best_cand, live_s = _after_settling(results, live_res, fresh, state,
                                                       [live_res])
     notes += quiet.notes()
-    for note in (faster_unheld(results, best_res), eager_drift(results)):
+    diagnosed_s = None if ctx.budget is None else ctx.budget.total_s
+    for note in (faster_unheld(results, best_res), eager_drift(results, diagnosed_s)):
         if note is not None:
             say(note)
             notes.append(note)
