@@ -206,3 +206,29 @@ def test_only_the_part_of_a_memory_bound_call_its_bytes_take_halves():
     assert bytes_bound_s(row(10e-6, 1_000_000), tb_per_s) == pytest.approx(1e-6)
     assert bytes_bound_s(row(10e-6, 50_000_000), tb_per_s) == 10e-6  # at most its time
     assert bytes_bound_s(row(10e-6, 0), tb_per_s) == 10e-6  # bytes unknown: all of it
+
+
+def test_a_cast_halves_in_eager_the_part_its_bytes_take_and_under_a_compile_all(
+        round_cuda_ceilings):
+    """The bf16 cast: a memory-bound fp32 norm of 10 us whose bytes take 4 us at the
+    measured bandwidth saves 2 us in eager (its latency stays) and 5 us under a compile
+    (Inductor's kernel moves what is left near the roof)."""
+    from dataclasses import replace
+
+    step, modules = _block()
+    records = count(step).records
+    row = _row_of(records)
+    ceilings = replace(round_cuda_ceilings,
+                       bandwidth_bytes_per_s=records[0].bytes / 4e-6)
+    b = Budget(wall_s=100e-6, busy_s=100e-6, overhead_s=0.0, memory_s=10e-6,
+               compute_s=90e-6, floor_s=0.0, below_roof_s=0.0,
+               per_call=[row(0, "memory", 10e-6), row(2, "compute", 45e-6),
+                         row(5, "compute", 45e-6)])
+    ctx = Context("cuda", b, ceilings, records, **workload_facts(modules, []))
+    gain = next(s for s in ALL if s.name == "bf16_cast").predict(ctx)
+    assert gain.saved_s == pytest.approx({"memory": 2e-6})
+    assert gain.speedup == pytest.approx(100 / 98)
+    assert "memory-bound fp32 time 10 us, 4 us of it its bytes at the measured " \
+           "bandwidth, halved" in gain.basis
+    assert gain.under_compile is not None
+    assert gain.under_compile.saved_s == pytest.approx({"memory": 5e-6})
