@@ -164,6 +164,24 @@ def _sigint_handler_kept():
                       f"(was {before!r}): put back", stacklevel=1)
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_kept():
+    """Whatever thread count a test leaves torch with is put back, and said. A script
+    that calls torch.set_num_threads(1), run by `gobrrr run` in the test's own process,
+    left its worker at one thread; the calibration's fingerprint holds the count, so every
+    later test of that worker calibrated again in place (25 of them, 12-18 s each, about
+    3 minutes of a CI run on 2 workers)."""
+    import warnings
+
+    before = torch.get_num_threads()
+    yield
+    after = torch.get_num_threads()
+    if after != before:
+        torch.set_num_threads(before)
+        warnings.warn(f"gobrrr-test: this test left torch at {after} thread(s) (was "
+                      f"{before}): put back", stacklevel=1)
+
+
 @pytest.fixture
 def round_cuda_ceilings():
     """A CUDA machine of round numbers, for exact arithmetic in prediction tests: fp32 50,

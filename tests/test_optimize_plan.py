@@ -134,8 +134,15 @@ def test_the_largest_predicted_gain_is_probed_not_skipped_on_a_prior_guess():
     assert set(reasons(p)) == {"s+freezing", "s+compile_max_autotune", "compile"}
     # a measured compile's estimate decides as before
     assert "s+compile_reduce_overhead" in reasons(plan(PROBES + STACKED, 60.0))
-    # and the probe needs room for its measuring at least
+    # and the probe needs room for its measuring at least: at 44 s, 43 s go before it
+    # and 1 s is left for its 2 s of measuring
     assert "s+compile_reduce_overhead" in reasons(plan(PROBES + prior, 44.0))
+    # unless it may run past the deadline (in a measuring child): 1 + 9 s hold the 2 s
+    late = plan(PROBES + prior, 44.0, probe_overrun_s=9.0)
+    assert names(late)[-1] == "s+compile_reduce_overhead" and late.order[-1].probe
+    # and not where 1 + 0.5 s do not
+    assert "s+compile_reduce_overhead" in reasons(plan(PROBES + prior, 44.0,
+                                                       probe_overrun_s=0.5))
     # under PROBE_MIN_SPEEDUP there is nothing to probe for
     weak = [replace(o, predicted=1.02, prep_prior=True) for o in STACKED[1:2]]
     assert plan(weak, 10.0).order == ()
@@ -824,6 +831,32 @@ def test_the_largest_gain_probe_may_run_past_the_deadline_in_its_measuring_child
             overrun_s=overrun_s)
         kept.append(next(e for e in events if e[0] == "wait")[2])
     assert kept[1] == pytest.approx(kept[0], abs=0.2) and kept[0] < 15.0 / 1.75
+
+
+def test_the_flags_leave_too_little_for_the_probe_but_its_child_may_run_past_the_deadline(
+        monkeypatch):
+    # issue 24, the H100 (session ah): the GPT-2 training step's compile probe, compiling
+    # in the background since before the diagnosis, was skipped when the flags had left
+    # 0.9 s for its 1.9 s of measuring, though its measuring child may run 9 s past the
+    # deadline; here the flag leaves nothing of a 0.05 s deadline
+    from gobrrr.remedies.compile_child import ChildCompile
+
+    row = {"name": "", "regime": "memory", "status": "verified", "reason": "3.00x",
+           "measured_speedup": 3.0, "interval": [2.9, 3.1], "verified": True,
+           "compile_s": 9.0, "components": [], "checks": {"ab_rounds": 8}}
+    rows, events, _, _ = _background_search(
+        monkeypatch, ChildCompile(12.0, waited_s=7.0), measured=row, deadline_s=0.05)
+    assert rows["comp"].status == "skipped" and "of --budget-s left" in rows["comp"].reason
+    assert not [e for e in events if e[0] == "measure"]
+    rows, events, _, _ = _background_search(
+        monkeypatch, ChildCompile(12.0, waited_s=7.0), measured=row, deadline_s=0.05,
+        overrun_s=9.0)
+    assert [e for e in events if e[0] == "measure"] == [("measure", ("comp",))]
+    assert rows["comp"].status == "verified" and rows["comp"].measured_speedup == 3.0
+    # a child whose compile would be paid again here gets no overrun from the plan
+    rows, events, _, _ = _background_search(
+        monkeypatch, ChildCompile(12.0, waited_s=7.0), deadline_s=0.05, overrun_s=9.0)
+    assert rows["comp"].status == "skipped" and not [e for e in events if e[0] == "wait"]
 
 
 def test_the_first_compile_probe_compiles_in_the_background_while_the_flags_are_measured(

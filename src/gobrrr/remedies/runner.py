@@ -503,7 +503,8 @@ def search(specs: list[RemedySpec], ctx: Context,
         while True:
             try:
                 settle()
-                now = plan(options(state), deadline - time.perf_counter())
+                now = plan(options(state), deadline - time.perf_counter(),
+                           probe_overrun_s=_probe_overrun_s(child, overrun_s))
                 if ran == 0 and isinstance(child, ChildProber) and coord is SOLO:
                     _start_background(now, state, child, by_name, say, notes)
                 opt = coord.decide(now.order[0] if now.order else None, "the next candidate")
@@ -713,6 +714,13 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
     if cold_s is not None:
         got.checks["child_compile_s"] = cold_s
     return _record(opt, got, ctx, gains, state, results, by_name, cold_s, say), cand
+
+
+def _probe_overrun_s(child: ChildProbe | None, overrun_s: float) -> float:
+    """How far past the deadline the plan may let the largest-gain probe run: the
+    overrun where its child measures it (`measure_ab_s`), none where the compile would
+    be paid again in this process (that cannot be stopped)."""
+    return overrun_s if getattr(child, "measure_ab_s", None) is not None else 0.0
 
 
 @dataclass(frozen=True)
