@@ -358,6 +358,30 @@ def test_one_mechanism_counts_once_in_a_stack():
     assert combine(b, [freezing]).saved_s["memory"] == pytest.approx(1.5e-3)
 
 
+def test_a_replay_leaves_no_launches_for_fewer_launches_to_remove():
+    # freezing alone compiles in the default mode and credits its fewer launches; beside
+    # reduce-overhead's replay, which issues none, they remove nothing more (on an H100,
+    # session ah, GPT-2 8x512's bf16 cast + reduce-overhead was predicted 8.71x, with
+    # freezing 9.95x, the GPU-idle time between launches taken twice)
+    from dataclasses import replace
+
+    b = budget()
+    ro = replace(gain(overhead=5, memory=1),
+                 by_mechanism={"replay": {"overhead": 5e-3}, "fusion": {"memory": 1e-3}})
+    freezing = replace(gain(overhead=2, memory=1.5),
+                       by_mechanism={"fusion": {"memory": 1e-3},
+                                     "fewer_launches": {"overhead": 2e-3},
+                                     "constant_folding": {"memory": 0.5e-3}})
+    # overhead 6 ms (budget()): the replay's 5 ms alone, not 6 x (1 - 1/6 x 4/6) =
+    # 5.33 ms, whichever comes first; memory as in the test above (stage order)
+    for order in ([ro, freezing], [freezing, ro]):
+        assert combine(b, order, compiled=True).saved_s["overhead"] == pytest.approx(5e-3)
+    assert combine(b, [ro, freezing], compiled=True).saved_s["memory"] == pytest.approx(
+        1.25e-3)
+    # without the replay the fewer launches count: freezing alone, 2 ms of the overhead
+    assert combine(b, [freezing]).saved_s["overhead"] == pytest.approx(2e-3)
+
+
 def test_gain_of_keeps_each_mechanisms_seconds():
     from gobrrr.remedies import savings
 
