@@ -53,7 +53,8 @@ __all__ = ["Option", "Skip", "Plan", "plan", "Entry", "Outcome", "stack", "optio
            "TIER_COSTLY", "TIER_AUTOTUNE", "TIER_REST", "TIER_NAMES", "SearchState",
            "MeasuredCompile", "compile_factor", "MODE_FACTOR", "FREEZING_FACTOR",
            "MAX_AUTOTUNE_MIN_GAIN", "COMPILE_BASE_S", "COMPILE_PER_OP_S", "EXEC_GROUPS",
-           "diagnose_budget", "DIAGNOSE_SHARE", "STACK_TIE", "replay_probes"]
+           "diagnose_budget", "DIAGNOSE_SHARE", "STACK_TIE", "replay_probes", "gain_key",
+           "REPLAY_MODES"]
 
 TIER_PROBE, TIER_STACK, TIER_COMPILE, TIER_COSTLY, TIER_AUTOTUNE, TIER_REST = range(6)
 TIER_NAMES = {TIER_PROBE: "probe", TIER_STACK: "stack", TIER_COMPILE: "default compile",
@@ -89,6 +90,8 @@ MAX_AUTOTUNE_MIN_GAIN = 1.1
 PROBE_MIN_SPEEDUP = 1.05
 # Two members of a stack group measured within this ratio of each other tie (stack()).
 STACK_TIE = 1.05
+# torch.compile's modes that replay the compiled graph in a CUDA graph.
+REPLAY_MODES = ("reduce-overhead", "max-autotune")
 # Groups whose remedies execute the step (compile, capture) or modify that execution.
 EXEC_GROUPS = ("execution", "freezing")
 
@@ -116,6 +119,7 @@ class Option:
     worth_over: tuple[str, float] | None = None
     prep_prior: bool = False  # prep_s is the prior guess, before any compile was measured
     probe: bool = False  # run although its estimate does not fit (plan: PROBE_MIN_SPEEDUP)
+    replays: bool = False  # runs under a CUDA-graph replay: wins a tie (`gain_key`)
 
     @property
     def cost_s(self) -> float:
@@ -134,9 +138,24 @@ class Plan:
     skipped: tuple[Skip, ...]
 
 
-def _priority(o: Option) -> tuple[int, float, int, str]:
+def gain_key(o: Option) -> tuple[float, bool]:
+    """What ranks options by their predicted gain: the gain, then, on a tie, the one that
+    runs under a CUDA-graph replay. A replay issues no launch, so the default compile's
+    fewer launches, capped at what the graph-replay experiment removed, can at most
+    equal reduce-overhead's replay (gains.SUBSUMED_BY), where its host floor is an
+    estimate (each compiled launch costing what an eager one did) and the replay's is
+    measured. On an H100 (session ai) GPT-2 8x512's bf16 cast + inference mode was
+    predicted 8.96x under both modes; the default mode, first by name, was compiled in
+    the background and measured 3.97x, and reduce-overhead, 8.11x in the next run, no
+    longer fitted. Reduce-overhead measured at least the default's speedup on eight of
+    eight H200 workloads where both ran (module docstring)."""
+    return o.predicted or 0.0, o.replays
+
+
+def _priority(o: Option) -> tuple[int, float, bool, int, str]:
     # no prediction sorts after every predicted gain of its tier
-    return o.tier, -(o.predicted or 0.0), o.rank, o.name
+    predicted, replays = gain_key(o)
+    return o.tier, -predicted, not replays, o.rank, o.name
 
 
 def _secs(s: float) -> str:
@@ -146,7 +165,7 @@ def _secs(s: float) -> str:
 def _largest(options: Sequence[Option]) -> Option | None:
     """The option predicting the largest gain, if above PROBE_MIN_SPEEDUP."""
     best = max((o for o in options if o.predicted and o.worth_over is None),
-               key=lambda o: o.predicted or 0.0, default=None)
+               key=gain_key, default=None)
     return best if best is not None and (best.predicted or 0) > PROBE_MIN_SPEEDUP else None
 
 
@@ -338,11 +357,17 @@ def _under_capture(e: Entry, graphs: Entry, budget: Budget | None) -> float | No
     """The speedup `e` is predicted to add under the capture: predicted(e + capture) over
     predicted(capture). Under the capture the host's issuing is gone, so a kernel saving
     the eager floor hides (`gains.time_floor_s`) shows; None without a budget or a
-    prediction."""
-    if budget is None or not graphs.gain.speedup:
+    prediction. A capture predicted no gain alone (a device-bound call, or a replay the
+    experiment read no faster than eager) counts as 1.0x: it still leaves no issuing
+    (`Gain.host_left_s`). On an H100 (session ai) the GPT-2 training step's replay read
+    0.81x beside the background compile; the capture's prediction was then none, the
+    bf16 autocast that eager measured 0.82x beside it was never measured under the
+    capture, and the stack the child had compiled with it (3.91x in another run) was
+    never run: the search ended at 1.48x."""
+    if budget is None:
         return None
     both = combine(budget, [e.gain, graphs.gain], [e.name, graphs.name]).speedup
-    return both / graphs.gain.speedup if both else None
+    return both / (graphs.gain.speedup or 1.0) if both else None
 
 
 def _hidden(e: Entry, graphs: Entry, done: dict[str, Outcome],
@@ -487,7 +512,7 @@ def background_compile(state: SearchState) -> Option | None:
         combos += [[*members, f] for f in freezing]
     found = [o for o in (_option(state, parts, TIER_COMPILE) for parts in combos)
              if o.predicted]
-    return max(found, key=lambda o: o.predicted or 0.0, default=None)
+    return max(found, key=gain_key, default=None)
 
 
 def option_for(state: SearchState, names: Sequence[str]) -> Option:
@@ -525,10 +550,11 @@ def _option(state: SearchState, parts: Sequence[Entry], tier: int,
     parts = sorted(parts, key=lambda e: (e.stage, e.rank))
     prep_s, basis = _prep(state, parts)
     prior = state.measured_compile is None and any(e.prep == PREP_COMPILE for e in parts)
+    replays = any(e.prep == PREP_CAPTURE or e.compile_mode in REPLAY_MODES for e in parts)
     return Option("+".join(e.name for e in parts), tuple(e.name for e in parts), tier,
                   _combined(state, parts), prep_s,
                   measure_s(state.call_s, state.ab_budget_s, state.device),
-                  min(e.rank for e in parts), basis, worth_over, prior)
+                  min(e.rank for e in parts), basis, worth_over, prior, replays=replays)
 
 
 def _compile_tier(e: Entry) -> int:
