@@ -56,6 +56,10 @@ print('compiled call, per tensor (s):', c('cuda', 0.5))"
     # ah's call (timeout 200) was still in the profiled count after them.
     doctor train_compiled benchmarks/diag_targets.py:gpt2_train_compiled --no-experiments \
       --time-budget 1
+    # the same step under reduce-overhead: replayed kernels against the host left
+    # between its graphs (session ai: default 31.1 ms a call, 8.6 ms of kernels)
+    doctor train_compiled_ro benchmarks/diag_targets.py:gpt2_train_compiled_ro \
+      --no-experiments --time-budget 1
     [ "$1" = compiled ] && doctor bert_bf16_graphs hf:bert-base-uncased --batch-size 32 \
       --seq-len 128 --dtype bf16
     ;;
