@@ -140,15 +140,16 @@ class Plan:
 
 def gain_key(o: Option) -> tuple[float, bool]:
     """What ranks options by their predicted gain: the gain (to two decimals, as shown),
-    then, of two predicted alike, the one that runs under a CUDA-graph replay. A replay issues no launch, so the default compile's
-    fewer launches, capped at what the graph-replay experiment removed, can at most
-    equal reduce-overhead's replay (gains.SUBSUMED_BY), where its host floor is an
-    estimate (each compiled launch costing what an eager one did) and the replay's is
-    measured. On an H100 (session ai) GPT-2 8x512's bf16 cast + inference mode was
-    predicted 8.96x under both modes; the default mode, first by name, was compiled in
-    the background and measured 3.97x, and reduce-overhead, 8.11x in the next run, no
-    longer fitted. Reduce-overhead measured at least the default's speedup on eight of
-    eight H200 workloads where both ran (module docstring)."""
+    then, of two predicted alike, the one that runs under a CUDA-graph replay. A replay
+    issues no launch, so the default compile's fewer launches, capped at what the
+    graph-replay experiment removed, can at most equal reduce-overhead's replay
+    (gains.SUBSUMED_BY), where its host floor is an estimate (each compiled launch
+    costing what an eager one did) and the replay's is measured. On an H100 (session ai)
+    GPT-2 8x512's bf16 cast + inference mode was predicted 8.96x under both modes; the
+    default mode, first by name, was compiled in the background and measured 3.97x, and
+    reduce-overhead, 8.11x in the next run, no longer fitted. Reduce-overhead measured
+    at least the default's speedup on eight of eight H200 workloads where both ran
+    (module docstring)."""
     return round(o.predicted or 0.0, 2), o.replays
 
 
