@@ -59,3 +59,54 @@ def test_an_adamw_step_is_captured_and_replayed_then_steps_as_before():
     assert opt.state[p0]["step"] is count and count.device.type == "cpu"
     assert count.item() > 1
     w()  # a non-capturable step runs after the experiment
+
+
+def test_a_paired_timing_gives_the_replay_its_ratio_against_eager_timed_beside_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `paired`, eager's earlier Timing is not used: the speedup is the paired
+    median ratio, the eager time the one measured beside the replay (a stretch of
+    contention during eager's own timing or the replay's cannot read as a gain or a
+    loss). The capture itself is stood in for: this checks the arithmetic on CPU."""
+    import gobrrr.experiments as exps
+
+    class FakeGraph:
+        def replay(self) -> None:
+            return None
+
+    graph = FakeGraph()
+    monkeypatch.setattr(exps, "capture_cuda_graph", lambda w: (graph, None))
+    monkeypatch.setattr(exps, "_free_device_memory", lambda device: None)
+    w = Workload("step", lambda: None, (), device="cuda")
+    seen: list[tuple[object, object]] = []
+
+    def paired(a: object, b: object) -> tuple[float, float]:
+        seen.append((a, b))
+        return 0.050, 2.5
+
+    def timer(f: object) -> object:
+        raise AssertionError("the unpaired timer must not run when paired is given")
+
+    eager = measure(lambda: None, device="cpu", budget_s=0.01)
+    g = graph_replay(w, eager, timer, (), paired=paired)  # type: ignore[arg-type]
+    assert g.possible and g.reason is None
+    assert g.eager_s == 0.050
+    assert g.replay_s == pytest.approx(0.020)
+    assert seen == [(w, graph.replay)]
+
+
+@pytest.mark.cuda
+def test_an_adamw_step_replay_is_timed_interleaved_with_its_eager_step():
+    from gobrrr.remedies.verify import ab_time
+
+    w, opt = _adam_step("cuda")
+    w()
+    eager = measure(w, device="cuda", budget_s=0.5)
+    g = graph_replay(w, eager, lambda f: measure(f, device="cuda", budget_s=0.5), [opt],
+                     paired=lambda a, b: (lambda r: (r.eager_s, r.speedup))(
+                         ab_time(a, b, device="cuda", budget_s=0.5)))
+    assert g.possible, g.reason
+    assert g.eager_s is not None and g.replay_s is not None and g.replay_s > 0
+    # a step of one small Linear is all launches: its replay is faster, by any margin
+    assert g.replay_s < g.eager_s
+    assert [x["capturable"] for x in opt.param_groups] == [False, False]
+    w()

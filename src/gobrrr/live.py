@@ -37,6 +37,7 @@ from gobrrr.hardware import Ceilings
 from gobrrr.host_issue import HostIssue, cuda_hold, measure_host_issue
 from gobrrr.profile import profile_counted
 from gobrrr.remedies.base import reached_facts
+from gobrrr.remedies.verify import ab_time
 from gobrrr.run import MeasuredRun, Step
 from gobrrr.state import StateCheck, preserved_globals, preserved_state
 from gobrrr.timing import device_sync, few_samples_note, measure
@@ -126,7 +127,8 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
                 say("experiment: CUDA-graph replay")
             graph_t = _attempt("the CUDA-graph replay experiment", warn, lambda: exps.graph_replay(
                 w, wall, lambda f: measure(f, device=w.device, budget_s=time_budget_s),
-                facts["optimizers"]))
+                facts["optimizers"],
+                paired=lambda a, b: _paired(a, b, w.device, time_budget_s)))
             if is_compiled and w.factory is None:
                 batch_t = BatchTimes((), "the workload is compiled and has no factory: a "
                                      "2x batch would compile your code again (and can "
@@ -186,6 +188,14 @@ def measure_live(w: Workload, *, experiments: bool = True, time_budget_s: float 
                       host_issue_s=host_issue_s, gemm_times=gemm_times)
     return LiveMeasurement(run, ceil, Measured(batch_t, counts_by_factor, graph_t), state,
                            compile_info, facts, t0, memory)
+
+
+def _paired(eager: Callable[[], Any], replay: Callable[[], Any], device: str,
+            budget_s: float) -> tuple[float, float]:
+    """Eager and a CUDA-graph replay timed interleaved (ABBA rounds: drift and
+    contention fall on both): (eager's median seconds per call, the median ratio)."""
+    ab = ab_time(eager, replay, device=device, budget_s=budget_s)
+    return ab.eager_s, ab.speedup
 
 
 def _host_issue(w: Workload, wall_s: float, time_budget_s: float) -> HostIssue:
