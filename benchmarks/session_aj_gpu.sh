@@ -8,14 +8,19 @@
 # - doctor of the GPT-2 training step (8 x 256) with its experiments: the graph-replay
 #   experiment now times eager and the replay interleaved.
 # Second, after the variants read 5.27-5.38x in fresh processes (both searches 4.3-4.6x):
-#   OUT=$OUT bash benchmarks/session_aj_gpu.sh soak     (about 150 s)
-# - the hand's variant after 90 s of eager steps in its process, the GPU's clocks and
-#   throttle reasons before and after.
+#   OUT=$OUT bash benchmarks/session_aj_gpu.sh soak     (about 180 s)
+# - gobrrr's variant compiled beside another process's eager steps (as its child compiles
+#   beside the search), then alone;
+# - the hand's variant after 60 s of eager steps in its process, the GPU's clocks and
+#   throttle reasons during and after.
 . benchmarks/gpu_preamble.sh session_aj "$1"
 if [ "$1" = soak ]; then
   q() { nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader; }
-  q; python3 benchmarks/train_compile_variants.py one module 90 | tee "$OUT/soak.jsonl" & 
-  sleep 60; q; sleep 40; q; wait; q
+  v=benchmarks/train_compile_variants.py
+  TORCHINDUCTOR_CACHE_DIR=/tmp/ic_contended python3 $v one step_contended | tee "$OUT/soak.jsonl"
+  TORCHINDUCTOR_CACHE_DIR=/tmp/ic_alone python3 $v one step | tee -a "$OUT/soak.jsonl"
+  q; python3 $v one module 60 | tee -a "$OUT/soak.jsonl" &
+  sleep 45; q; wait; q
   exit 0
 fi
 echo "== variants"

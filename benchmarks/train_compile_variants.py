@@ -14,7 +14,9 @@ as both searches time theirs; the variants alternate, twice each, so that a proc
 luck shows as spread and a systematic gap as a difference of both pairs.
 
     python3 benchmarks/train_compile_variants.py [ROUNDS]      # on CUDA; JSON lines out
-    python3 benchmarks/train_compile_variants.py one VARIANT [SOAK_S]
+    python3 benchmarks/train_compile_variants.py one VARIANT[_contended] [SOAK_S]
+_contended: another process runs eager steps on the GPU while the variant compiles and
+makes its first calls (Triton's autotuning among them), as beside the search's parent.
 SOAK_S: seconds of eager steps first (the GPU warm and the process old, as a search's
 candidate is measured after its earlier ones).
 """
@@ -32,7 +34,23 @@ CASE = ("hf:gpt2", 8, 256)
 VARIANTS = ("module", "step")
 
 
+def _load() -> None:
+    """Eager training steps in a loop until killed: another process on the GPU, as the
+    search's parent measuring its candidates while the child compiles."""
+    from gobrrr.models import ModelOptions
+    from gobrrr.targets import load_target
+
+    target, batch, seq = CASE
+    w = load_target(target, "cuda", batch, ModelOptions(seq_len=seq, train=True))
+    w()
+    print("ready", flush=True)
+    while True:
+        w()
+
+
 def _one(variant: str, soak_s: float = 0.0) -> dict[str, Any]:
+    contended = variant.endswith("_contended")
+    variant = variant.removesuffix("_contended")
     import torch
 
     from gobrrr.models import ModelOptions
@@ -70,20 +88,30 @@ def _one(variant: str, soak_s: float = 0.0) -> dict[str, Any]:
     while time.perf_counter() - t_soak < soak_s:  # the GPU and the host busy first, as
         base()                                    # after a search's earlier candidates
     torch.cuda.synchronize()
+    load = None
+    if contended:  # the compile and its first calls beside another process's steps
+        load = subprocess.Popen([sys.executable, __file__, "load"], stdout=subprocess.PIPE,
+                                text=True)
+        assert load.stdout is not None and load.stdout.readline().strip() == "ready"
     t0 = time.perf_counter()
     for _ in range(3):  # compile on the first call, capture after (as both searches)
         call()
     torch.cuda.synchronize()
     prep_s = time.perf_counter() - t0
+    if load is not None:
+        load.kill()
+        load.wait()
     ab = ab_time(base, call, device="cuda", budget_s=3.0)
     return {"variant": variant, "nested": list(marked), "prep_s": round(prep_s, 2),
             "speedup": ab.speedup, "interval": list(ab.interval),
             "eager_ms": ab.eager_s * 1e3, "candidate_ms": ab.candidate_s * 1e3,
-            "rounds": ab.rounds, "soak_s": soak_s, "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name(0)}
+            "rounds": ab.rounds, "soak_s": soak_s, "contended": contended,
+            "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["load"]:
+        _load()
     if len(argv) in (2, 3) and argv[0] == "one":
         print(json.dumps(_one(argv[1], float(argv[2]) if len(argv) == 3 else 0.0)),
               flush=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from dataclasses import replace
 from typing import Any
 
 from gobrrr.gains import Gain, gain_from_saved
@@ -199,7 +200,13 @@ def _predict_merge(ctx: Context, fused: bool) -> Gain:
         if before > after:
             saved["memory"] = (before - after) / ceil.bandwidth_bytes_per_s
             basis += f"; bytes {before / 1e6:.3g} -> {after / 1e6:.3g} MB"
-    return gain_from_saved(b, saved, basis)
+    gain = gain_from_saved(b, saved, basis)
+    # by mechanism (gains.combine): the bytes are the fusion's too where a compile of
+    # the step stacks with it (gains.SUBSUMED_BY), the launches are this remedy's own
+    mechanisms = {"optimizer_launches": "overhead", "optimizer_bytes": "memory"}
+    return replace(gain, by_mechanism={m: {part: gain.saved_s[part]}
+                                       for m, part in mechanisms.items()
+                                       if part in gain.saved_s})
 
 
 def _applies_zero(ctx: Context) -> str | None:
