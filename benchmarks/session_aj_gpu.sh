@@ -12,11 +12,16 @@
 # - gobrrr's variant compiled beside another process's eager steps (as its child compiles
 #   beside the search), then alone;
 # - the hand's variant after 60 s of eager steps in its process, the GPU's clocks and
-#   throttle reasons during and after.
+#   throttle reasons during and after (alone: `session_aj_gpu.sh soak_hand`).
 . benchmarks/gpu_preamble.sh session_aj "$1"
+q() { nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader; }
+v=benchmarks/train_compile_variants.py
+if [ "$1" = soak_hand ]; then  # the third part of soak alone (about 110 s)
+  q; python3 $v one module 60 | tee "$OUT/soak_hand.jsonl" &
+  sleep 45; q; wait; q
+  exit 0
+fi
 if [ "$1" = soak ]; then
-  q() { nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader; }
-  v=benchmarks/train_compile_variants.py
   TORCHINDUCTOR_CACHE_DIR=/tmp/ic_contended python3 $v one step_contended | tee "$OUT/soak.jsonl"
   TORCHINDUCTOR_CACHE_DIR=/tmp/ic_alone python3 $v one step | tee -a "$OUT/soak.jsonl"
   q; python3 $v one module 60 | tee -a "$OUT/soak.jsonl" &
