@@ -364,6 +364,22 @@ def _time_ratio(g: dict[str, Any]) -> float | None:
     return float(diagnosed / pred / measured)
 
 
+# gobrrr's remedy names as the hand search's Config.name parts (those it has)
+_HAND_PART = {"bf16_cast": "cast", "bf16_autocast": "autocast", "tf32": "tf32",
+              "channels_last": "channels_last", "inference_mode": "inference_mode",
+              "fused_optimizer": "fused_adamw", "compile": "compile(default)",
+              "compile_reduce_overhead": "compile(reduce-overhead)",
+              "compile_max_autotune": "compile(max-autotune)"}
+
+
+def same_stack(gobrrr_best: str, hand_best: str) -> bool:
+    """Both searches ended on one stack (gobrrr's names mapped to the hand's; a remedy
+    the hand search has not, such as cuda_graphs or freezing, makes it another). Where
+    they did, gobrrr/hand is the spread of that stack between the two processes."""
+    parts = [_HAND_PART.get(n) for n in gobrrr_best.split("+")]
+    return None not in parts and set(parts) == set(hand_best.split("+"))
+
+
 def table(dirs: list[Path], json_out: Path, md_out: Path, card: str = "H200") -> None:
     sides = _sides(dirs)
     # Rows already committed stay unless re-measured (the table grows over sittings).
@@ -380,6 +396,7 @@ def table(dirs: list[Path], json_out: Path, md_out: Path, card: str = "H200") ->
                       "gobrrr_best": g["best"], "gobrrr_speedup": g["speedup"],
                       "predicted_speedup": g.get("predicted_speedup"),
                       "time_ratio": _time_ratio(g),
+                      "same_stack": same_stack(g["best"], h["best"]),
                       "budget_s": g["budget_s"], "seconds": g["seconds"],
                       "sides_in_parallel": bool(g.get("parallel")),
                       "measured": g["created"]}
@@ -392,10 +409,13 @@ def table(dirs: list[Path], json_out: Path, md_out: Path, card: str = "H200") ->
              "95% of the hand best, within 1.15 x budget + 10 s. Predicted: what the "
              "diagnosis predicted for the winning stack; pred./meas. time: its predicted "
              "time per call over its measured one, apart from eager's drift between the "
-             "diagnosis and the A/B timing (rows written after session ag).", "",
+             "diagnosis and the A/B timing (rows written after session ag). Same stack: both "
+             "searches ended on one stack, so gobrrr/hand is that stack's spread between "
+             "two processes (rows written after session aj).", "",
              "| workload | hand best | hand | hand search s | gobrrr best | gobrrr | "
-             "predicted | pred./meas. time | gobrrr/hand | gobrrr s (budget) | pass |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "predicted | pred./meas. time | same stack | gobrrr/hand | gobrrr s (budget) | "
+             "pass |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in ordered:
         ratio = (r["gobrrr_speedup"] or 0) / r["hand_speedup"]
         in_time = r["seconds"] <= 1.15 * r["budget_s"] + 10
@@ -406,10 +426,14 @@ def table(dirs: list[Path], json_out: Path, md_out: Path, card: str = "H200") ->
             f"{r['hand_speedup']:.2f}x | {r['hand_seconds']:.0f} | {r['gobrrr_best']} | "
             f"{r['gobrrr_speedup'] or 0:.2f}x | {f'{pred:.2f}x' if pred else '-'} | "
             f"{f'{tr:.2f}' if (tr := r.get('time_ratio')) else '-'} | "
-            f"{ratio:.0%} | {r['seconds']:.0f} "
+            f"{_yes_no(r.get('same_stack'))} | {ratio:.0%} | {r['seconds']:.0f} "
             f"({r['budget_s']:g}) | {'yes' if ratio >= 0.95 and in_time else 'NO'} |")
     md_out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _yes_no(flag: bool | None) -> str:
+    return "-" if flag is None else "yes" if flag else "no"
 
 
 def main() -> int:

@@ -46,6 +46,18 @@ def test_the_table_shows_it(tmp_path):
          "seconds": 72.0, "max_autotune": False}))
     m.table([tmp_path], tmp_path / "t.json", tmp_path / "t.md", card="H100")
     row = (tmp_path / "t.md").read_text().splitlines()[-1]
-    assert "| a+b | 11.21x | 21.63x | 0.70 | 129% | 63 (60) | yes |" in row
+    assert "| a+b | 11.21x | 21.63x | 0.70 | no | 129% | 63 (60) | yes |" in row
     assert json.loads((tmp_path / "t.json").read_text())[0]["time_ratio"] == \
         9.34e-3 / 21.63 / 6.2e-4
+
+
+def test_a_row_says_whether_both_searches_ended_on_one_stack():
+    # the H100's training row (session aj): gobrrr 4.30x, the hand 4.55x, one stack
+    m = _module()
+    assert m.same_stack("fused_optimizer+bf16_autocast+compile_reduce_overhead",
+                        "autocast+fused_adamw+compile(reduce-overhead)")
+    # another compile mode, a remedy the hand search has not, one part more
+    assert not m.same_stack("bf16_cast+channels_last+compile_reduce_overhead",
+                            "cast+channels_last+compile(default)")
+    assert not m.same_stack("cuda_graphs", "cast")
+    assert not m.same_stack("bf16_cast+inference_mode", "cast")
