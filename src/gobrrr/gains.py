@@ -93,6 +93,9 @@ class Gain:
     # `saved_s` by the mechanism behind each saving (savings.py: "fusion", "replay", ...),
     # where the gain was built from mechanisms: `combine` counts each mechanism once
     by_mechanism: dict[str, dict[str, float]] = field(default_factory=dict)
+    # what the basis ends with that a stack holding this gain must say too (why it is an
+    # upper bound: remedies/compiled.TRAINING_REPLAY_NOTE); `combine` keeps it
+    caveat: str = ""
 
     @classmethod
     def none(cls, basis: str) -> Gain:
@@ -229,15 +232,17 @@ def combine(b: Budget, gains: Sequence[Gain], names: Iterable[str] = (),
              if g.speedup]
     if not shown:
         return Gain.none("no part predicts a gain")
+    caveat = "".join(dict.fromkeys(g.caveat for g in gains if g.caveat))
     basis = ("; ".join(shown) + ": savings from different parts of the budget add, "
-             "savings from one part each remove their share of what the others leave")
+             "savings from one part each remove their share of what the others leave"
+             + caveat)
     kept = {p: s for p, s in saved.items() if s != 0}
     lefts = [g.host_left_s for g in gains if g.host_left_s is not None]
     host_left = min(lefts) if lefts else None
     # a replay issues the added host work too (host_floor_s)
     added = 0.0 if host_left is not None else sum(g.host_added_s for g in gains)
     return Gain(speedup_with_floor(b, kept, host_left, added), basis, kept, host_left,
-                host_added_s=added)
+                host_added_s=added, caveat=caveat)
 
 
 @dataclass(frozen=True)
