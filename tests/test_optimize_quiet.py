@@ -492,6 +492,35 @@ def test_eager_far_from_the_diagnosis_is_said():
     assert "the diagnosis timed it at 9.34 ms" in both
 
 
+def test_the_best_against_the_median_eager_is_said_where_eager_moved():
+    """Where eager moved, the note also puts the result's own time per call against the
+    median of eager's A/B times and the diagnosis's (session ak, H100: ResNet-50 b1's
+    winner 9.95x against eager at 8.84 ms beside it; the other rows 4.84-6.91 ms, the
+    diagnosis 4.91 ms). Without the best's times, or with eager steady, nothing more."""
+    from gobrrr.remedies.run_notes import eager_drift
+
+    rows = [_row("cuda_graphs", 4.0), _row("channels_last", 1.0), _row("tf32", 1.0),
+            _row("compile_reduce_overhead", 10.0)]
+    for r, eager_ms in zip(rows, (4.0, 5.0, 6.2, 8.0), strict=True):
+        r.eager_s = eager_ms / 1e3
+    best = rows[3]
+    best.candidate_s = 0.8e-3
+    note = eager_drift(rows, diagnosed_s=4.4e-3, best=best)
+    assert note is not None
+    # median of 4, 5, 6.2, 8 ms: 5.6 ms; 5.6 / 0.8 = 7; 4.4 / 0.8 = 5.5
+    assert note.endswith(". compile_reduce_overhead takes 800 us a call: 10.00x against "
+                         "eager timed beside it (8 ms), 7.00x against the median of "
+                         "eager's A/B times (5.6 ms), 5.50x against the diagnosis's")
+    assert eager_drift(rows, best=best).endswith("(5.6 ms)")
+    best.candidate_s = None
+    assert eager_drift(rows, diagnosed_s=4.4e-3, best=best) == eager_drift(
+        rows, diagnosed_s=4.4e-3)
+    for r in rows:
+        r.eager_s = 5.0e-3
+    best.candidate_s = 0.8e-3
+    assert eager_drift(rows, diagnosed_s=5.0e-3, best=best) is None
+
+
 def test_the_diagnosed_eager_time_is_the_budget_total():
     """The optimize JSON's diagnosed_eager_s is the diagnosis budget's total, what each
     predicted speedup is a ratio against; None without a diagnosis."""

@@ -4,6 +4,7 @@ row it let go (`faster_unheld`), and eager's time moving under the ratios
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
 from gobrrr.remedies.base import RemedyResult
@@ -46,8 +47,8 @@ def faster_unheld(results: Sequence[RemedyResult], best: RemedyResult | None
             f"sitting, run optimize again with --only {','.join(both)}")
 
 
-def eager_drift(results: Sequence[RemedyResult], diagnosed_s: float | None = None
-                ) -> str | None:
+def eager_drift(results: Sequence[RemedyResult], diagnosed_s: float | None = None,
+                best: RemedyResult | None = None) -> str | None:
     """A sentence where eager's time per call, timed beside each candidate (the A/B
     timer's other side), moved by more than EAGER_DRIFT across the run, or stood that far
     from the diagnosis's (`diagnosed_s`, what every prediction is a ratio against): each
@@ -55,7 +56,11 @@ def eager_drift(results: Sequence[RemedyResult], diagnosed_s: float | None = Non
     that moves with eager's host, so rows timed apart, and a prediction against its
     measurement, compare with that much doubt. On an H100 (session ag) GPT-2 1x1's
     diagnosis timed eager at 9.34 ms and its graph replay at 855 us (10.92x predicted);
-    beside the candidate eager read 6.96 ms, and the replay measured 8.14x."""
+    beside the candidate eager read 6.96 ms, and the replay measured 8.14x. With the
+    result's `best`, it also gives the best's own time per call against the median of
+    eager's A/B times (and the diagnosis's): on an H100 (session ak) ResNet-50 b1's
+    winner measured 9.95x against eager timed beside it at 8.84 ms, where the run's
+    other rows timed eager at 4.84-6.91 ms and the diagnosis at 4.91 ms."""
     timed = [r for r in results if r.status in CHECKED and r.eager_s and r.eager_s > 0]
     if not timed or (len(timed) < 2 and not diagnosed_s):
         return None
@@ -80,4 +85,20 @@ def eager_drift(results: Sequence[RemedyResult], diagnosed_s: float | None = Non
     return (f"{moved}{against}: each ratio is against eager timed beside it, so a "
             "candidate whose time the GPU bounds reads a ratio that moves with eager's "
             "host; rows timed apart, and a prediction against its measurement, compare "
-            "with that doubt")
+            f"with that doubt{_best_against(timed, diagnosed_s, best)}")
+
+
+def _best_against(timed: Sequence[RemedyResult], diagnosed_s: float | None,
+                  best: RemedyResult | None) -> str:
+    """The sentence of `eager_drift` that puts the best's time per call against the
+    median of eager's A/B times and the diagnosis's ("" without the best's times)."""
+    if best is None or not best.candidate_s or not best.eager_s \
+            or not best.measured_speedup:
+        return ""
+    median_s = statistics.median(r.eager_s or 0.0 for r in timed)
+    diag = ("" if not diagnosed_s else
+            f", {diagnosed_s / best.candidate_s:.2f}x against the diagnosis's")
+    return (f". {best.name} takes {fmt_s(best.candidate_s)} a call: "
+            f"{best.measured_speedup:.2f}x against eager timed beside it "
+            f"({fmt_s(best.eager_s)}), {median_s / best.candidate_s:.2f}x against the "
+            f"median of eager's A/B times ({fmt_s(median_s)}){diag}")

@@ -552,7 +552,8 @@ def search(specs: list[RemedySpec], ctx: Context,
                                                       [live_res])
     notes += quiet.notes()
     diagnosed_s = None if ctx.budget is None else ctx.budget.total_s
-    for note in (faster_unheld(results, best_res), eager_drift(results, diagnosed_s)):
+    for note in (faster_unheld(results, best_res),
+                 eager_drift(results, diagnosed_s, best_res)):
         if note is not None:
             say(note)
             notes.append(note)
