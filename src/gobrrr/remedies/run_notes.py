@@ -83,9 +83,9 @@ def eager_drift(results: Sequence[RemedyResult], diagnosed_s: float | None = Non
                f"; the diagnosis timed it at {fmt_s(diagnosed_s)}, and every predicted "
                "speedup is a ratio against that")
     return (f"{moved}{against}: each ratio is against eager timed beside it, so a "
-            "candidate whose time the GPU bounds reads a ratio that moves with eager's "
-            "host; rows timed apart, and a prediction against its measurement, compare "
-            f"with that doubt{_best_against(timed, diagnosed_s, best)}")
+            "candidate whose own time did not move with eager's (one the device bounds) "
+            "reads a ratio that moves with it; rows timed apart, and a prediction against "
+            f"its measurement, compare with that doubt{_best_against(timed, diagnosed_s, best)}")
 
 
 def _best_against(timed: Sequence[RemedyResult], diagnosed_s: float | None,
