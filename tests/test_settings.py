@@ -69,3 +69,40 @@ def test_dynamo_counters_of_the_user_come_back():
         counters.clear()  # gobrrr reads its own compiles from zero
         counters["frames"]["total"] += 1
     assert dict(counters["frames"]) == mine
+
+
+def test_transformers_once_logging_is_skipped_by_dynamo_inside_the_block():
+    """transformers' Logger.warning_once in a compiled function is a graph break (a GPT-2
+    built from a config warns about its loss_type in every forward with labels); inside
+    once_logging_ignored dynamo skips it, and the set is as it was after the block."""
+    import logging
+
+    import torch
+    import torch._dynamo
+    import transformers.utils.logging  # noqa: F401 - puts warning_once on logging.Logger
+    from torch._dynamo.utils import counters
+
+    from gobrrr.settings import ignored_logging_name, once_logging_ignored
+
+    name = ignored_logging_name()
+    assert name is not None
+    ignored = getattr(torch._dynamo.config, name)
+    assert logging.Logger.warning_once not in ignored
+    log = logging.getLogger("gobrrr-test-once")
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        log.warning_once("said once")
+        return x * 2
+
+    def breaks() -> int:
+        torch._dynamo.reset()
+        counters.clear()
+        torch.compile(fn, backend="eager")(torch.ones(3))
+        return sum(counters["graph_break"].values())
+
+    assert breaks() == 1
+    with once_logging_ignored():
+        assert logging.Logger.warning_once in ignored
+        assert breaks() == 0
+    assert logging.Logger.warning_once not in ignored
+    torch._dynamo.reset()

@@ -113,7 +113,11 @@ def test_a_copys_blocks_are_marked_and_the_users_class_is_left_alone():
 
 
 def test_only_a_cuda_training_steps_compile_marks_them(monkeypatch):
+    from gobrrr.remedies import compiled
     from gobrrr.remedies.compiled import compile_candidate
+
+    # as in a process without transformers (another test may have imported it)
+    monkeypatch.setattr(compiled, "once_logging_functions", lambda: [])
 
     def cand_of(model: nn.Module) -> Candidate:
         return Candidate(model, (torch.randn(2, 16),), {}, [model], [], [])
@@ -138,13 +142,37 @@ def test_only_a_cuda_training_steps_compile_marks_them(monkeypatch):
     assert "nested_regions" not in cand.compile_info
 
 
-def test_the_snippet_marks_the_users_block_class_first_where_the_search_did():
+def test_the_snippet_marks_the_users_block_class_first_where_the_search_did(monkeypatch):
+    from gobrrr.remedies import compiled
+
+    # as in a process without transformers (another test may have imported it)
+    monkeypatch.setattr(compiled, "once_logging_functions", lambda: [])
     spec = {s.name: s for s in catalog.select(None)}["compile_reduce_overhead"]
     assert spec.snippet_in(_train_ctx()) == (
         "# the repeated block compiled once and reused for every layer\n"
         "Block.forward = torch.compiler.nested_compile_region(Block.forward)\n"
         'step = torch.compile(step, mode="reduce-overhead")')
     assert spec.snippet_in(_train_ctx("cpu")) == spec.snippet
+    # with transformers' once-logging on logging.Logger: skipped first, as the search did
+    import logging
+
+    import transformers.utils.logging  # noqa: F401 - puts warning_once on logging.Logger
+
+    monkeypatch.setattr(compiled, "once_logging_functions",
+                        lambda: [logging.Logger.warning_once])
+    name = compiled.ignored_logging_name()
+    assert spec.snippet_in(_train_ctx("cpu")) == (
+        "import logging\n"
+        "# transformers' once-logging in a forward is a graph break: skip it when compiled\n"
+        f"torch._dynamo.config.{name}.add(logging.Logger.warning_once)\n"
+        'step = torch.compile(step, mode="reduce-overhead")')
+    cand = compiled.compile_candidate(
+        Candidate(Decoder(), (torch.randn(2, 16),), {}, [], [], []), _train_ctx("cpu"),
+        None)
+    assert compiled.once_logging_ignored in cand.switches
+    assert cand.notes == ["transformers' Logger.warning_once/info_once skipped inside the "
+                          "compiled code (dynamo's ignored logging functions): a graph "
+                          "break otherwise"]
 
 
 def _child_main(monkeypatch, capsys, spec, stdin_lines, order_waiting):

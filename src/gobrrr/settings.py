@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Settings", "read_flag", "snapshot", "restore", "preserved", "tf32",
-           "tf32_enabled", "has_precision_api", "cudnn_benchmark", "inductor_options"]
+           "tf32_enabled", "has_precision_api", "cudnn_benchmark", "inductor_options",
+           "ONCE_LOGGING", "once_logging_functions", "ignored_logging_name",
+           "once_logging_ignored"]
 
 # The `fp32_precision` owners of torch >= 2.9, by attribute path under torch.backends.
 _PRECISION_PATHS = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn",
@@ -218,3 +220,51 @@ def inductor_options(**options: Any) -> Iterator[None]:
         yield
     finally:
         restore(s)
+
+
+# transformers puts these on `logging.Logger` (transformers.utils.logging): a call in a
+# model's forward ("`loss_type=None` was set in the config but it is unrecognized", in
+# every GPT-2 built from a config with labels) is a graph break under torch.compile,
+# one frame more on the host every call. They warn once; the eager calls before a
+# compile have warned already.
+ONCE_LOGGING = ("warning_once", "info_once")
+
+
+def once_logging_functions() -> list[Any]:
+    """The ONCE_LOGGING methods `logging.Logger` has in this process (none before
+    transformers is imported)."""
+    import logging
+
+    return [f for name in ONCE_LOGGING if (f := getattr(logging.Logger, name, None))]
+
+
+def ignored_logging_name() -> str | None:
+    """The name of dynamo's set of logging functions it skips when tracing:
+    `ignore_logging_functions` (newer torch) or `ignore_logger_methods` (its older
+    name, torch 2.5-2.10), or None where dynamo has neither."""
+    import torch._dynamo.config as dynamo
+
+    for name in ("ignore_logging_functions", "ignore_logger_methods"):
+        if isinstance(getattr(dynamo, name, None), set):
+            return name
+    return None
+
+
+@contextlib.contextmanager
+def once_logging_ignored() -> Iterator[None]:
+    """Inside the block dynamo skips the ONCE_LOGGING calls it traces (no graph break);
+    it reads the set when it traces, at a compiled function's first call, so the block
+    must hold that call. The functions it added leave the set on exit."""
+    name = ignored_logging_name()
+    if name is None:
+        yield
+        return
+    import torch._dynamo.config as dynamo
+
+    ignored: set[Any] = getattr(dynamo, name)
+    added = [f for f in once_logging_functions() if f not in ignored]
+    ignored.update(added)
+    try:
+        yield
+    finally:
+        ignored.difference_update(added)

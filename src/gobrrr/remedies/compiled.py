@@ -34,7 +34,12 @@ from gobrrr.remedies.base import (
     Context,
     RemedySpec,
 )
-from gobrrr.settings import inductor_options
+from gobrrr.settings import (
+    ignored_logging_name,
+    inductor_options,
+    once_logging_functions,
+    once_logging_ignored,
+)
 
 __all__ = ["SPECS", "TRAINING_REPLAY_NOTE", "compile_candidate", "predict_default"]
 
@@ -64,6 +69,11 @@ def compile_candidate(cand: Candidate, ctx: Context, mode: str | None) -> Candid
         c.fn = torch.compile(target, **kwargs)
 
     cand.prepare.append(prepare)
+    if once_logging_functions() and ignored_logging_name():
+        cand.switches.append(once_logging_ignored)
+        cand.notes.append("transformers' Logger.warning_once/info_once skipped inside the "
+                          "compiled code (dynamo's ignored logging functions): a graph "
+                          "break otherwise")
     cand.compile_mode = mode or "default"
     return cand
 
@@ -166,14 +176,26 @@ _REDUCE_OVERHEAD = 'step = torch.compile(step, mode="reduce-overhead")'
 _MAX_AUTOTUNE = 'step = torch.compile(step, mode="max-autotune")'
 
 
+def _logging_lines() -> str:
+    """The snippet's lines that skip transformers' once-logging in compiled code (as
+    compile_candidate does), where this process has it."""
+    name = ignored_logging_name()
+    found = [f.__name__ for f in once_logging_functions()]
+    if not name or not found:
+        return ""
+    return ("import logging\n"
+            "# transformers' once-logging in a forward is a graph break: skip it when "
+            "compiled\n" + "".join(f"torch._dynamo.config.{name}.add(logging.Logger.{f})\n"
+                                    for f in found))
+
+
 def _snippet(code: str) -> Any:
-    """The compile's snippet, a training step's repeated blocks marked first (as
-    compile_candidate marks them)."""
+    """The compile's snippet, transformers' once-logging skipped and a training step's
+    repeated blocks marked first (as compile_candidate does both)."""
 
     def write(ctx: Context) -> str:
-        if not nested.applies(ctx):
-            return code
-        return nested.snippet_lines(ctx.repeated_blocks) + code
+        blocks = nested.snippet_lines(ctx.repeated_blocks) if nested.applies(ctx) else ""
+        return _logging_lines() + blocks + code
 
     return write
 
