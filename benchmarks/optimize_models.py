@@ -322,11 +322,12 @@ def run_gobrrr(case_name: str, out: Path, budget_s: float) -> dict[str, Any]:
                              # when (since its spawn) it built, began and answered; whether
                              # it was timed beside the background compile, and its first
                              # figure where it was timed again or captured again
-                             # (remedies/quiet.py)
+                             # (remedies/quiet.py); a compile's graphs and breaks
                              | {k: (r.get("checks") or {}).get(k)
                                 for k in ("plan", "child_compile_s", "child_timeline",
                                           "timed_beside_compile", "beside_compile_speedup",
-                                          "before_recapture_speedup")}
+                                          "before_recapture_speedup", "graphs",
+                                          "graph_breaks", "break_reasons")}
                              for r in d["remedies"]]}
     else:
         res |= {"best": "error", "speedup": None, "error": proc.stderr[-2000:]}
