@@ -94,18 +94,21 @@ def test_gradients_are_judged_by_relative_l2_at_their_precision():
         "eager's gradients differ from themselves by 1 (relative L2)")
 
 
-def _dropout_step():
+def _dropout_step(returns_loss: bool = False):
     """An MLP with dropout's training step: its gradients hang on the masks drawn. It
-    returns nothing, so that only the gradients can tell two candidates apart."""
+    returns nothing, so that only the gradients can tell two candidates apart, or
+    (`returns_loss`) its loss, which hangs on the masks too."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.5), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=1e-5)
     x, y = torch.randn(8, 16), torch.randn(8, 4)
 
-    def step() -> None:
+    def step() -> torch.Tensor | None:
         opt.zero_grad(set_to_none=True)
-        (model(x) - y).square().mean().backward()
+        loss = (model(x) - y).square().mean()
+        loss.backward()
         opt.step()
+        return loss.detach() if returns_loss else None
 
     return step
 
@@ -140,30 +143,13 @@ def test_a_step_without_random_draws_has_no_seed_noise():
     assert make_reference(base, "cpu").grad_seed_noise == 0.0
 
 
-def _dropout_loss_step():
-    """`_dropout_step` returning its loss: the outputs hang on the masks too."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.5), nn.Linear(64, 4))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-5)
-    x, y = torch.randn(8, 16), torch.randn(8, 4)
-
-    def step() -> torch.Tensor:
-        opt.zero_grad(set_to_none=True)
-        loss = (model(x) - y).square().mean()
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return step
-
-
 def test_outputs_that_hang_on_random_draws_made_otherwise_are_not_called_wrong():
     """A compiled training step under dropout draws its masks otherwise, and its loss
     moves as another seed's does (on this project's CPU GPT-2's fp32 step compiled missed
     1e-4 by 0.0021-0.0079 and was rejected): nothing can judge it, so it is timed but
     never a winner. A step without draws is still rejected where it misses (the Adam
     test above)."""
-    base = copy_workload(_dropout_loss_step(), (), {})
+    base = copy_workload(_dropout_step(returns_loss=True), (), {})
     base.fn()
     ref = make_reference(base, "cpu")
     assert ref.nondeterminism["relative_l2"] == 0.0  # same seed, same masks
