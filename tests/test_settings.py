@@ -106,3 +106,34 @@ def test_transformers_once_logging_is_skipped_by_dynamo_inside_the_block():
         assert breaks() == 0
     assert logging.Logger.warning_once not in ignored
     torch._dynamo.reset()
+
+
+def test_once_logging_block_drops_only_the_metrics_loggers_unsortable_set_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """torch 2.11 sorts every set of dynamo's config into each compile's metrics; with
+    functions in one that raises, logged at ERROR per compile. Inside the block that
+    record is dropped; any other error of that logger, and the same one after the
+    block, still reaches the user."""
+    import logging
+
+    import transformers.utils.logging  # noqa: F401 - puts warning_once on logging.Logger
+
+    from gobrrr.settings import once_logging_ignored
+
+    log = logging.getLogger("torch._dynamo.metrics_context")
+
+    def fail(exc: Exception) -> None:
+        try:
+            raise exc
+        except Exception:
+            log.exception("Unexpected exception logging compilation metrics")
+
+    unsortable = TypeError("'<' not supported between instances of "
+                           "'functools._lru_cache_wrapper' and 'functools._lru_cache_wrapper'")
+    with caplog.at_level(logging.ERROR, logger="torch._dynamo.metrics_context"):
+        with once_logging_ignored():
+            fail(unsortable)
+            fail(ValueError("something else"))
+        fail(TypeError("'<' not supported between instances of 'a' and 'b'"))
+    errors = [str(r.exc_info[1]) for r in caplog.records if r.exc_info]
+    assert errors == ["something else", "'<' not supported between instances of 'a' and 'b'"]

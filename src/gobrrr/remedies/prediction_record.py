@@ -13,9 +13,10 @@ came). Candidates are grouped by what their prediction rests on (`kind_of`):
 
 Two records:
 - the validation suite's, committed: `prediction_record.json` beside this module, written
-  by `benchmarks/prediction_table.py` from the optimize rows of the H200 table
-  (`benchmarks/results/h200/optimize-budget60.md`; the whole table in
-  `prediction-vs-measured.md`). It stands for CUDA runs; on a CPU there is none.
+  by `benchmarks/prediction_table.py` from the optimize rows of the newest nine-model
+  table (session al's, on an H100: `benchmarks/results/h100/session-2026-12-06al/`,
+  `optimize-budget60.md`; the whole table in `prediction-vs-measured.md`; the JSON's
+  "source" names it). It stands for CUDA runs; on a CPU there is none.
 - this machine's: every measured candidate of every optimize run, one JSON file per
   machine and software stack in the cache folder (as compile_record.py keeps compiles),
   read before this run's candidates are added, so it says how earlier runs fared.
