@@ -6,7 +6,8 @@ A GPT-2 (config, random weights) forward with labels, compiled (dynamo with the 
 backend: the metrics are written by dynamo, whatever the backend) inside gobrrr's block
 (`gobrrr`), or with the same functions put in dynamo's ignored set by hand and no filter
 (`bare`). Prints one JSON line: the graph breaks and how many "Unexpected exception
-logging" records passed that logger's filters. On torch 2.11 `bare` shows the defect (each
+logging" records passed that logger's filters, and whether gobrrr finds that this torch's
+metrics trip on the set (the snippet's quieting line hangs on it). On torch 2.11 `bare` shows the defect (each
 compile logs a traceback); torch 2.13 leaves the set out of its metrics, so both read 0.
 """
 
@@ -46,7 +47,7 @@ def main(way: str) -> int:
     from torch._dynamo.utils import counters
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from gobrrr.settings import once_logging_ignored
+    from gobrrr.settings import metrics_trip_on_ignored_functions, once_logging_ignored
 
     count = _Count()
     logging.getLogger("torch._dynamo.metrics_context").addHandler(count)
@@ -60,7 +61,9 @@ def main(way: str) -> int:
         torch.compile(model, backend="eager")(input_ids=ids, labels=ids)
     print(json.dumps({"way": way, "torch": torch.__version__,
                       "graph_breaks": sum(counters["graph_break"].values()),
-                      "unexpected_exception_records": count.n}))
+                      "unexpected_exception_records": count.n,
+                      "metrics_trip_on_ignored_functions":
+                          metrics_trip_on_ignored_functions()}))
     return 0
 
 

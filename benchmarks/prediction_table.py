@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -133,7 +133,38 @@ def test_once_logging_block_drops_only_the_metrics_loggers_unsortable_set_traceb
     with caplog.at_level(logging.ERROR, logger="torch._dynamo.metrics_context"):
         with once_logging_ignored():
             fail(unsortable)
+            fail(TypeError("Object of type _lru_cache_wrapper is not JSON serializable"))
             fail(ValueError("something else"))
         fail(TypeError("'<' not supported between instances of 'a' and 'b'"))
     errors = [str(r.exc_info[1]) for r in caplog.records if r.exc_info]
     assert errors == ["something else", "'<' not supported between instances of 'a' and 'b'"]
+
+
+def test_metrics_trip_is_read_from_dynamos_own_config_writer(monkeypatch):
+    """True where dynamo's config writer raises on the functions in the set (torch 2.11
+    sorts every set), False where it writes (torch 2.13 leaves the set out); the set is
+    as it was either way."""
+    import logging
+
+    import torch._dynamo.config as dynamo
+    import torch._dynamo.utils as dynamo_utils
+    import transformers.utils.logging  # noqa: F401 - puts warning_once on logging.Logger
+
+    from gobrrr.settings import ignored_logging_name, metrics_trip_on_ignored_functions
+
+    name = ignored_logging_name()
+    assert name is not None
+    ignored = getattr(dynamo, name)
+    before = set(ignored)
+
+    def sorts_every_set() -> str:
+        return str(sorted(getattr(dynamo, name)))
+
+    monkeypatch.setattr(dynamo_utils, "_get_dynamo_config_for_logging", sorts_every_set)
+    assert metrics_trip_on_ignored_functions() is True
+    assert logging.Logger.warning_once not in ignored and set(ignored) == before
+    monkeypatch.setattr(dynamo_utils, "_get_dynamo_config_for_logging", lambda: "{}")
+    assert metrics_trip_on_ignored_functions() is False
+    monkeypatch.delattr(dynamo_utils, "_get_dynamo_config_for_logging")
+    assert metrics_trip_on_ignored_functions() is False
+    assert set(ignored) == before

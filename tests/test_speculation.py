@@ -166,6 +166,16 @@ def test_the_snippet_marks_the_users_block_class_first_where_the_search_did(monk
         "# transformers' once-logging in a forward is a graph break: skip it when compiled\n"
         f"torch._dynamo.config.{name}.add(logging.Logger.warning_once)\n"
         'step = torch.compile(step, mode="reduce-overhead")')
+    # where this torch's compile metrics trip on the set (torch 2.11), the snippet quiets them
+    monkeypatch.setattr(compiled, "metrics_trip_on_ignored_functions", lambda: True)
+    assert spec.snippet_in(_train_ctx("cpu")) == (
+        "import logging\n"
+        "# transformers' once-logging in a forward is a graph break: skip it when compiled\n"
+        f"torch._dynamo.config.{name}.add(logging.Logger.warning_once)\n"
+        "# this torch then logs a harmless traceback per compile (its compile metrics sort "
+        "that set)\n"
+        'logging.getLogger("torch._dynamo.metrics_context").setLevel(logging.CRITICAL)\n'
+        'step = torch.compile(step, mode="reduce-overhead")')
     cand = compiled.compile_candidate(
         Candidate(Decoder(), (torch.randn(2, 16),), {}, [], [], []), _train_ctx("cpu"),
         None)

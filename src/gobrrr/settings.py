@@ -32,7 +32,7 @@ from typing import Any
 __all__ = ["Settings", "read_flag", "snapshot", "restore", "preserved", "tf32",
            "tf32_enabled", "has_precision_api", "cudnn_benchmark", "inductor_options",
            "ONCE_LOGGING", "once_logging_functions", "ignored_logging_name",
-           "once_logging_ignored"]
+           "once_logging_ignored", "metrics_trip_on_ignored_functions"]
 
 # The `fp32_precision` owners of torch >= 2.9, by attribute path under torch.backends.
 _PRECISION_PATHS = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn",
@@ -260,12 +260,43 @@ _METRICS_LOGGER = "torch._dynamo.metrics_context"
 
 
 class _UnsortableConfigFilter:
-    """Drops only the metrics logger's records whose exception is that sort."""
+    """Drops only the metrics logger's records whose exception is that sort (or, with one
+    function in the set, the JSON encoding that follows it)."""
 
     def filter(self, record: Any) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return not (isinstance(exc, TypeError) and "not supported between" in str(exc)
+        about_functions = isinstance(exc, TypeError) and (
+            "not supported between" in str(exc) or "not JSON serializable" in str(exc))
+        return not (about_functions
                     and str(record.msg).startswith("Unexpected exception logging"))
+
+
+def metrics_trip_on_ignored_functions() -> bool:
+    """Whether this torch's compile metrics fail to write dynamo's config once the
+    ONCE_LOGGING functions are in its ignored set (torch 2.11 does: _METRICS_LOGGER).
+    Asks dynamo's own writer (a private function, so False where it is gone)."""
+    name = ignored_logging_name()
+    functions = once_logging_functions()
+    if name is None or not functions:
+        return False
+    import torch._dynamo.config as dynamo
+    import torch._dynamo.utils as dynamo_utils
+
+    write = getattr(dynamo_utils, "_get_dynamo_config_for_logging", None)
+    if write is None:
+        return False
+    ignored: set[Any] = getattr(dynamo, name)
+    added = [f for f in functions if f not in ignored]
+    ignored.update(added)
+    try:
+        write()
+    except TypeError:
+        return True
+    except Exception:  # noqa: BLE001 - any other failure is not this one
+        return False
+    finally:
+        ignored.difference_update(added)
+    return False
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ from gobrrr.remedies.base import (
 from gobrrr.settings import (
     ignored_logging_name,
     inductor_options,
+    metrics_trip_on_ignored_functions,
     once_logging_functions,
     once_logging_ignored,
 )
@@ -183,10 +184,14 @@ def _logging_lines() -> str:
     found = [f.__name__ for f in once_logging_functions()]
     if not name or not found:
         return ""
+    quiet = ("# this torch then logs a harmless traceback per compile (its compile "
+             "metrics sort that set)\n"
+             'logging.getLogger("torch._dynamo.metrics_context").setLevel(logging.CRITICAL)\n'
+             if metrics_trip_on_ignored_functions() else "")
     return ("import logging\n"
             "# transformers' once-logging in a forward is a graph break: skip it when "
             "compiled\n" + "".join(f"torch._dynamo.config.{name}.add(logging.Logger.{f})\n"
-                                    for f in found))
+                                    for f in found) + quiet)
 
 
 def _snippet(code: str) -> Any:
