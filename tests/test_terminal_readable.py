@@ -256,6 +256,24 @@ def test_module_tables_say_their_times_are_exclusive(forward, monkeypatch):
             "in its innermost module)</h2>") in render_report(forward)
 
 
+def test_a_modules_calls_are_its_ops_calls_and_its_table_says_so(forward, monkeypatch):
+    """A module's "calls" count the ops it holds (a Linear run once reads 2), so the
+    module, phase and class tables head that column "op calls"; the op table "calls"."""
+    from gobrrr.show import render_report
+
+    out = terminal(forward, monkeypatch, TERMINAL_WIDTH="200")
+    lines = out.splitlines()
+    head = {title: next(ln for ln in lines[i:] if "┃" in ln)
+            for title in ("top ops (device time)", "top modules")
+            for i in [next(j for j, ln in enumerate(lines) if ln.startswith(title))]}
+    assert head["top ops (device time)"].split("┃")[1].strip() == "calls"
+    assert head["top modules"].split("┃")[1].strip() == "op calls"
+    html = render_report(forward)
+    modules = html[html.index('id="modules"'):html.index('id="classes"')]
+    ops = html[html.index('id="ops"'):html.index('id="modules"')]
+    assert ">op calls<" in modules and ">op calls<" not in ops and ">calls<" in ops
+
+
 # ---------------------------------------------------------------- the batch experiment
 
 

@@ -27,7 +27,8 @@ from typing import Any
 from gobrrr.units import fmt_bytes_per_s, fmt_flops
 
 __all__ = ["budget_parts", "phase_rows", "roof_band", "verdict_headline", "agreement_tone",
-           "above_roof", "cause_text", "MODULES_TITLE", "UNEXPLAINED", "UNEXPLAINED_NOTE"]
+           "above_roof", "cause_text", "MODULES_TITLE", "OP_CALLS", "UNEXPLAINED",
+           "UNEXPLAINED_NOTE"]
 
 
 def budget_parts(budget: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
@@ -96,6 +97,10 @@ def above_roof(row: Mapping[str, Any]) -> bool:
     frac = row.get("roofline_fraction")
     return frac is not None and frac > 1
 
+
+# A module's, phase's or op class's "calls" are the calls of the ops it holds (a Linear
+# run once reads 2: its t and its addmm), so its tables say so.
+OP_CALLS = "op calls"
 
 # Module rows are exclusive (budget.py: each op goes to its innermost module), so a block
 # can read 33.6 us above a child of 440 ms (issue 25): the title says so, in both views.

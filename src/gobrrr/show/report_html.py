@@ -12,6 +12,7 @@ from typing import Any
 
 from gobrrr.show.budget_view import (
     MODULES_TITLE,
+    OP_CALLS,
     UNEXPLAINED,
     UNEXPLAINED_NOTE,
     above_roof,
@@ -34,10 +35,12 @@ from gobrrr.units import fmt_num, fmt_s
 
 __all__ = ["report_sections", "render_report", "write_report", "rows_table", "title_of"]
 
-def rows_table(rows: list[dict[str, Any]], total_s: float, numbered: bool = False) -> Any:
-    """Per-op / per-module / per-class rows (budget.RowBudget dicts), sortable."""
+def rows_table(rows: list[dict[str, Any]], total_s: float, numbered: bool = False,
+               count: str = "calls") -> Any:
+    """Per-op / per-module / per-class rows (budget.RowBudget dicts), sortable; `count`
+    heads the calls column (OP_CALLS where a row groups several ops)."""
     cols = (["#"] if numbered else []) + [
-        "name", "calls", "time", "% of T", "FLOPs", "bytes", "FLOP/B", "achieved",
+        "name", count, "time", "% of T", "FLOPs", "bytes", "FLOP/B", "achieved",
         "% roofline", "bound"]
     out = []
     for i, r in enumerate(rows):
@@ -87,7 +90,7 @@ def _phases_body(rows: list[dict[str, Any]], total_s: float) -> Any:
                   "a torch.profiler.record_function range. Time between ops (Python, "
                   "dispatch) is in no phase: the phases add up to the ops' time, not to "
                   "T.", "note"),
-        rows_table(rows, total_s)])
+        rows_table(rows, total_s, count=OP_CALLS)])
 
 
 def _step_body(d: dict[str, Any]) -> Any:
@@ -442,8 +445,9 @@ def report_sections(d: dict[str, Any]) -> list[Section]:
                    _distributed_body(d["distributed"]))] if d.get("distributed") else []),
         Section("ops", "Per op", rows_table(per_op, total_s, numbered=True)),
         Section("modules", "Per module" + MODULES_TITLE.removeprefix("top modules"),
-                rows_table(b["per_module"], total_s)),
-        Section("classes", "Per op class", rows_table(b["per_class"], total_s)),
+                rows_table(b["per_module"], total_s, count=OP_CALLS)),
+        Section("classes", "Per op class", rows_table(b["per_class"], total_s,
+                                                      count=OP_CALLS)),
         Section("below-roof", "Ops below their roof", _below_roof_table(d, total_s)),
         Section("remedies", "Remedies: predicted and measured gains", remedies),
         Section("notes", "Notes", notes_body),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gobrrr.show.budget_view import (
     MODULES_TITLE,
+    OP_CALLS,
     UNEXPLAINED,
     UNEXPLAINED_NOTE,
     above_roof,
@@ -472,7 +473,7 @@ def print_report(report: dict[str, Any]) -> None:
     if phases:
         print_table(out, _phase_table(phases, total_s))
     print_table(out, _rows_table("top ops (device time)", b["per_op"], 8))
-    print_table(out, _rows_table(MODULES_TITLE, b["per_module"], 6))
+    print_table(out, _rows_table(MODULES_TITLE, b["per_module"], 6, OP_CALLS))
     shown = b["per_op"][:8] + b["per_module"][:6]
     legend = [f"{mark} {text}" for mark, text, band in (
         ("[red]*[/red]", "under 25% of its own roofline", "<25%"),
@@ -523,15 +524,17 @@ def print_report(report: dict[str, Any]) -> None:
               f"diagnosed in {d['diagnose_s']:.1f} s[/dim]")
 
 
-def _rows_table(title: str, rows: list[dict[str, Any]], n: int) -> Any:
-    """The top `n` rows (budget.RowBudget dicts) with their roofline reading."""
+def _rows_table(title: str, rows: list[dict[str, Any]], n: int,
+               count: str = "calls") -> Any:
+    """The top `n` rows (budget.RowBudget dicts) with their roofline reading; `count`
+    heads the calls column (OP_CALLS where a row groups several ops)."""
     from rich.markup import escape
     from rich.table import Table
 
     # No outer edge and a one-word bound column: at 80 columns the names get the room.
     t = Table(title=title, title_justify="left", show_edge=False)
     t.add_column("name")  # whole (print_table), however long
-    for col in ("calls", "time", "FLOP/B", "achieved", "% roof"):
+    for col in (count, "time", "FLOP/B", "achieved", "% roof"):
         t.add_column(col, justify="right")
     t.add_column("bound", min_width=9, no_wrap=True)
     for row in rows[:n]:
@@ -559,7 +562,7 @@ def _phase_table(rows: list[dict[str, Any]], total_s: float) -> Any:
 
     t = Table(title="time by phase", title_justify="left", show_edge=False)
     t.add_column("name")
-    for col in ("calls", "time", "% of T"):
+    for col in (OP_CALLS, "time", "% of T"):
         t.add_column(col, justify="right")
     t.add_column("bound", min_width=9, no_wrap=True)
     for row in rows:
