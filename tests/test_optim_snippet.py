@@ -87,3 +87,20 @@ def test_bf16_is_not_offered_on_a_cpu_whose_bf16_matmul_is_no_faster():
                                        "is no faster than fp32's (200 GFLOP/s)")
         assert applies(name, {"fp32": 2e11, "bf16": 4e11}) is None
         assert applies(name, slow, device="cuda") is None  # a GPU's bf16: tensor cores
+
+
+def test_a_stack_whose_parts_name_the_module_and_the_call_says_what_the_names_are():
+    """A cast's snippet names `model` and `x`, a compile's `step`: joined, the snippet
+    says once what each is; a snippet with one kind of name says nothing more."""
+    from gobrrr.remedies.base import RemedyResult
+    from gobrrr.remedies.result import NAMES, snippet_for
+
+    def best(snippet: str) -> RemedyResult:
+        return RemedyResult("a+b", "memory", "verified", "", measured_speedup=2.0,
+                            tolerance="t", snippet=snippet)
+
+    stacked = snippet_for(best("model = model.to(torch.bfloat16)\nstep = torch.compile(step)"))
+    assert stacked.splitlines()[1] == NAMES
+    assert NAMES not in snippet_for(best("model = model.to(torch.bfloat16)"))
+    assert NAMES not in snippet_for(best("step = torch.compile(step)\nopt = torch.optim.AdamW("
+                                         "params, fused=True)"))

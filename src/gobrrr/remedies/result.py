@@ -4,6 +4,7 @@ code to apply it, and a callable running it. `to_dict()` is what `--json` prints
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,12 +112,21 @@ def _untried(remedies: list[RemedyResult], budget_s: float | None) -> str:
             + (f", --budget-s {budget_s + need:.0f} would reach it" if budget_s else ""))
 
 
+# Each remedy's snippet names what it touches: the module and its input (`model`, `x`:
+# a cast, inference mode) or the call gobrrr timed (`step`, `args`: autocast, compile,
+# CUDA graphs). A stack's snippet joins both kinds, so it says once what the names are.
+NAMES = ("# names: model and x are your module and its input; step is the call gobrrr "
+         "timed (step(*args); for a model, the model itself)")
+
+
 def snippet_for(best: RemedyResult | None, why: str = KEEP) -> str:
     if best is None:
         return f"# {why}"
     head = (f"# gobrrr optimize: {best.name}, measured {best.measured_speedup:.2f}x, "
             f"outputs verified ({best.tolerance})")
-    return head + "\n" + best.snippet
+    code = best.snippet
+    both = re.search(r"\b(model|x)\b", code) and re.search(r"\bstep\b", code)
+    return head + "\n" + (NAMES + "\n" if both else "") + code
 
 
 def diagnosed_eager_s(report: Any) -> float | None:
