@@ -6,9 +6,10 @@ A GPT-2 (config, random weights) forward with labels, compiled (dynamo with the 
 backend: the metrics are written by dynamo, whatever the backend) inside gobrrr's block
 (`gobrrr`), or with the same functions put in dynamo's ignored set by hand and no filter
 (`bare`). Prints one JSON line: the graph breaks and how many "Unexpected exception
-logging" records passed that logger's filters, and whether gobrrr finds that this torch's
-metrics trip on the set (the snippet's quieting line hangs on it). On torch 2.11 `bare` shows the defect (each
-compile logs a traceback); torch 2.13 leaves the set out of its metrics, so both read 0.
+logging" records passed that logger's filters, and whether gobrrr finds that this
+torch's metrics trip on the set (the snippet's quieting line hangs on it). On torch 2.11
+`bare` shows the defect (each compile logs a traceback); torch 2.13 leaves the set out of
+its metrics, so both read 0.
 """
 
 from __future__ import annotations

@@ -57,6 +57,27 @@ def test_the_given_step_is_t_wall_and_overhead_is_the_rest(h200_calibration):
     assert given.to_dict()["timing"]["median_s"] == USER_STEP_S
 
 
+def test_an_overhead_verdict_from_the_traced_span_says_it_is_an_upper_bound(
+        h200_calibration):
+    """Without --step-ms the compiled chain reads overhead-bound as traced: the verdict
+    is marked (verdict.as_traced), its headline says "as traced (an upper bound)" and
+    its first evidence names what the kernels alone are bound by; with the user's step
+    neither (the verdict is doctor's memory)."""
+    from gobrrr.show.budget_view import verdict_headline
+
+    traced = analyze([COMPILED])
+    v = traced.to_dict()["verdict"]
+    assert v["as_traced"] is True
+    assert verdict_headline(v).startswith("OVERHEAD-BOUND as traced (an upper bound): ")
+    assert v["evidence"][0].startswith("as traced: T_wall is the profiled steps' span")
+    assert "the ops' time alone is memory-bound (33.4 us of 33.4 us)" in v["evidence"][0]
+    validate(traced.to_dict(), "report")
+    given = analyze([COMPILED], step_s=USER_STEP_S).to_dict()["verdict"]
+    assert given["as_traced"] is False and given["regime"] == "memory"
+    assert not verdict_headline(given).count("as traced")
+    assert not given["evidence"][0].startswith("as traced")
+
+
 def test_a_step_shorter_than_its_kernels_is_refused(h200_calibration):
     # kernels take their traced time unprofiled: 20 us cannot hold 33.4 us of them
     with pytest.raises(UserError, match=r"--step-ms 0\.02 is shorter than the 0\.03343 "

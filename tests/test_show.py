@@ -104,7 +104,7 @@ def test_terminal_prints_time_by_phase_for_a_training_step(train_step, forward_o
     assert rows == [["optimizer", "27", "74.5 us", "2.3%", "memory"],
                     ["backward", "43", "59.3 us", "1.9%", "compute"],
                     ["forward", "14", "50.1 us", "1.6%", "compute"]]
-    assert "OVERHEAD-BOUND: 94% of 3.18 ms per step" in out
+    assert "OVERHEAD-BOUND as traced (an upper bound): 94% of 3.18 ms per step" in out
     assert "time by phase" not in terminal(forward_only)
 
 

@@ -320,6 +320,12 @@ def test_overlapping_ranges_make_the_verdict_name_both():
     assert verdict_headline({"regime": "memory", "share": 0.9}) == "MEMORY-BOUND: 90%"
     tight = {"regime": "memory", "share": 0.9, "share_range": [0.9, 0.9], "uncertain": False}
     assert verdict_headline(tight) == "MEMORY-BOUND: 90%"
+    # analyze's overhead read from a profiled span says so, confident or not
+    assert verdict_headline(sure | {"as_traced": True}) == (
+        "OVERHEAD-BOUND as traced (an upper bound): 55% (48-61%)")
+    assert verdict_headline(v | {"as_traced": True}) == (
+        "OVERHEAD- OR COMPUTE-BOUND as traced (an upper bound): overhead 48-61% vs compute "
+        "35-50% (within this run's timing spread)")
 
 
 def test_a_remedy_is_shown_for_the_regime_its_prediction_takes_most_from():

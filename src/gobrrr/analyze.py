@@ -18,7 +18,7 @@ from gobrrr.dist.analyze import analyze_ranks
 from gobrrr.errors import UserError
 from gobrrr.hardware import Ceilings
 from gobrrr.report import Report
-from gobrrr.tracefile.analysis import analyse_trace
+from gobrrr.tracefile.analysis import analyse_trace, as_traced
 from gobrrr.tracefile.read import TraceHeader, read_header
 
 __all__ = ["analyze", "check_traces"]
@@ -68,6 +68,7 @@ def analyze(paths: Sequence[str | Path], *, ceilings: Ceilings | None = None,
     t0 = time.perf_counter()
     headers = check_traces(paths)
     if len(headers) > 1:
-        return analyze_ranks(headers, ceilings=ceilings, progress=say, step_s=step_s)
+        return as_traced(analyze_ranks(headers, ceilings=ceilings, progress=say,
+                                       step_s=step_s))
     a = analyse_trace(headers[0], ceilings, say, step_s=step_s)
-    return report_for(a.run, a.ceilings, started_s=t0)
+    return as_traced(report_for(a.run, a.ceilings, started_s=t0))

@@ -65,7 +65,9 @@ __all__ = ["Report", "SCHEMA_VERSION"]
 #       to 16 bytes, as Inductor pads it; null where aligned)
 # 1.16: experiments.batch_scaling.step_ratio, predicted_step_ratio (from a batch of 1,
 #       the 2x -> 4x step checks the budget: experiments._past_batch_one)
-SCHEMA_VERSION = "1.16"
+# 1.17: verdict.as_traced (analyze: an overhead verdict read from a profiled trace's
+#       span, an upper bound: tracefile/analysis.as_traced)
+SCHEMA_VERSION = "1.17"
 
 
 @dataclass

@@ -67,6 +67,9 @@ class Verdict:
     # a CPU run whose torch threads outnumbered the free cores (contention.Contention.
     # contended) while it was timed or counted: never a confident verdict (below)
     contended: bool = False
+    # overhead read from a profiled trace's span (analyze without --step-ms): the
+    # profiler's own host time is in it, so the share is an upper bound (as_traced)
+    as_traced: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(vars(self))

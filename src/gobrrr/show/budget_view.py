@@ -55,7 +55,8 @@ def roof_band(row: Mapping[str, Any]) -> str | None:
 
 def verdict_headline(v: Mapping[str, Any],
                      mark: Callable[[str, str], str] = lambda text, _regime: text) -> str:
-    """"OVERHEAD-BOUND: 55% (52-58%)", or, when the runner-up's range overlaps (report
+    """"OVERHEAD-BOUND: 55% (52-58%)" ("OVERHEAD-BOUND as traced (an upper bound): ..."
+    for analyze's verdict.as_traced), or, when the runner-up's range overlaps (report
     1.9: verdict.uncertain), both: "OVERHEAD- OR COMPUTE-BOUND: overhead 48-61% vs
     compute 35-50% ..."; a report before 1.9: "OVERHEAD-BOUND: 55%". `mark(text,
     regime)` styles a regime's name (the terminal's colour)."""
@@ -66,17 +67,18 @@ def verdict_headline(v: Mapping[str, Any],
         return f"{lo}%" if lo == hi else f"{lo}-{hi}%"
 
     other, other_range = v.get("runner_up"), v.get("runner_up_range")
+    traced = " as traced (an upper bound)" if v.get("as_traced") else ""
     if v.get("uncertain") and other and lo_hi and other_range:
         why = ("on a contended CPU: other processes held cores torch's threads needed"
                if v.get("contended") else
                "within this run's timing spread"
                + (" and its CPU load" if v.get("wall_factor") else ""))
         return (f"{mark(regime.upper() + '-', regime)} OR "
-                f"{mark(other.upper() + '-BOUND', other)}: {regime} {pct(lo_hi)} vs "
+                f"{mark(other.upper() + '-BOUND', other)}{traced}: {regime} {pct(lo_hi)} vs "
                 f"{other} {pct(other_range)} ({why})")
     share = f"{round(100 * v['share'])}%"
     spread = f" ({pct(lo_hi)})" if lo_hi and pct(lo_hi) != share else ""
-    return f"{mark(regime.upper() + '-BOUND', regime)}: {share}{spread}"
+    return f"{mark(regime.upper() + '-BOUND', regime)}{traced}: {share}{spread}"
 
 
 def agreement_tone(v: Mapping[str, Any]) -> str:

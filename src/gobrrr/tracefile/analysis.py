@@ -14,7 +14,7 @@ profiler's own cost (a note says so), and no experiment can check the budget.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gobrrr.errors import UserError
@@ -22,6 +22,7 @@ from gobrrr.fusion_estimate import fusable_bytes_saved
 from gobrrr.hardware import Ceilings
 from gobrrr.recorded import COMPILED_GRAPH_RANGES
 from gobrrr.remedies.attention import find_attention
+from gobrrr.report import Report
 from gobrrr.run import MeasuredRun, Step
 from gobrrr.timing import from_samples
 from gobrrr.tracefile.ceilings import ceilings_for_trace
@@ -33,8 +34,9 @@ from gobrrr.tracefile.loading import data_loading_in
 from gobrrr.tracefile.read import TraceHeader
 from gobrrr.tracefile.stepfind import find_steps
 from gobrrr.tracefile.steps import MEDIAN_WALL_NOTE, TraceRun, analyse_steps
+from gobrrr.units import fmt_s
 
-__all__ = ["TraceAnalysis", "analyse_trace", "PROFILED_WALL_NOTE"]
+__all__ = ["TraceAnalysis", "analyse_trace", "PROFILED_WALL_NOTE", "as_traced"]
 
 # Where T_wall is the profiled steps' span (a source that timed its steps unprofiled,
 # script.py, drops this note)
@@ -164,3 +166,27 @@ def _workload(header: TraceHeader, steps: int, device: str, kernels_per_step: fl
             "distributed": header.distributed,
         },
     }
+
+
+def as_traced(report: Report) -> Report:
+    """`report` with its verdict marked where overhead was read from the profiled steps'
+    span (PROFILED_WALL_NOTE still among its notes: no --step-ms): the profiler's own host
+    time is in that span, so the share is an upper bound (on an H200 the compiled
+    pointwise chain's traced calls took 80-141 us against 38-59 us unprofiled, and read
+    overhead-bound where doctor reads memory-bound: plain-traces-analyze.md). The
+    evidence says what the ops' time alone is bound by, the reading left if the host
+    ran as fast as the program's."""
+    v = report.verdict
+    if v.regime != "overhead" or PROFILED_WALL_NOTE not in report.notes:
+        return report
+    parts = {k: s for k, s in report.budget.parts_s.items() if k != "overhead"}
+    busy_s = sum(parts.values())
+    if busy_s <= 0:
+        return report
+    top = max(parts, key=lambda k: parts[k])
+    line = (f"as traced: T_wall is the profiled steps' span, which holds the profiler's "
+            f"own host time, so this overhead is an upper bound of the program's; the "
+            f"ops' time alone is {top}-bound ({fmt_s(parts[top])} of {fmt_s(busy_s)}); "
+            "--step-ms (the step's time without the profiler) reads it as the program runs")
+    return replace(report, verdict=replace(v, as_traced=True,
+                                           evidence=[line, *v.evidence]))
