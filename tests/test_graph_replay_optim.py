@@ -110,3 +110,41 @@ def test_an_adamw_step_replay_is_timed_interleaved_with_its_eager_step():
     assert g.replay_s < g.eager_s
     assert [x["capturable"] for x in opt.param_groups] == [False, False]
     w()
+
+
+def test_torchs_uncaptured_step_warning_is_marked_given_inside_and_back_after():
+    """torch warns once per optimizer that a capturable one steps outside a capture;
+    gobrrr's warm-up and eager timing do so on purpose. The flag is torch's warn-once
+    attribute; the user's value (or its absence) comes back after the block."""
+    _, opt = _adam_step("cpu")
+    opt._warned_capturable_if_run_uncaptured = False  # as torch 2.11 constructs it
+    with capturable_while([opt]):
+        assert opt._warned_capturable_if_run_uncaptured is True
+    assert opt._warned_capturable_if_run_uncaptured is False
+    del opt._warned_capturable_if_run_uncaptured
+    with capturable_while([opt]):
+        assert opt._warned_capturable_if_run_uncaptured is True
+    assert "_warned_capturable_if_run_uncaptured" not in opt.__dict__
+
+
+@pytest.mark.cuda
+def test_a_capturable_step_outside_a_capture_does_not_warn():
+    import warnings
+
+    from gobrrr.experiments import make_capturable
+
+    w, opt = _adam_step("cuda")
+    w()
+    opt._warned_capturable_if_run_uncaptured = False  # as torch 2.11 constructs it
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert make_capturable([opt]) == 2
+        w()  # capturable, stepped uncaptured: a warm-up step
+    assert not [x for x in seen if "graph capture" in str(x.message)], \
+        [str(x.message) for x in seen]
+    # the control: the same step warns where the flag is torch's own
+    opt._warned_capturable_if_run_uncaptured = False
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        w()
+    assert [x for x in seen if "graph capture" in str(x.message)]

@@ -159,13 +159,13 @@ def test_without_predictions_the_catalog_order_decides():
 
 
 def test_compile_estimates_from_the_graph_size_then_from_the_measured_compile():
-    # the prior: 15 s + 370 ops x 0.1 s on CUDA, 8 s + 8 ops x 0.08 s on CPU
-    assert compile_prep_s("cuda", 370, "default", False, None)[0] == pytest.approx(52.0)
+    # the prior: 13 s + 370 ops x 0.028 s on CUDA, 8 s + 8 ops x 0.08 s on CPU
+    assert compile_prep_s("cuda", 370, "default", False, None)[0] == pytest.approx(23.36)
     assert compile_prep_s("cpu", 8, "default", False, None) == (
         pytest.approx(8.64), "8 s + 8 ops x 0.08 s, before any compile")
     s, basis = compile_prep_s("cuda", 370, "reduce-overhead", False, None)
-    assert s == pytest.approx(52.0 * 1.2)
-    assert basis == "15 s + 370 ops x 0.1 s x 1.2 (reduce-overhead), before any compile"
+    assert s == pytest.approx(23.36 * 1.2)
+    assert basis == "13 s + 370 ops x 0.028 s x 1.2 (reduce-overhead), before any compile"
     # once a default compile took 20 s: reduce-overhead 24 s, max-autotune 400 s,
     # freezing 22 s; a first compile in reduce-overhead mode (24 s) scales back to 20 s
     measured = MeasuredCompile(20.0, 1.0)
@@ -182,12 +182,12 @@ def test_a_recorded_compile_of_this_machine_sets_the_first_estimate():
     from gobrrr.remedies.compile_record import RecordedCompile
 
     # this machine compiled a 936-op graph in reduce-overhead mode (x 1.2) in 30 s. A
-    # 370-op default compile: 30 / 1.2 x (15 + 37) / (15 + 93.6) = 11.97 s (the prior's
+    # 370-op default compile: 30 / 1.2 x (13 + 10.36) / (13 + 26.208) = 14.9 s (the prior's
     # slope scales the size); the measured compile of this search still comes first.
     rec = RecordedCompile(936, 1.2, 30.0, 109.0, "compile(reduce-overhead)",
                           "2026-11-30T10:00:00+00:00")
     s, basis = compile_prep_s("cuda", 370, "default", False, None, rec)
-    assert s == pytest.approx(30 / 1.2 * 52.0 / 108.6)
+    assert s == pytest.approx(30 / 1.2 * 23.36 / 39.208)
     assert basis == ("this machine's compile of a 936-op graph (compile(reduce-overhead)), "
                      "30 s on 2026-11-30, estimated then 109 s, scaled to 370 ops")
     measured = MeasuredCompile(20.0, 1.0)
@@ -420,7 +420,7 @@ def test_before_the_probes_ran_only_singles_are_options():
         "cuda_graphs": TIER_PROBE, "compile": TIER_COMPILE,
         "compile_reduce_overhead": TIER_COMPILE, "freezing": TIER_COMPILE,
         "compile_max_autotune": TIER_AUTOTUNE}
-    assert opts["compile"].prep_s == pytest.approx(52.0)  # 15 + 370 x 0.1, no compile yet
+    assert opts["compile"].prep_s == pytest.approx(23.36)  # 13 + 370 x 0.028, no compile yet
     assert opts["cuda_graphs"].prep_s == pytest.approx(0.04)  # 4 calls of 10 ms
     assert opts["tf32"].measure_s == pytest.approx(1.58)
     # max-autotune must beat the best other compile predicted: reduce-overhead 2.5x

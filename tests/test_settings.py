@@ -168,3 +168,51 @@ def test_metrics_trip_is_read_from_dynamos_own_config_writer(monkeypatch):
     monkeypatch.delattr(dynamo_utils, "_get_dynamo_config_for_logging")
     assert metrics_trip_on_ignored_functions() is False
     assert set(ignored) == before
+
+
+def test_inductors_tf32_advice_is_quiet_inside_the_block_and_only_it():
+    import warnings
+
+    advice = settings.TF32_ADVICE + ". Consider setting `torch.set_float32_matmul_precision`"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with settings.tf32_advice_quiet():
+            warnings.warn(advice, stacklevel=1)
+            warnings.warn("another warning", stacklevel=1)
+        warnings.warn(advice, stacklevel=1)
+    assert [str(x.message) for x in seen] == ["another warning", advice]
+
+
+def test_a_compile_candidate_holds_the_tf32_advice_quiet():
+    from gobrrr.remedies.base import Candidate, Context
+    from gobrrr.remedies.compiled import compile_candidate
+
+    cand = Candidate(lambda: None, (), {}, [], [], [])
+    ctx = Context(device="cpu")
+    out = compile_candidate(cand, ctx, None)
+    assert settings.tf32_advice_quiet in out.switches
+
+
+@pytest.mark.cuda
+def test_an_fp32_compile_on_a_tf32_gpu_does_not_advise_tf32_inside_the_block():
+    import warnings
+
+    import torch._inductor.compile_fx as compile_fx
+
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("no TF32 tensor cores: Inductor gives no advice")
+
+    def compiled_linear() -> None:
+        torch._dynamo.reset()
+        compile_fx._warn_tf32_disabled.cache_clear()  # once a process otherwise
+        x = torch.randn(64, 64, device="cuda")
+        torch.compile(lambda a: (a @ a).relu())(x)
+
+    with settings.tf32(False), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with settings.tf32_advice_quiet():
+            compiled_linear()
+        inside = [str(x.message) for x in seen if settings.TF32_ADVICE in str(x.message)]
+        compiled_linear()  # the control: Inductor advises without the block
+        after = [str(x.message) for x in seen if settings.TF32_ADVICE in str(x.message)]
+    assert inside == [] and len(after) == 1

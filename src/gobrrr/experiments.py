@@ -344,14 +344,27 @@ def read_graph(g: GraphTiming, budget: Budget) -> GraphReplay:
                        agrees)
 
 
+# torch.optim.Optimizer's attribute: True once it warned that a capturable instance steps
+# without a CUDA graph capture (`_accelerator_graph_capture_health_check`).
+_WARNED_UNCAPTURED = "_warned_capturable_if_run_uncaptured"
+_ABSENT = object()
+
+
 def make_capturable(optimizers: Sequence[Any]) -> int:
     """Set capturable=True on every param group that has the flag; move step counts to
     the parameter's device (as torch's own load_state_dict does for capturable groups).
-    Returns how many groups changed."""
+    Returns how many groups changed.
+
+    Each optimizer is also marked as having given torch's warning that a capturable
+    optimizer steps outside a capture (torch's own warn-once flag,
+    _WARNED_UNCAPTURED): gobrrr steps it uncaptured on purpose, in the capture's warm-up
+    and in eager's timing beside the replay. On torch 2.11 (H100, session al) the warning
+    reached the optimize output from the CUDA-graph remedy's warm-up."""
     import torch
 
     changed = 0
     for o in optimizers:
+        setattr(o, _WARNED_UNCAPTURED, True)
         for g in o.param_groups:
             if "capturable" in g and not g["capturable"]:
                 g["capturable"] = True
@@ -379,11 +392,17 @@ def capturable_while(optimizers: Sequence[Any]) -> Iterator[int]:
              if "capturable" in g]
     steps = [(st, st["step"]) for o in optimizers for st in o.state.values()
              if isinstance(st.get("step"), torch.Tensor)]
+    warned = [(o, o.__dict__.get(_WARNED_UNCAPTURED, _ABSENT)) for o in optimizers]
     try:
         yield make_capturable(optimizers)
     finally:
         for g, flag in flags:
             g["capturable"] = flag
+        for o, was in warned:
+            if was is _ABSENT:
+                o.__dict__.pop(_WARNED_UNCAPTURED, None)
+            else:
+                setattr(o, _WARNED_UNCAPTURED, was)
         for st, step in steps:
             now = st.get("step")
             if isinstance(now, torch.Tensor) and now is not step:

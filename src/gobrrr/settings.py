@@ -32,7 +32,8 @@ from typing import Any
 __all__ = ["Settings", "read_flag", "snapshot", "restore", "preserved", "tf32",
            "tf32_enabled", "has_precision_api", "cudnn_benchmark", "inductor_options",
            "ONCE_LOGGING", "once_logging_functions", "ignored_logging_name",
-           "once_logging_ignored", "metrics_trip_on_ignored_functions"]
+           "once_logging_ignored", "metrics_trip_on_ignored_functions",
+           "TF32_ADVICE", "tf32_advice_quiet"]
 
 # The `fp32_precision` owners of torch >= 2.9, by attribute path under torch.backends.
 _PRECISION_PATHS = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn",
@@ -324,3 +325,24 @@ def once_logging_ignored() -> Iterator[None]:
     finally:
         ignored.difference_update(added)
         logging.getLogger(_METRICS_LOGGER).removeFilter(quiet)
+
+
+# Inductor's advice, at a compile's first call on a GPU with TF32 tensor cores while fp32
+# matmuls do not use them (torch._inductor.compile_fx._warn_tf32_disabled, once a
+# process). The search compiles fp32 candidates on purpose: TF32 is a candidate of its
+# own (remedies/precision.py), measured and ranked beside them. Seen on the H100 (session
+# al), the warning printed in the middle of the search's progress lines.
+TF32_ADVICE = ("TensorFloat32 tensor cores for float32 matrix multiplication available "
+               "but not enabled")
+
+
+@contextlib.contextmanager
+def tf32_advice_quiet() -> Iterator[None]:
+    """Inside the block Inductor's TF32 advice (TF32_ADVICE) is not shown; every other
+    warning is, and the filters are the caller's again on exit."""
+    import re
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=re.escape(TF32_ADVICE))
+        yield

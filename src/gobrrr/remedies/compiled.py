@@ -40,6 +40,7 @@ from gobrrr.settings import (
     metrics_trip_on_ignored_functions,
     once_logging_functions,
     once_logging_ignored,
+    tf32_advice_quiet,
 )
 
 __all__ = ["SPECS", "TRAINING_REPLAY_NOTE", "compile_candidate", "predict_default"]
@@ -70,6 +71,7 @@ def compile_candidate(cand: Candidate, ctx: Context, mode: str | None) -> Candid
         c.fn = torch.compile(target, **kwargs)
 
     cand.prepare.append(prepare)
+    cand.switches.append(tf32_advice_quiet)  # its first call compiles: settings.TF32_ADVICE
     if once_logging_functions() and ignored_logging_name():
         cand.switches.append(once_logging_ignored)
         cand.notes.append("transformers' Logger.warning_once/info_once skipped inside the "

@@ -66,11 +66,17 @@ TIER_NAMES = {TIER_PROBE: "probe", TIER_STACK: "stack", TIER_COMPILE: "default c
 # (views make none). Measured on this project's 2-core CPU (torch 2.13, cold caches): a
 # 12-op MLP (8 not views) 9.1 s, of which 5-8 s is Inductor's first start in the process;
 # 60 such ops 6.1 s and 180 ops 15.9 s once started: ~0.08 s per op. On CUDA each fused
-# kernel is a Triton compile (in parallel workers): assumed 0.1 s per op and 15 s to
-# start, ~50 s for GPT-2 small's ~370 ops. Only the first compile rests on these: every
-# later estimate scales the first compile measured.
-COMPILE_BASE_S = {"cpu": 8.0, "cuda": 15.0}
-COMPILE_PER_OP_S = {"cpu": 0.08, "cuda": 0.1}
+# kernel is a Triton compile (in parallel workers). The first cold compiles optimize
+# logged on H100s and H200s (torch 2.11, sessions q-al; benchmarks/compile_prior.py, its
+# table in benchmarks/results/compile_prior.md), the mode's factor taken out: 9.7-17.3 s
+# at 101-219 ops, 20.2-38.8 s at 936 ops. 13 s + 0.028 s per op is the line under which
+# none of them falls (15.5 s at 101 ops, 17.3 s at 174, 38.8 s at 936; the others up to
+# 1.9x under it): an estimate too low starts a compile that overruns --budget-s, one too
+# high skips one that fits. The assumption before (15 s + 0.1 s per op) was 1.6-3.5x
+# over them. Only the first compile rests on
+# these: every later estimate scales the first compile measured.
+COMPILE_BASE_S = {"cpu": 8.0, "cuda": 13.0}
+COMPILE_PER_OP_S = {"cpu": 0.08, "cuda": 0.028}
 # A mode's compile time relative to the default mode's, for the same graph:
 # - reduce-overhead: the same Inductor compile, plus CUDA-graph recording on the first
 #   calls (a few calls' worth) and the cudagraph-tree bookkeeping: ~1.2x.
