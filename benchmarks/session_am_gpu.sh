@@ -19,10 +19,12 @@ case "$1" in
     BUDGET=60 SIDES=gobrrr bash benchmarks/optimize_models.sh gpt2_train_8x256 gpt2_8x512 \
       resnet50_b1 gpt2_1x1 resnet50_b256 ;;
   rows2)
+    timeout 100 python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_settings.py \
+      -k tf32 2>&1 | tail -40 > "$OUT/tf32-test.txt"
     BUDGET=60 SIDES=gobrrr bash benchmarks/optimize_models.sh vit_b16_b32 mlp_16k \
       bert_base_b32x128 convnext_tiny_b64 ;;
   hand)
     shift; BUDGET=60 SIDES=hand bash benchmarks/optimize_models.sh "$@" ;;
 esac
 warnings_in_logs
-
+(cd "$OUT" && tar czf "models-$1.tgz" models) && rm -rf "$OUT/models"

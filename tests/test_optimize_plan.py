@@ -756,6 +756,7 @@ class _FakeRun:
     measuring child's row (ChildRun.measure) for its candidate."""
 
     speculating: tuple[str, ...] = ()  # what it compiles on its own guess
+    aside = False  # compiled and waiting to be measured before any wait (ChildRun)
 
     def __init__(self, events, names, cores, got, measured=None):
         self.remedies, self.cores, self.got, self.events = tuple(names), cores, got, events
@@ -772,6 +773,9 @@ class _FakeRun:
     def compiling(self):
         # it answers at once: never compiling while a candidate is timed (quiet.py)
         return False
+
+    def waits_compiled(self):
+        return self.remedies if self.aside and self.measured is not None else None
 
     def measure(self, time_left_s):
         self.events.append(("measure", self.remedies))
@@ -796,7 +800,8 @@ class _FakePrestarted(_FakeRun):
 
 
 def _background_search(monkeypatch, got, cores=(4, 5, 6, 7), deadline_s=15.0,
-                       measured=None, prestarted=None, overrun_s=0.0):
+                       measured=None, prestarted=None, overrun_s=0.0, recorded=None,
+                       aside=False):
     """A search of a flag remedy (1.2x) and a compile remedy (3x, its prior-guessed
     30 s compile not fitting in `deadline_s`) through a ChildProber whose children are
     _FakeRun answering `got`: (rows by name, events in order, the prober, notes)."""
@@ -817,12 +822,16 @@ def _background_search(monkeypatch, got, cores=(4, 5, 6, 7), deadline_s=15.0,
     flag = RemedySpec("flag", "flag", "overhead", STAGE_MUTATE, "flag", lambda ctx: None,
                       lambda ctx: Gain(1.2, "predicted"), lambda c, ctx: c, "")
     monkeypatch.setitem(plan.COMPILE_BASE_S, "cpu", 30.0)
-    monkeypatch.setattr(compile_record, "nearest", lambda *a: None)
+    monkeypatch.setattr(compile_record, "nearest", lambda *a: recorded)
     monkeypatch.setattr(compile_record, "record", lambda *a, **k: None)
     events = []
-    monkeypatch.setattr(runner, "start_child",
-                        lambda reload, names, cores=None, measure_ab_s=None: _FakeRun(
-                            events, names, cores, got, measured))
+
+    def started(reload, names, cores=None, measure_ab_s=None):
+        run = _FakeRun(events, names, cores, got, measured)
+        run.aside = aside
+        return run
+
+    monkeypatch.setattr(runner, "start_child", started)
 
     def run_one(combo):
         names = "+".join(s.name for s in combo)
@@ -877,6 +886,59 @@ def test_a_compile_that_does_not_fit_twice_is_measured_in_its_child(monkeypatch)
         monkeypatch, ChildCompile(4.0, waited_s=6.0), measured=row, deadline_s=15.0)
     assert ("run", "comp") in events and not [e for e in events if e[0] == "measure"]
     assert not rows["comp"].checks.get("measured_in_child")
+
+
+def test_a_combination_compiled_aside_is_measured_in_its_child_where_no_probe_runs():
+    # issue 24, the H100 (session am): GPT-2 1x1's background child held its stack
+    # compiled while the plan, estimating from the compile measured since (no probe),
+    # skipped that stack: "needs ~14 s ... 6.9 s left", for a compile the child had done
+    import time
+
+    from gobrrr.remedies import runner
+    from gobrrr.remedies.base import STAGE_EXECUTION, STAGE_MUTATE, Context, RemedySpec
+    from gobrrr.remedies.compile_child import ChildCompile
+    from gobrrr.remedies.plan import ASIDE_BASIS, MeasuredCompile
+
+    comp = RemedySpec("comp", "compile", "memory", STAGE_EXECUTION, "execution",
+                      lambda ctx: None, lambda ctx: Gain(3.0, "predicted"),
+                      lambda c, ctx: c, "", prep=PREP_COMPILE, compile_mode="default")
+    flag = RemedySpec("flag", "flag", "overhead", STAGE_MUTATE, "flag", lambda ctx: None,
+                      lambda ctx: Gain(1.2, "predicted"), lambda c, ctx: c, "")
+    ctx = Context("cpu")
+    found, gains, _ = runner._entries([flag, comp], ctx)
+    st = SearchState(found, "cpu", 100, 1e-3, 0.2)
+    st.done = {"flag": Outcome("slower", 0.9)}  # out of the stack
+    st.measured_compile = MeasuredCompile(30.0, 1.0)
+    assert "flag+comp" not in {o.name for o in options(st)}
+    now = plan(options(st), 15.0)
+    assert [o.name for o in now.order] == []
+    assert next(k for k in now.skipped if k.name == "comp").reason.startswith("needs ~30 s")
+    # the child holds flag+comp compiled: an option of its own, and comp's compile is
+    # not its compile (another graph), so comp stays skipped
+    st.compiled_aside = ("flag", "comp")
+    held = {o.name: o for o in options(st)}["flag+comp"]
+    assert held.prep_s == 0.0 and held.prep_basis == ASIDE_BASIS
+    assert [o.name for o in plan(options(st), 15.0).order] == ["flag+comp"]
+    # its turn: measured in the child, nothing compiled here (again here ~9 s of a 12 s
+    # cold compile, with its measuring, does not fit in the 8 s left)
+    events: list = []
+    row = {"name": "", "regime": "memory", "status": "verified", "reason": "3.00x",
+           "measured_speedup": 3.0, "interval": [2.9, 3.1], "verified": True,
+           "compile_s": 9.0, "components": [], "checks": {"ab_rounds": 8}}
+    prober = runner.ChildProber({"target": "t"}, [4, 5], 0.2)
+    prober.background = _FakeRun(events, ["flag", "comp"], [4, 5],
+                                 ChildCompile(12.0, waited_s=7.0), row)
+    prober.background.aside = True
+    assert prober.compiled_aside() == ("flag", "comp") and prober.holds(["comp", "flag"])
+    ran = []
+    got, cand = runner._run_option(held, {"flag": flag, "comp": comp},
+                                   lambda combo: ran.append(combo), ctx, gains, st, [],
+                                   lambda m: None, prober, time.perf_counter() + 8.0)
+    assert ran == [] and cand is None
+    assert [e for e in events if e[0] == "measure"] == [("measure", ("flag", "comp"))]
+    assert got.status == "verified" and got.measured_speedup == 3.0
+    assert got.checks["measured_in_child"] and got.checks["child_compile_s"] == 12.0
+    assert prober.compiled_aside() is None  # waited on: no longer aside
 
 
 def test_the_largest_gain_probe_may_run_past_the_deadline_in_its_measuring_child(

@@ -301,3 +301,29 @@ def test_the_cli_stops_a_child_it_started_in_vain(monkeypatch):
     # the device is the CPU: stopped before the build, and the command's end stops it
     # again (idempotent)
     assert asked == ["cpu"] and at_build == [1] and Child.stops == 2
+
+
+def test_the_parent_knows_what_a_measuring_child_holds_compiled_before_any_wait():
+    # runner.ChildProber.compiled_aside asks while the search measures, before the
+    # compile line is taken off the queue by `wait`
+    import queue
+
+    from gobrrr.remedies.compile_child import ChildRun
+
+    def read(out: str, measuring: bool = True, alive: bool = True) -> ChildRun:
+        run = ChildRun.__new__(ChildRun)
+        run.speculating, run.spawned, run.remedies = (), 0.0, ("compile",)
+        run.answered, run.compiled, run.measuring = False, None, measuring
+        run._lines = queue.Queue()
+        run.proc = SimpleNamespace(stdout=io.StringIO(out),
+                                   poll=lambda: None if alive else 0)
+        run._read_out()
+        return run
+
+    done = '{"compile_s": 12.0, "remedies": ["bf16_cast", "compile"]}\n'
+    assert read(done).waits_compiled() == ("bf16_cast", "compile")
+    assert read('{"compile_s": 12.0}\n').waits_compiled() == ("compile",)
+    assert read('{"error": "no GPU"}\n').waits_compiled() is None  # failed: nothing held
+    assert read(done, measuring=False).waits_compiled() is None  # it does not measure
+    assert read(done, alive=False).waits_compiled() is None  # it ended
+    assert read("").waits_compiled() is None  # still compiling

@@ -156,6 +156,9 @@ class ChildRun:
         self.speculating: tuple[str, ...] = ()
         self.speculating_at_s: float | None = None  # since its spawn: the guess began
         self.answered = False  # its compile's answer (or an error) came back
+        # what it compiled, once its compile's answer came back without an error (read
+        # by _read_out before any `wait`: the plan asks while the search measures)
+        self.compiled: tuple[str, ...] | None = None
         self.cores = cores
         self.measuring = measure_ab_s is not None
         env = dict(os.environ)  # its caches are this process's
@@ -189,6 +192,8 @@ class ChildRun:
                         self.speculating_at_s = time.perf_counter() - self.spawned
                     else:
                         self.answered = True
+                        if isinstance(got.get("compile_s"), (int, float)):
+                            self.compiled = tuple(got.get("remedies") or self.remedies)
                         self._lines.put(got)
         self._lines.put(None)  # end of its output
 
@@ -214,6 +219,14 @@ class ChildRun:
         with the search's timed calls (quiet.py)."""
         told = not self.waiting_for_remedies or bool(self.speculating)
         return told and not self.answered and self.proc.poll() is None
+
+    def waits_compiled(self) -> tuple[str, ...] | None:
+        """What a measuring child compiled and now waits, running, to verify and time
+        (`measure`); None while it compiles, where it failed or ended, or where it does
+        not measure."""
+        if self.measuring and self.compiled is not None and self.proc.poll() is None:
+            return self.compiled
+        return None
 
     def begin(self, remedies: list[str]) -> None:
         """Tell a pre-started child what to compile; its wait counts from now (its

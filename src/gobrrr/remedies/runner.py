@@ -18,7 +18,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -335,6 +335,19 @@ class ChildProber:
                 f"in the background (cores {span}, nice {BACKGROUND_NICE}) while the other "
                 "candidates were measured: their timings shared the machine with it" + tail)
 
+    def compiled_aside(self) -> tuple[str, ...] | None:
+        """The background child's combination where its compile has ended and it waits
+        to be measured, no probe having waited on it (plan.SearchState.compiled_aside:
+        it costs the search its measuring only); None otherwise."""
+        if self.background is None or self.waited_on:
+            return None
+        return self.background.waits_compiled()
+
+    def holds(self, names: Sequence[str]) -> bool:
+        """Whether the combination `names` is the one compiled aside (`compiled_aside`)."""
+        aside = self.compiled_aside()
+        return aside is not None and set(aside) == set(names)
+
     def compiling(self) -> bool:
         """Whether the background child compiles now (quiet.py)."""
         return self.background is not None and self.background.compiling()
@@ -503,6 +516,8 @@ def search(specs: list[RemedySpec], ctx: Context,
         while True:
             try:
                 settle()
+                state.compiled_aside = (child.compiled_aside()
+                                        if isinstance(child, ChildProber) else None)
                 now = plan(options(state), deadline - time.perf_counter(),
                            probe_overrun_s=_probe_overrun_s(child, overrun_s))
                 if ran == 0 and isinstance(child, ChildProber) and coord is SOLO:
@@ -688,7 +703,10 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
         "verify, time A/B")
     compiles = any(s.prep == PREP_COMPILE for s in combo)
     cold_s: float | None = None
-    if opt.probe and compiles and child is not None:
+    # the probe's compile goes to a child; so does the combination the background child
+    # holds compiled (plan.SearchState.compiled_aside), whatever the plan's tier for it
+    aside = isinstance(child, ChildProber) and child.holds(opt.components)
+    if (opt.probe or aside) and compiles and child is not None:
         pre = _compile_first_in_child(opt, combo, child, deadline, say, by_name, overrun_s)
         if isinstance(pre, RemedyResult):
             return _record(opt, pre, ctx, gains, state, results, by_name, say=say), None
