@@ -941,6 +941,27 @@ def test_a_combination_compiled_aside_is_measured_in_its_child_where_no_probe_ru
     assert prober.compiled_aside() is None  # waited on: no longer aside
 
 
+def test_an_option_the_background_child_still_compiles_waits_on_that_child():
+    # issue 24, the H100 (session am): GPT-2 8x512's first compile here was the
+    # background child's combination, compiled again from the child's caches (5.3 s,
+    # recorded as that graph's cold compile); one still compiling is waited on too
+    from gobrrr.remedies import runner
+    from gobrrr.remedies.compile_child import ChildCompile
+
+    prober = runner.ChildProber({"target": "t"}, [4, 5], 0.2)
+    assert not prober.holds(["comp"])  # no background child
+    run = _FakeRun([], ["flag", "comp"], [4, 5], ChildCompile(12.0, waited_s=7.0), {})
+    prober.background = run
+    assert not prober.holds(["flag", "comp"])  # neither compiling nor compiled
+    run.compiling = lambda: True
+    assert prober.holds(["comp", "flag"]) and not prober.holds(["comp"])
+    assert prober.compiled_aside() is None  # not compiled yet: no option of its own
+    run.speculating = ("comp",)  # a training step's child compiles its own guess
+    assert prober.holds(["comp"]) and not prober.holds(["flag", "comp"])
+    prober.waited_on = True
+    assert not prober.holds(["comp"])
+
+
 def test_the_largest_gain_probe_may_run_past_the_deadline_in_its_measuring_child(
         monkeypatch):
     # issue 24, the H100 (session ad): the GPT-2 training step's child, compiling the
