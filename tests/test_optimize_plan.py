@@ -888,7 +888,8 @@ def test_a_compile_that_does_not_fit_twice_is_measured_in_its_child(monkeypatch)
     assert not rows["comp"].checks.get("measured_in_child")
 
 
-def test_a_combination_compiled_aside_is_measured_in_its_child_where_no_probe_runs():
+def test_a_combination_compiled_aside_is_measured_in_its_child_where_no_probe_runs(
+        monkeypatch):
     # issue 24, the H100 (session am): GPT-2 1x1's background child held its stack
     # compiled while the plan, estimating from the compile measured since (no probe),
     # skipped that stack: "needs ~14 s ... 6.9 s left", for a compile the child had done
@@ -939,6 +940,22 @@ def test_a_combination_compiled_aside_is_measured_in_its_child_where_no_probe_ru
     assert got.status == "verified" and got.measured_speedup == 3.0
     assert got.checks["measured_in_child"] and got.checks["child_compile_s"] == 12.0
     assert prober.compiled_aside() is None  # waited on: no longer aside
+    # the first compile of a search: the machine's record keeps the child's cold one,
+    # with no estimate beside it (none was made)
+    from gobrrr.remedies import compile_record
+
+    kept = []
+    monkeypatch.setattr(compile_record, "record", lambda *a: kept.append(a))
+    st.measured_compile, st.done = None, {"flag": Outcome("slower", 0.9)}
+    held = {o.name: o for o in options(st)}["flag+comp"]
+    prober.background, prober.waited_on, said = _FakeRun(
+        events, ["flag", "comp"], [4, 5], ChildCompile(12.0, waited_s=7.0), row), False, []
+    prober.background.aside = True
+    runner._run_option(held, {"flag": flag, "comp": comp}, lambda combo: ran.append(combo),
+                       ctx, gains, st, [], said.append, prober, time.perf_counter() + 8.0)
+    assert kept == [("cpu", 100, 1.0, 12.0, "flag+comp", None)]
+    assert st.measured_compile.prep_s == 12.0
+    assert not [line for line in said if "compile: estimated" in line]
 
 
 def test_an_option_the_background_child_still_compiles_waits_on_that_child():

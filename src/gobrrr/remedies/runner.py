@@ -50,6 +50,7 @@ from gobrrr.remedies.compile_child import (
 )
 from gobrrr.remedies.evaluate import Reference, evaluate, make_reference, time_ab
 from gobrrr.remedies.plan import (
+    ASIDE_BASIS,
     MODE_FACTOR,
     TIER_NAMES,
     Entry,
@@ -920,10 +921,12 @@ def _record(opt: Option, got: RemedyResult, ctx: Context,
     compiles = any(s.prep == PREP_COMPILE for s in combo)
     if compiles and compile_s and state.measured_compile is None:
         state.measured_compile = _measured_compile(combo, compile_s)
+        # an option held compiled aside had no compile estimated (plan.ASIDE_BASIS)
+        estimated = opt.prep_prior and opt.prep_basis != ASIDE_BASIS
         if got.status != "failed":  # the next search's first estimate starts from it
             compile_record.record(state.device, state.n_ops, state.measured_compile.factor,
-                                  compile_s, opt.name, opt.prep_s)
-        if opt.prep_prior and got.status != "failed" and say is not None:
+                                  compile_s, opt.name, opt.prep_s if estimated else None)
+        if estimated and got.status != "failed" and say is not None:
             say(f"  compile: estimated ~{opt.prep_s:.1f} s ({opt.prep_basis}), measured "
                 f"{compile_s:.1f} s ({compile_s / max(opt.prep_s, 1e-9):.2f}x the "
                 "estimate); later estimates scale the measured one")
