@@ -718,8 +718,11 @@ def _run_option(opt: Option, by_name: dict[str, RemedySpec],
     compiles = any(s.prep == PREP_COMPILE for s in combo)
     cold_s: float | None = None
     # the probe's compile goes to a child; so does the combination the background child
-    # holds compiled (plan.SearchState.compiled_aside), whatever the plan's tier for it
+    # compiles or holds compiled (ChildProber.holds), whatever the plan's tier for it,
+    # keeping to the deadline: only the largest-gain probe may run past it
     aside = isinstance(child, ChildProber) and child.holds(opt.components)
+    if not opt.probe:
+        overrun_s = 0.0
     if (opt.probe or aside) and compiles and child is not None:
         pre = _compile_first_in_child(opt, combo, child, deadline, say, by_name, overrun_s)
         if isinstance(pre, RemedyResult):
