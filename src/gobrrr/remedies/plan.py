@@ -74,8 +74,8 @@ TIER_NAMES = {TIER_PROBE: "probe", TIER_STACK: "stack", TIER_COMPILE: "default c
 # none of them falls (15.5 s at 101 ops, 17.3 s at 174, 38.8 s at 936; the others up to
 # 1.9x under it): an estimate too low starts a compile that overruns --budget-s, one too
 # high skips one that fits. The assumption before (15 s + 0.1 s per op) was 1.6-3.5x
-# over them. Only the first compile rests on
-# these: every later estimate scales the first compile measured.
+# over them. Only the first compile rests on these: every later estimate scales the
+# first compile measured.
 COMPILE_BASE_S = {"cpu": 8.0, "cuda": 13.0}
 COMPILE_PER_OP_S = {"cpu": 0.08, "cuda": 0.028}
 # A mode's compile time relative to the default mode's, for the same graph:
