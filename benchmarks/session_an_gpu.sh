@@ -4,9 +4,11 @@
 # ChildProber.compiled_aside / holds), the TF32 test's fix, and GPT-2 1x1's spread.
 #   OUT=... bash benchmarks/session_an_gpu.sh rows1|rows2|hand [CASES...]
 # rows1: the CUDA test of the TF32 advice, then five rows (gobrrr's side, --budget-s 60);
-# rows2: the other four rows; hand CASES: the hand side, then gpt2_1x1_spread.py.
+# rows2: the other four rows; hand CASES: the hand side, then gpt2_1x1_spread.py;
+# hand2: see its case.
 # Each row's log is grepped after for the child's combination and the compile estimates.
 . benchmarks/gpu_preamble.sh session_an "$1"
+part=$1
 child_lines() {
   for f in "$OUT"/models/gobrrr_*.log; do
     [ -e "$f" ] || continue
@@ -23,6 +25,13 @@ case "$1" in
   rows2)
     BUDGET=60 SIDES=gobrrr bash benchmarks/optimize_models.sh vit_b16_b32 mlp_16k \
       bert_base_b32x128 convnext_tiny_b64 ;;
+  hand2)  # an H100: three more rows' hand sides; an H200: both sides of the two rows
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
+      SIDES=hand bash benchmarks/optimize_models.sh resnet50_b256 convnext_tiny_b64 \
+        bert_base_b32x128
+    else
+      BUDGET=60 bash benchmarks/optimize_models.sh gpt2_1x1 resnet50_b1
+    fi ;;
   hand)
     shift; BUDGET=60 SIDES=hand bash benchmarks/optimize_models.sh "$@"
     cache=$(mktemp -d)
@@ -30,4 +39,4 @@ case "$1" in
       timeout 200 python3 benchmarks/gpt2_1x1_spread.py 2>&1 | grep -v Warning ;;
 esac
 child_lines
-(cd "$OUT" && tar czf "models-$1.tgz" models) && rm -rf "$OUT/models"
+(cd "$OUT" && tar czf "models-$part.tgz" models) && rm -rf "$OUT/models"
