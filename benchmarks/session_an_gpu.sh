@@ -25,6 +25,8 @@ case "$1" in
   rows2)
     BUDGET=60 SIDES=gobrrr bash benchmarks/optimize_models.sh vit_b16_b32 mlp_16k \
       bert_base_b32x128 convnext_tiny_b64 ;;
+  pred)  # after savings.replay took the replay's own time: the two host-bound rows
+    BUDGET=60 SIDES=gobrrr bash benchmarks/optimize_models.sh resnet50_b1 gpt2_1x1 ;;
   hand2)  # an H100: three more rows' hand sides; an H200: both sides of the two rows
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
       SIDES=hand bash benchmarks/optimize_models.sh resnet50_b256 convnext_tiny_b64 \

@@ -136,6 +136,18 @@ def test_cuda_graph_predictions_take_the_measured_replay():
     r = by_name(remedies_for(b, four_ops(), ceilings(), "cuda", None, fast))
     assert r[GRAPHS].predicted_speedup == pytest.approx(5.0)
     assert r[GRAPHS].basis.endswith("capped at the budget's 80 us of GPU-idle time")
+    # eager read 70 us in the experiment and 100 us in T_wall (a host-bound call on a host
+    # whose speed moved): the replay's own 25 us stands, 100 / 25 = 4.00x (scaled by the
+    # experiment's ratio it would read 100 -> 35.7 us, 2.80x)
+    drifted = GraphReplay(True, None, 70e-6, 25e-6, 2.8, 5.0, True)
+    r = by_name(remedies_for(b, four_ops(), ceilings(), "cuda", None, drifted))
+    assert r[GRAPHS].predicted_speedup == pytest.approx(4.0)
+    assert r[GRAPHS].basis == ("the graph-replay experiment measured 70 us -> 25 us "
+                               "(2.80x): T_wall 100 us -> 25 us")
+    # and the other way (eager 130 us in the experiment): 100 -> 25 us, not 19.2 us
+    r = by_name(remedies_for(b, four_ops(), ceilings(), "cuda", None,
+                             GraphReplay(True, None, 130e-6, 25e-6, 5.2, 5.0, True)))
+    assert r[GRAPHS].predicted_speedup == pytest.approx(4.0)
     # a replay the experiment could not make: the dispatch estimate, 1.25x
     failed = GraphReplay(False, "capture failed")
     r = by_name(remedies_for(b, four_ops(), ceilings(), "cuda", None, failed))
